@@ -1,0 +1,60 @@
+"""Where the TOML catalogs live, and reading one entry by id or by path.
+
+The catalogs sit at the repository root (`hardware/`, `models/`, `scenarios/`) and are copied into
+the wheel as `specsim/catalog/<kind>/`; an installed package reads its own copy, a source checkout
+or editable install reads the root folders.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+from .errors import SpecError, unknown_id_error
+
+KINDS = ("hardware", "models", "scenarios", "stacks")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def catalog_dir(kind: str) -> Path:
+    if kind not in KINDS:
+        raise SpecError(f"unknown catalog kind {kind!r}; expected one of {', '.join(KINDS)}")
+    shipped = _PACKAGE_DIR / "catalog" / kind
+    if shipped.is_dir():
+        return shipped
+    source = _PACKAGE_DIR.parent / kind
+    if source.is_dir():
+        return source
+    raise SpecError(f"catalog folder for {kind!r} not found (looked in {shipped} and {source})")
+
+
+def catalog_ids(kind: str) -> list[str]:
+    return sorted(p.stem for p in catalog_dir(kind).glob("*.toml"))
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+
+
+def resolve(kind: str, id_or_path: str | Path) -> Path:
+    """A catalog id (`h100-sxm`) or a path to a user's TOML file."""
+    text = str(id_or_path)
+    if text.endswith(".toml") or "/" in text or "\\" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise SpecError(f"{kind} file {text!r} not found")
+        return path
+    path = catalog_dir(kind) / f"{text}.toml"
+    if not path.is_file():
+        raise unknown_id_error(kind, text, catalog_ids(kind))
+    return path
