@@ -1,0 +1,308 @@
+"""Roofline cost of one forward pass, per operator class, vectorised over numpy arrays.
+
+Decode (M = 1), verify (M = K + 1 or a tree of M nodes) and prefill (M = prompt chunk) all go
+through the same accounting. For each operator class we count the bytes that must cross the memory
+bus and the FLOPs that must be done, on ONE device of a tensor-parallel group of `tp`, and charge
+
+    time_class = max(bytes / (peak_bandwidth · bandwidth_frac), flops / (peak_flops · compute_frac))
+
+(Williams, Waterman & Patterson 2009, "Roofline", eq. 1: attainable FLOP/s = min(peak FLOP/s,
+bandwidth × operational intensity)). A step is the sum of the classes plus the tensor-parallel
+all-reduce time and a fixed overhead. Classes:
+
+- weights: every linear layer except the LM head. Dense: all weights stream once per step,
+  whatever B·M is, and cost 2 FLOP per weight per token. MoE: the step streams the experts that at
+  least one of its T = B·M tokens routes to; with top-k routing over E experts and independent,
+  uniform routing the expected number touched per layer is E·(1 − (1 − k/E)^T).
+- attention: reading the KV cache and the score/value FLOPs. With a fused kernel (FlashAttention /
+  FlashDecoding style, grouped-query aware) each sequence's cache is read once per step for all its
+  M query tokens; with a naive kernel each query token re-reads every key it attends to, so the
+  bytes grow with M·L. Query i of a block of M new tokens after L cached ones attends to L + i keys
+  (causal), so a block has M·L + M(M+1)/2 query-key pairs. FLOPs per pair per layer: 4·n_heads·
+  head_dim (QKᵀ and PV); multi-head latent attention in the absorbed form: 2·n_heads·(2·kv_lora_rank
+  + qk_rope_head_dim).
+- kv_write: the M new tokens' keys and values.
+- lm_head: the vocabulary projection and the fp32 logits it writes.
+- activations: each linear layer reads its input and writes its output in 16-bit; element-wise work
+  (norms, rotary, SwiGLU) is fused into those reads and writes and is not charged separately.
+- communication: tensor parallelism all-reduces the hidden state after attention and after the FFN
+  (plus after cross-attention in an encoder-decoder): per all-reduce a latency plus a ring transfer
+  of 2(tp − 1)/tp · T · hidden · 2 bytes over the per-device interconnect bandwidth.
+- overhead: fixed per step (launches, scheduling, sampling) plus a per-layer term.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .errors import DoesNotFitError, SpecError, field_error
+from .hardware import Efficiency, HardwareProfile
+from .models import ACTIVATION_BYTES, ModelSpec
+
+ATTENTION_KERNELS = ("fused", "naive")
+LOGIT_BYTES = 4.0  # logits are written in fp32 by every stack we model
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorCost:
+    """Per-device bytes moved, FLOPs done and the roofline time of one operator class."""
+
+    bytes: np.ndarray
+    flops: np.ndarray
+    time_s: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCost:
+    """One forward pass on one device of the group; every field broadcasts like the inputs."""
+
+    weights: OperatorCost
+    attention: OperatorCost
+    kv_write: OperatorCost
+    lm_head: OperatorCost
+    activations: OperatorCost
+    communication_s: np.ndarray
+    overhead_s: np.ndarray
+    time_s: np.ndarray
+    compute_dtype: str
+    attention_dtype: str
+
+    OPERATOR_CLASSES = ("weights", "attention", "kv_write", "lm_head", "activations")
+
+    @property
+    def bytes(self) -> np.ndarray:
+        return sum(getattr(self, c).bytes for c in self.OPERATOR_CLASSES)
+
+    @property
+    def flops(self) -> np.ndarray:
+        return sum(getattr(self, c).flops for c in self.OPERATOR_CLASSES)
+
+    def breakdown(self) -> dict[str, object]:
+        """Flat dict of every class's bytes, FLOPs and time (scalars when the inputs were scalars)."""
+        out: dict[str, object] = {}
+        for c in self.OPERATOR_CLASSES:
+            op = getattr(self, c)
+            for f in fields(op):
+                out[f"{c}_{f.name}"] = _plain(getattr(op, f.name))
+        out["communication_s"] = _plain(self.communication_s)
+        out["overhead_s"] = _plain(self.overhead_s)
+        out["time_s"] = _plain(self.time_s)
+        out["compute_dtype"] = self.compute_dtype
+        return out
+
+
+def _plain(x):
+    x = np.asarray(x)
+    return float(x) if x.ndim == 0 else x
+
+
+def _as_array(name: str, value, minimum: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise field_error("step cost", name, value, "a number or numeric array")
+    if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr < minimum)):
+        bad = arr[~(np.isfinite(arr) & (arr >= minimum))].flat[0]
+        raise field_error("step cost", name, bad.item(), f"a finite number >= {minimum}")
+    if arr.dtype.kind == "f" and arr.size and np.any(arr != np.round(arr)):
+        bad = arr[arr != np.round(arr)].flat[0]
+        raise field_error("step cost", name, bad.item(), "a whole number of tokens or sequences")
+    return arr.astype(np.float64)
+
+
+def _check_group(model: ModelSpec, hw: HardwareProfile, tp: int) -> None:
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
+        raise field_error(f"{model.id} on {hw.id}", "tp", tp, "an integer >= 1 (tensor-parallel degree)")
+    if tp > 1 and hw.interconnect_bandwidth_bytes_per_s <= 0:
+        raise field_error(f"hardware {hw.id!r}", "interconnect_gb_s", 0,
+                          f"> 0 to run a tensor-parallel group of tp = {tp}")
+    if model.n_heads % tp:
+        raise field_error(f"model {model.id!r}", "tp", tp, f"a divisor of n_heads = {model.n_heads}")
+
+
+def kv_shard_frac(model: ModelSpec, tp: int) -> float:
+    """Fraction of a sequence's KV cache one device holds. KV heads split across ranks until each
+    rank has one (then they are replicated); the MLA latent has no head axis and is replicated."""
+    if model.mla is not None:
+        return 1.0
+    return max(1.0 / tp, 1.0 / model.n_kv_heads)
+
+
+def attention_flops_per_pair(model: ModelSpec) -> float:
+    """FLOPs per (query token, cached key) pair in one layer, all heads, before TP splitting."""
+    if model.mla is not None:
+        return 2.0 * model.n_heads * (2 * model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+    return 4.0 * model.n_heads * model.head_dim
+
+
+def _n_attention_blocks(model: ModelSpec) -> int:
+    return 2 if model.architecture == "encoder-decoder" else 1
+
+
+def _roof(bytes_, flops, bw, flops_per_s) -> np.ndarray:
+    return np.maximum(bytes_ / bw, flops / flops_per_s)
+
+
+def _layer_weight_cost(model: ModelSpec, n_tokens: np.ndarray, tp: int):
+    """(bytes, flops) of all linear layers except the LM head, per device, for T tokens in the step."""
+    wb = model.weight_bytes_per_param
+    attn = model.attn_params_per_layer + model.cross_attn_params_per_layer
+    dense_layer = attn + model.dense_ffn_params
+    bytes_ = model.n_dense_layers * dense_layer * wb
+    flops = 2.0 * n_tokens * model.n_dense_layers * dense_layer
+    if model.moe is not None:
+        e, k = model.moe.n_experts, model.moe.n_experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** n_tokens)
+        always = attn + model.router_params + model.shared_expert_params
+        bytes_ = bytes_ + model.n_moe_layers * (always + touched * model.expert_params) * wb
+        flops = flops + 2.0 * n_tokens * model.n_moe_layers * (always + k * model.expert_params)
+    return bytes_ / tp, flops / tp
+
+
+def _activation_elems_per_token(model: ModelSpec, tp: int) -> float:
+    """16-bit elements each token reads and writes across the linear layers of all layers."""
+    d = model.hidden_size
+    if model.mla is not None:
+        h = model.n_heads
+        qkv_out = (h * (model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim)
+                   + model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+        attn_inner = h * model.mla.v_head_dim
+    else:
+        qkv_out = (model.n_heads + 2 * model.n_kv_heads) * model.head_dim
+        attn_inner = model.n_heads * model.head_dim
+    attn = d + qkv_out / tp + attn_inner / tp + d
+    gate_up = 2 if model.ffn_kind == "gated" else 1
+    dense_ffn = d + gate_up * model.ffn_size / tp + model.ffn_size / tp + d
+    per_layer_dense = _n_attention_blocks(model) * attn + dense_ffn
+    total = model.n_dense_layers * per_layer_dense
+    if model.moe is not None:
+        k_active = model.moe.n_experts_per_token + model.moe.n_shared_experts
+        fe = model.moe.expert_ffn_size
+        moe_ffn = k_active * (d + gate_up * fe / tp + fe / tp + d)
+        total += model.n_moe_layers * (_n_attention_blocks(model) * attn + moe_ffn)
+    return float(total)
+
+
+def _cost(model: ModelSpec, hw: HardwareProfile, *, n_tokens, n_logit_tokens, kv_read_tokens, attn_pairs,
+          tp: int, efficiency: Efficiency | None) -> StepCost:
+    eff = efficiency or hw.efficiency
+    bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
+    compute_dtype = hw.compute_dtype_for(model.compute_dtype)
+    attention_dtype = hw.compute_dtype_for("bf16")
+    gemm_flops_per_s = hw.peak_flops_per_s[compute_dtype] * eff.compute_frac
+    attn_flops_per_s = hw.peak_flops_per_s[attention_dtype] * eff.compute_frac
+
+    w_bytes, w_flops = _layer_weight_cost(model, n_tokens, tp)
+    weights = OperatorCost(w_bytes, w_flops, _roof(w_bytes, w_flops, bw, gemm_flops_per_s))
+
+    blocks = _n_attention_blocks(model)
+    kv_layer_bytes = model.kv_elems_per_token_per_layer * model.kv_bytes_per_elem * kv_shard_frac(model, tp)
+    a_bytes = blocks * model.n_layers * kv_layer_bytes * kv_read_tokens
+    a_flops = blocks * model.n_layers * attention_flops_per_pair(model) * attn_pairs / tp
+    attention = OperatorCost(a_bytes, a_flops, _roof(a_bytes, a_flops, bw, attn_flops_per_s))
+
+    kv_w_bytes = model.n_layers * kv_layer_bytes * n_tokens
+    kv_write = OperatorCost(kv_w_bytes, np.zeros_like(kv_w_bytes), kv_w_bytes / bw)
+
+    head_bytes = (model.lm_head_params * model.weight_bytes_per_param + n_logit_tokens * model.vocab_size * LOGIT_BYTES) / tp
+    head_flops = 2.0 * n_logit_tokens * model.lm_head_params / tp
+    lm_head = OperatorCost(head_bytes, head_flops, _roof(head_bytes, head_flops, bw, gemm_flops_per_s))
+
+    act_bytes = n_tokens * _activation_elems_per_token(model, tp) * ACTIVATION_BYTES
+    activations = OperatorCost(act_bytes, np.zeros_like(act_bytes), act_bytes / bw)
+
+    if tp > 1:
+        n_allreduce = model.n_layers * (blocks + 1)
+        ring_bytes = 2.0 * (tp - 1) / tp * n_tokens * model.hidden_size * ACTIVATION_BYTES
+        comm = n_allreduce * (hw.interconnect_latency_s + ring_bytes / hw.interconnect_bandwidth_bytes_per_s)
+    else:
+        comm = np.zeros_like(np.asarray(n_tokens, dtype=float))
+    overhead = np.full(np.shape(n_tokens), eff.step_overhead_s + eff.per_layer_overhead_s * model.n_layers)
+
+    total = (weights.time_s + attention.time_s + kv_write.time_s + lm_head.time_s + activations.time_s
+             + comm + overhead)
+    return StepCost(weights=weights, attention=attention, kv_write=kv_write, lm_head=lm_head,
+                    activations=activations, communication_s=comm, overhead_s=overhead, time_s=total,
+                    compute_dtype=compute_dtype, attention_dtype=attention_dtype)
+
+
+def _visible_context(model: ModelSpec, ctx_len: np.ndarray) -> np.ndarray:
+    return np.minimum(ctx_len, model.sliding_window) if model.sliding_window else ctx_len
+
+
+def step_cost(model: ModelSpec, hw: HardwareProfile, *, batch_size=1, q_len=1, ctx_len=0, tp: int = 1,
+              attention: str = "fused", efficiency: Efficiency | None = None) -> StepCost:
+    """Cost of one forward pass of B sequences, each with M new query tokens after L cached ones.
+
+    batch_size: B, sequences (≥ 1); q_len: M, new tokens per sequence (≥ 1): 1 for decode, K + 1 or
+    the tree size for verify, the chunk for prefill; ctx_len: L, tokens already in each sequence's
+    cache (≥ 0). All three broadcast as numpy arrays. tp: tensor-parallel degree; the result is for
+    one device of the group. attention: 'fused' or 'naive' (see the module docstring).
+    """
+    if attention not in ATTENTION_KERNELS:
+        raise field_error("step cost", "attention", attention, f"one of {ATTENTION_KERNELS}")
+    _check_group(model, hw, tp)
+    b = _as_array("batch_size", batch_size, 1)
+    m = _as_array("q_len", q_len, 1)
+    l = _visible_context(model, _as_array("ctx_len", ctx_len, 0))
+    b, m, l = np.broadcast_arrays(b, m, l)
+    pairs = b * (m * l + m * (m + 1) / 2.0)
+    kv_read = b * (l + m) if attention == "fused" else pairs
+    return _cost(model, hw, n_tokens=b * m, n_logit_tokens=b * m, kv_read_tokens=kv_read, attn_pairs=pairs,
+                 tp=tp, efficiency=efficiency)
+
+
+def mixed_step_cost(model: ModelSpec, hw: HardwareProfile, *, q_lens, ctx_lens, logit_lens=None, tp: int = 1,
+                    attention: str = "fused", efficiency: Efficiency | None = None) -> StepCost:
+    """Cost of one iteration over a heterogeneous batch (continuous batching): sequence i brings
+    q_lens[i] new tokens after ctx_lens[i] cached ones (decode: 1, verify: K + 1, prefill chunk: its
+    length). logit_lens[i] is how many of its positions need logits (default all; a prefill chunk
+    that does not end its prompt needs none). Arrays of shape (n_seqs,); returns scalars."""
+    if attention not in ATTENTION_KERNELS:
+        raise field_error("step cost", "attention", attention, f"one of {ATTENTION_KERNELS}")
+    _check_group(model, hw, tp)
+    q = _as_array("q_lens", q_lens, 1)
+    l = _visible_context(model, _as_array("ctx_lens", ctx_lens, 0))
+    if q.shape != l.shape or q.ndim != 1:
+        raise field_error("mixed step cost", "ctx_lens", l.shape, f"a 1-D array shaped like q_lens {q.shape}")
+    pairs = q * l + q * (q + 1) / 2.0
+    kv_read = (l + q) if attention == "fused" else pairs
+    logits = q if logit_lens is None else _as_array("logit_lens", logit_lens, 0)
+    return _cost(model, hw, n_tokens=np.asarray(q.sum()), n_logit_tokens=np.asarray(logits.sum()),
+                 kv_read_tokens=np.asarray(kv_read.sum()), attn_pairs=np.asarray(pairs.sum()),
+                 tp=tp, efficiency=efficiency)
+
+
+# ---- memory ---------------------------------------------------------------------------------------
+
+def weight_bytes_per_device(model: ModelSpec, tp: int = 1) -> float:
+    return model.weight_bytes / tp
+
+
+def kv_bytes_per_device(model: ModelSpec, *, batch_size, ctx_len, tp: int = 1):
+    """KV cache one device holds for B sequences of L tokens (encoder-decoders: self + cross)."""
+    blocks = _n_attention_blocks(model)
+    per_token = blocks * model.kv_bytes_per_token * kv_shard_frac(model, tp)
+    return np.asarray(batch_size, dtype=float) * np.minimum(
+        np.asarray(ctx_len, dtype=float), model.sliding_window or np.inf) * per_token
+
+
+def check_fits(hw: HardwareProfile, tp: int, parts: dict[str, float], *, what: str = "") -> float:
+    """Raise DoesNotFitError unless the per-device byte counts in `parts` fit one device's memory.
+    Returns the bytes left over."""
+    need = float(sum(np.max(v) for v in parts.values()))
+    have = hw.memory_bytes
+    if need > have:
+        detail = ", ".join(f"{k} {np.max(v) / 1e9:.2f} GB" for k, v in parts.items())
+        raise DoesNotFitError(
+            f"{what or 'the configuration'} does not fit: needs {need / 1e9:.2f} GB per device ({detail}) "
+            f"but {hw.id} has {have / 1e9:.2f} GB with tp = {tp}; short by {(need - have) / 1e9:.2f} GB. "
+            f"Use a larger tensor-parallel group, a smaller batch or context, or a quantised format."
+        )
+    return have - need
+
+
+def ridge_check(hw: HardwareProfile, dtype: str = "bf16") -> float:
+    if dtype not in hw.peak_flops_per_s:
+        raise SpecError(f"hardware {hw.id!r} lists no {dtype} peak")
+    return hw.ridge_flops_per_byte(dtype)
