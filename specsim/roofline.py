@@ -36,7 +36,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .errors import DoesNotFitError, SpecError, field_error
+from .errors import DoesNotFitError, field_error
 from .hardware import Efficiency, HardwareProfile
 from .models import ACTIVATION_BYTES, ModelSpec
 
@@ -293,16 +293,14 @@ def check_fits(hw: HardwareProfile, tp: int, parts: dict[str, float], *, what: s
     need = float(sum(np.max(v) for v in parts.values()))
     have = hw.memory_bytes
     if need > have:
-        detail = ", ".join(f"{k} {np.max(v) / 1e9:.2f} GB" for k, v in parts.items())
+        detail = ", ".join(f"{k} {_gb(np.max(v))}" for k, v in parts.items())
         raise DoesNotFitError(
-            f"{what or 'the configuration'} does not fit: needs {need / 1e9:.2f} GB per device ({detail}) "
-            f"but {hw.id} has {have / 1e9:.2f} GB with tp = {tp}; short by {(need - have) / 1e9:.2f} GB. "
+            f"{what or 'the configuration'} does not fit: needs {_gb(need)} per device ({detail}) "
+            f"but {hw.id} has {_gb(have)} with tp = {tp}; short by {_gb(need - have)}. "
             f"Use a larger tensor-parallel group, a smaller batch or context, or a quantised format."
         )
     return have - need
 
 
-def ridge_check(hw: HardwareProfile, dtype: str = "bf16") -> float:
-    if dtype not in hw.peak_flops_per_s:
-        raise SpecError(f"hardware {hw.id!r} lists no {dtype} peak")
-    return hw.ridge_flops_per_byte(dtype)
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.2f} GB" if n_bytes >= 1e8 else f"{n_bytes / 1e6:.3f} MB"

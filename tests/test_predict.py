@@ -1,0 +1,124 @@
+"""The seed article's worked examples, checked against the seed's own arithmetic.
+
+Expected values are the article's numbers (000_27f178a79a0f5ee3.txt), recomputed here by hand from
+its stated inputs, never taken from specsim's output:
+  70B fp16 = 140 GB on 2.0 TB/s → 140 / 2000 s = 70 ms; 1B fp16 = 2 GB → 1 ms;
+  cycle = 5 × 1 ms + 70 ms = 75 ms; 3.5 tokens / 75 ms = 46.7 tok/s against 1 / 70 ms = 14.3 tok/s.
+  7B q4 ≈ 4 GB on 90 GB/s → 4 / 90 s = 44.4 ms ≈ 22.5 tok/s; 0.5B at ~350 MB → 0.35 / 90 s = 3.9 ms.
+"""
+import json
+
+import pytest
+
+from specsim.cli import main
+from specsim.errors import DoesNotFitError, SpecError
+from specsim.predict import predict
+from specsim.scenario import Scenario, load_scenario
+
+SEED_TARGET_STEP_S = 140e9 / 2.0e12
+SEED_DRAFT_STEP_S = 2e9 / 2.0e12
+SEED_CYCLE_S = 5 * SEED_DRAFT_STEP_S + SEED_TARGET_STEP_S
+SEED_TAU = 3.5
+
+
+def _predict_json(capsys, *argv):
+    assert main(["predict", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_seed_70b_hbm_reproduces_the_article(capsys):
+    r = _predict_json(capsys, "scenarios/seed-70b-hbm.toml")
+    # 1 % for the target: the roofline also counts the KV cache, the LM head's logits and
+    # activations, and does not stream the embedding table (the seed's 140 GB includes it).
+    assert r["target_step_time_s"] == pytest.approx(SEED_TARGET_STEP_S, rel=0.01)
+    assert r["draft_step_time_s"] == pytest.approx(SEED_DRAFT_STEP_S, rel=0.03)
+    assert r["cycle_time_s"] == pytest.approx(SEED_CYCLE_S, rel=0.01)
+    assert r["tokens_per_cycle"] == pytest.approx(SEED_TAU, abs=1e-9)
+    assert r["tokens_per_s"] == pytest.approx(SEED_TAU / SEED_CYCLE_S, rel=0.01)  # ≈ 47 tok/s
+    assert r["baseline_tokens_per_s"] == pytest.approx(1 / SEED_TARGET_STEP_S, rel=0.01)  # ≈ 14 tok/s
+    assert r["speedup"] == pytest.approx(3.3, abs=0.05)  # the article rounds 46.7 / 14.3 = 3.27 to ~3.3×
+    # the verify pass over K + 1 = 6 tokens costs barely more than a single-token step (B·M ≪ ops:byte)
+    assert r["verify_time_s"] / r["target_step_time_s"] < 1.01
+
+
+def test_seed_7b_ddr5_reproduces_the_article(capsys):
+    r = _predict_json(capsys, "scenarios/seed-7b-ddr5.toml")
+    # 3 %: the seed counts weights only; the 256-token multi-head KV cache adds about 1.5 %.
+    assert r["target_step_time_s"] == pytest.approx(4.0e9 / 90e9, rel=0.03)
+    assert r["baseline_tokens_per_s"] == pytest.approx(90 / 4.0, rel=0.03)
+    assert r["draft_step_time_s"] == pytest.approx(0.35e9 / 90e9, rel=0.03)
+
+
+def test_tokens_per_cycle_from_alpha_uses_the_closed_form():
+    s = load_scenario("seed-70b-hbm").with_overrides(alpha=0.8)
+    p = predict(s)
+    # (1 − α^(K+1)) / (1 − α) with α = 0.8, K = 5, by hand: (1 − 0.262144) / 0.2 = 3.68928
+    assert float(p.cycle.tokens_per_cycle) == pytest.approx(3.68928, rel=1e-12)
+
+
+def test_alpha_one_is_legal_and_gives_k_plus_one():
+    p = predict(load_scenario("seed-70b-hbm").with_overrides(alpha=1.0))
+    assert float(p.cycle.tokens_per_cycle) == 6.0
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.2])
+def test_alpha_outside_unit_interval_is_refused(capsys, alpha):
+    assert main(["predict", "seed-70b-hbm", "--alpha", str(alpha)]) == 2
+    err = capsys.readouterr().err
+    assert "alpha" in err and str(alpha) in err and "[0, 1]" in err
+
+
+def test_negative_k_is_refused(capsys):
+    assert main(["predict", "seed-70b-hbm", "--k", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "'k'" in err and "-1" in err
+
+
+def test_tau_above_k_plus_one_is_refused():
+    with pytest.raises(SpecError, match=r"tau.*\[1, K \+ 1\]"):
+        load_scenario("seed-70b-hbm").with_overrides(tau=7.0)
+
+
+def test_unknown_hardware_lists_close_matches(capsys):
+    assert main(["predict", "seed-70b-hbm", "--hardware", "seed-hbm-2tb"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown hardware id 'seed-hbm-2tb'" in err and "seed-hbm-2tbs" in err
+
+
+def test_tokenizer_trap_is_refused_unless_allowed():
+    # seed-70b uses the 'seed' tokenizer, seed-0.5b the CPU pair's 'seed-cpu' one
+    s = load_scenario("seed-70b-hbm").with_overrides(drafter="seed-0.5b")
+    with pytest.raises(SpecError, match="tokenizer 'seed-cpu'.*'seed'"):
+        predict(s)
+    assert predict(s.with_overrides(allow_cross_tokenizer=True)).cycle.speedup > 1
+
+
+def test_batch_that_does_not_fit_says_by_how_much():
+    # 140 GB weights + 1B drafter on a 192 GB part; a 70B KV cache at 131072 tokens is 327,680 B/token
+    # (80 layers × 2 × 8 heads × 128 × 2 B) → 64 sequences need 2.75 TB.
+    s = load_scenario("seed-70b-hbm").with_overrides(batch_size=64, context_len=131072)
+    with pytest.raises(DoesNotFitError, match=r"does not fit.*short by"):
+        predict(s)
+
+
+def test_unknown_scenario_key_is_refused(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('hardware = "seed-hbm-2tbs"\ntarget = "seed-70b"\nbatchsize = 4\n')
+    with pytest.raises(SpecError, match="unknown key 'batchsize'.*batch_size"):
+        load_scenario(path)
+
+
+def test_alpha_and_tau_together_are_refused():
+    with pytest.raises(SpecError, match="either alpha or tau"):
+        Scenario(alpha=0.5, tau=2.0)
+
+
+def test_method_none_is_plain_decoding():
+    p = predict(load_scenario("seed-70b-hbm").with_overrides(method="none"))
+    assert float(p.cycle.speedup) == 1.0
+
+
+def test_text_output_is_readable(capsys):
+    assert main(["predict", "seed-70b-hbm"]) == 0
+    out = capsys.readouterr().out
+    assert "speedup" in out and "ms" in out and "seed-70b" in out
