@@ -16,11 +16,24 @@ How the non-standard architectures are modelled:
   block of the same kind as the last layer plus a 2·hidden → hidden projection and two norms; it
   shares the embedding and the LM head. Its parameters are counted apart (`mtp_params`), as the
   authors do (671B main model + 14B MTP).
+- Position encodings that carry weights (`position_encoding`): "rope" has none. "t5-relative"
+  (Raffel et al. 2020) adds one table of `relative_attention_num_buckets` × n_heads learned scalar
+  biases in the first self-attention layer of the encoder and of the decoder, shared by the layers
+  below it (`position_params`). "xl-relative" (Dai et al. 2019, used by Gopher and Chinchilla) adds
+  per layer a projection W_R of the sinusoidal relative positions to keys, hidden × n_heads·head_dim,
+  plus the two global biases u and v (n_heads·head_dim each); they are counted in
+  `attn_params_per_layer` because every step streams them.
+- Query/key norms (`qk_norm`, Qwen3): one RMSNorm of head_dim on queries and one on keys per layer.
 - Encoder-decoder (T5, `n_encoder_layers` > 0): the encoder runs once over the prompt; each decode
   step runs the decoder stack, whose layers hold self-attention, cross-attention and the FFN. The
   step streams every decoder weight and reads two caches per layer: self-attention keys/values of
   the tokens so far and cross-attention keys/values of the encoded prompt (both taken to be
-  `ctx_len` long, an upper bound for the self-attention part).
+  `ctx_len` long, an upper bound for the self-attention part). Encoder layers hold self-attention,
+  the FFN and two norms; each stack ends in its own final norm. T5's LayerNorm has a scale and no
+  bias, and its attention and FFN matrices have no biases.
+
+Norms are RMSNorm (a scale vector, no bias) in every family catalogued here; biases appear only as
+`attention_bias` (Qwen2/2.5's q, k and v projections).
 """
 from __future__ import annotations
 
@@ -56,6 +69,7 @@ WEIGHT_FORMATS: Mapping[str, tuple[float, str]] = MappingProxyType({
 })
 KV_DTYPES: Mapping[str, float] = MappingProxyType({"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "int8": 8.0, "int4": 4.0})
 FFN_KINDS = ("gated", "mlp")
+POSITION_ENCODINGS = ("rope", "t5-relative", "xl-relative")
 ARCHITECTURES = ("decoder", "encoder-decoder")
 ACTIVATION_BYTES = 2.0  # activations travel in 16-bit on every stack we model
 
@@ -93,6 +107,9 @@ class ModelSpec:
     ffn_kind: str = "gated"
     tied_embeddings: bool = False
     attention_bias: bool = False
+    qk_norm: bool = False
+    position_encoding: str = "rope"
+    relative_attention_num_buckets: int = 32
     architecture: str = "decoder"
     n_encoder_layers: int = 0
     max_context: int = 0
@@ -115,14 +132,23 @@ class ModelSpec:
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
                 raise field_error(where, name, v, "a positive integer")
-        for name in ("n_encoder_layers", "max_context", "sliding_window", "n_mtp_layers"):
+        for name in ("n_encoder_layers", "max_context", "sliding_window", "n_mtp_layers",
+                     "relative_attention_num_buckets"):
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
                 raise field_error(where, name, v, "an integer >= 0")
+        for name in ("tied_embeddings", "attention_bias", "qk_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise field_error(where, name, getattr(self, name), "true or false")
+        for name in ("id", "name", "tokenizer"):
+            if not (isinstance(getattr(self, name), str) and getattr(self, name)):
+                raise field_error(where, name, getattr(self, name), "a non-empty string")
         if self.n_heads % self.n_kv_heads:
             raise field_error(where, "n_kv_heads", self.n_kv_heads, f"a divisor of n_heads = {self.n_heads}")
         if self.ffn_kind not in FFN_KINDS:
             raise field_error(where, "ffn_kind", self.ffn_kind, f"one of {FFN_KINDS}")
+        if self.position_encoding not in POSITION_ENCODINGS:
+            raise field_error(where, "position_encoding", self.position_encoding, f"one of {POSITION_ENCODINGS}")
         if self.architecture not in ARCHITECTURES:
             raise field_error(where, "architecture", self.architecture, f"one of {ARCHITECTURES}")
         if (self.architecture == "encoder-decoder") != (self.n_encoder_layers > 0):
@@ -165,7 +191,9 @@ class ModelSpec:
             return q + kv + h * a.v_head_dim * d
         q_dim, kv_dim = h * self.head_dim, self.n_kv_heads * self.head_dim
         bias = (q_dim + 2 * kv_dim) if self.attention_bias else 0
-        return d * q_dim + 2 * d * kv_dim + q_dim * d + bias
+        # Transformer-XL relative positions: W_R (hidden -> keys) plus the u and v biases.
+        rel = (d * kv_dim + 2 * q_dim) if self.position_encoding == "xl-relative" else 0
+        return d * q_dim + 2 * d * kv_dim + q_dim * d + bias + rel
 
     @property
     def _matrices_per_ffn(self) -> int:
@@ -200,11 +228,20 @@ class ModelSpec:
 
     @property
     def norm_params_per_layer(self) -> int:
-        extra = 0
-        if self.mla is not None:
-            extra = 0  # the MLA latent norms are counted inside attn_params_per_layer
+        """Decoder layer norms: before attention, (before cross-attention,) before the FFN; plus the
+        query/key norms where the model has them. The MLA latent norms live in attn_params_per_layer."""
         n_norms = 3 if self.architecture == "encoder-decoder" else 2
-        return n_norms * self.hidden_size + extra
+        qk = 2 * self.head_dim if self.qk_norm else 0
+        return n_norms * self.hidden_size + qk
+
+    @property
+    def position_params(self) -> int:
+        """Position weights outside the layers: T5's relative-attention bias tables, one in the
+        first encoder layer and one in the first decoder layer (cross-attention has none)."""
+        if self.position_encoding != "t5-relative":
+            return 0
+        n_stacks = 2 if self.architecture == "encoder-decoder" else 1
+        return n_stacks * self.relative_attention_num_buckets * self.n_heads
 
     @property
     def cross_attn_params_per_layer(self) -> int:
@@ -230,11 +267,16 @@ class ModelSpec:
 
     @property
     def encoder_params(self) -> int:
+        """Encoder layers (self-attention, FFN, two norms each) and the encoder's final norm."""
         per = self.attn_params_per_layer + self.dense_ffn_params + 2 * self.hidden_size
         return self.n_encoder_layers * per + (self.hidden_size if self.n_encoder_layers else 0)
 
     @property
     def mtp_params(self) -> int:
+        """Weights the MTP modules add to the running model. Each module (DeepSeek-V3 §2.2) is one
+        transformer block like the last layer (MoE when the model is), the projection M of the
+        concatenated [norm(h); norm(emb)] (2·hidden → hidden), those two norms and the final norm
+        of its output head; the embedding and the output head are shared with the main model."""
         if not self.n_mtp_layers:
             return 0
         ffn = (self.router_params + self.shared_expert_params + self.moe.n_experts * self.expert_params
@@ -243,10 +285,20 @@ class ModelSpec:
         return self.n_mtp_layers * (block + 2 * self.hidden_size * self.hidden_size + 3 * self.hidden_size)
 
     @property
+    def mtp_checkpoint_params(self) -> int:
+        """MTP weights as a checkpoint stores them: DeepSeek-V3's files keep a copy of the embedding
+        and of the output head inside each MTP module, so the published '14B of MTP weights' (685B
+        file total − 671B main model) is this figure, not `mtp_params`."""
+        if not self.n_mtp_layers:
+            return 0
+        return self.mtp_params + self.n_mtp_layers * (self.embedding_params + self.lm_head_params)
+
+    @property
     def n_params(self) -> int:
         """Total parameters of the main model (embedding, layers, final norm, untied head; no MTP)."""
         head = 0 if self.tied_embeddings else self.lm_head_params
-        return self.embedding_params + self.encoder_params + self.decoder_layer_params + self.hidden_size + head
+        return (self.embedding_params + self.position_params + self.encoder_params + self.decoder_layer_params
+                + self.hidden_size + head)
 
     @property
     def n_active_params(self) -> int:
@@ -281,8 +333,9 @@ class ModelSpec:
 
 
 _INT_KEYS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "ffn_size", "vocab_size",
-             "n_encoder_layers", "max_context", "sliding_window", "n_mtp_layers")
-_TOP_KEYS = {"id", "name", "tokenizer", "ffn_kind", "tied_embeddings", "attention_bias", "architecture",
+             "n_encoder_layers", "max_context", "sliding_window", "n_mtp_layers", "relative_attention_num_buckets")
+_TOP_KEYS = {"id", "name", "tokenizer", "ffn_kind", "tied_embeddings", "attention_bias", "qk_norm",
+             "position_encoding", "relative_attention_num_buckets", "architecture",
              "weight_format", "weight_bits", "kv_cache_dtype", "moe", "mla", "aliases", "published_params_b",
              "sources", "notes", *_INT_KEYS}
 _MOE_KEYS = {"n_experts", "n_experts_per_token", "n_shared_experts", "expert_ffn_size", "n_dense_layers"}
@@ -384,6 +437,8 @@ def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: s
             "n_kv_heads": get("num_heads"), "head_dim": get("d_kv"), "ffn_size": get("d_ff"),
             "ffn_kind": "gated" if str(get("feed_forward_proj", "relu")).startswith("gated") else "mlp",
             "vocab_size": get("vocab_size"), "tied_embeddings": bool(get("tie_word_embeddings", True)),
+            "position_encoding": "t5-relative",
+            "relative_attention_num_buckets": get("relative_attention_num_buckets", 32),
         }
     else:
         n_heads = get("num_attention_heads")
@@ -400,6 +455,8 @@ def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: s
         }
         if get("model_type") in ("qwen2", "qwen2_moe") or get("attention_bias"):
             out["attention_bias"] = True
+        if get("model_type") in ("qwen3", "qwen3_moe"):
+            out["qk_norm"] = True
         if get("sliding_window") and get("use_sliding_window", get("model_type") == "mistral"):
             out["sliding_window"] = get("sliding_window")
         n_experts = get("n_routed_experts") or get("num_local_experts") or get("num_experts")
@@ -413,8 +470,16 @@ def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: s
             }
         if get("kv_lora_rank"):
             out["mla"] = {k: get(k) or 0 for k in sorted(_MLA_KEYS)}
+            # the catalog's convention for MLA: head_dim is the query/key head width (nope + rope)
+            out["head_dim"] = out["mla"]["qk_nope_head_dim"] + out["mla"]["qk_rope_head_dim"]
         if get("num_nextn_predict_layers"):
             out["n_mtp_layers"] = get("num_nextn_predict_layers")
+    # Stored precision: fp8 when the checkpoint says so (DeepSeek-V3), else torch_dtype; absent -> bf16.
+    dtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(str(get("torch_dtype", get("dtype"))))
+    if str((get("quantization_config") or {}).get("quant_method")) == "fp8":
+        out["weight_format"], out["kv_cache_dtype"] = "fp8", dtype if dtype in ("bf16", "fp16") else "bf16"
+    elif dtype:
+        out["weight_format"], out["kv_cache_dtype"] = dtype, dtype
     missing = [k for k, v in out.items() if v is None]
     if missing:
         raise field_error(where, missing[0], None, f"a value for {arch} (config keys missing)")
