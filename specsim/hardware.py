@@ -178,7 +178,10 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     kwargs["sources"] = _check_sources(where, raw)
-    return HardwareProfile(**kwargs)
+    try:
+        return HardwareProfile(**kwargs)
+    except SpecError as exc:  # name the file too, not only the id
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def load_hardware(id_or_path: str | Path) -> HardwareProfile:
