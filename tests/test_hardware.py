@@ -1,0 +1,362 @@
+"""Hardware catalog and loader: every shipped profile loads, its derived numbers match figures read
+off datasheets by hand, and bad files are refused with messages that say what is wrong."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsim.catalog import catalog_dir, catalog_ids
+from specsim.errors import SpecError
+from specsim.hardware import DTYPES, hardware_from_dict, list_hardware, load_hardware
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REQUIRED_IDS = (
+    "a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-40gb", "h100-sxm", "h100-pcie", "h200-sxm",
+    "b200", "gb200", "gb300", "l40s", "l4", "rtx-3090", "rtx-4090", "rtx-a6000", "mi300x",
+    "mi355x", "tpu-v4", "ddr5-5600-2ch", "ddr4-3200-2ch", "epyc-genoa-12ch", "apple-m2-ultra",
+    "seed-hbm-2tbs", "seed-ddr5-90gbs",
+)
+CATALOG_FILES = sorted(catalog_dir("hardware").glob("*.toml"))
+
+
+# --- the catalog as shipped ---------------------------------------------------------------------
+
+def test_every_required_id_is_in_the_catalog():
+    missing = sorted(set(REQUIRED_IDS) - set(catalog_ids("hardware")))
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", CATALOG_FILES, ids=lambda p: p.stem)
+def test_every_catalog_file_loads_and_its_id_is_its_file_stem(path: Path):
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    assert raw["id"] == path.stem
+    by_path = load_hardware(path)
+    by_id = load_hardware(path.stem)
+    assert by_path == by_id
+    assert by_id.id == path.stem
+
+
+@pytest.mark.parametrize("path", CATALOG_FILES, ids=lambda p: p.stem)
+def test_every_figure_in_a_catalog_file_has_its_own_source(path: Path):
+    # The loader accepts a group key ("peak_tflops") for a whole table; the shipped catalog is held
+    # to the stricter rule that each figure names its own source (the seed parts excepted: their
+    # whole tables are one hypothetical choice, said once).
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    sources = raw["sources"]
+    needed = [k for k in raw if k.endswith(("_gb", "_gib", "_gb_s", "_us", "_mb", "_mib"))]
+    for table in ("peak_tflops", "efficiency"):
+        for key in raw.get(table, {}):
+            needed.append(f"{table}.{key}" if not path.stem.startswith("seed-") else table)
+    assert [k for k in needed if not str(sources.get(k, "")).strip()] == []
+
+
+def test_list_hardware_returns_every_catalog_entry():
+    assert sorted(h.id for h in list_hardware()) == catalog_ids("hardware")
+
+
+# --- derived figures against datasheet numbers read off by hand ----------------------------------
+# (id, dtype, datasheet peak FLOP/s (dense), datasheet peak bytes/s, where the two numbers come from)
+RIDGE_CASES = [
+    ("h100-sxm", "bf16", 989.4e12, 3.35e12, "NVIDIA H100 whitepaper dense BF16; H100 SXM datasheet 3.35 TB/s"),
+    ("h100-sxm", "fp8", 1978.9e12, 3.35e12, "NVIDIA H100 whitepaper dense FP8; 3.35 TB/s"),
+    ("a100-sxm-80gb", "bf16", 312e12, 2.039e12, "NVIDIA A100 datasheet dense BF16 312 TFLOPS; 2,039 GB/s"),
+    ("a100-sxm-40gb", "fp16", 312e12, 1.555e12, "NVIDIA A100 datasheet dense FP16; 1,555 GB/s"),
+    ("h200-sxm", "bf16", 989.4e12, 4.8e12, "same GH100 die as H100 SXM; H200 datasheet 4.8 TB/s"),
+    ("mi300x", "bf16", 1307.4e12, 5.3e12, "AMD MI300X datasheet dense BF16 1307.4; 5.3 TB/s"),
+    ("l4", "fp8", 242.5e12, 300e9, "NVIDIA L4 datasheet 485 TFLOPS FP8 with sparsity, halved; 300 GB/s"),
+    ("tpu-v4", "bf16", 275e12, 1.2e12, "Google Cloud TPU v4 docs: 275 TFLOPS bf16, 1200 GBps"),
+    ("ddr5-5600-2ch", "bf16", 16 * 64 * 4.5e9, 2 * 5600e6 * 8, "Ryzen 9 7950X: 16 cores x 64 bf16 FLOP/clk x 4.5 GHz; 2 ch x 5600 MT/s x 8 B"),
+]
+
+
+@pytest.mark.parametrize("hw_id,dtype,peak_flops,bw_bytes,where", RIDGE_CASES, ids=[f"{c[0]}-{c[1]}" for c in RIDGE_CASES])
+def test_ridge_point_equals_datasheet_peak_over_datasheet_bandwidth(hw_id, dtype, peak_flops, bw_bytes, where):
+    hw = load_hardware(hw_id)
+    expected = peak_flops / bw_bytes
+    # Tolerance 0.5 %: datasheet figures are rounded (e.g. 756 vs 756.05 TFLOP/s); a dense/sparse
+    # mix-up is a factor of 2 and a unit slip a factor of 1000, far outside it.
+    assert hw.ridge_flops_per_byte(dtype) == pytest.approx(expected, rel=5e-3), where
+    assert hw.ridge_points[dtype] == pytest.approx(expected, rel=5e-3), where
+
+
+def test_worked_ridge_values_from_the_brief():
+    # By hand: 989.4e12 / 3.35e12 = 295.3 FLOP/byte; 312e12 / 2.039e12 = 153.0 FLOP/byte (±0.5).
+    assert load_hardware("h100-sxm").ridge_flops_per_byte("bf16") == pytest.approx(295.3, abs=0.5)
+    assert load_hardware("a100-sxm-80gb").ridge_flops_per_byte("bf16") == pytest.approx(153.0, abs=0.5)
+
+
+def test_tensor_peaks_are_dense_not_sparse():
+    # The datasheet headline with 2:4 sparsity is twice the dense figure; the catalog holds dense.
+    assert load_hardware("h100-sxm").peak_flops_per_s["bf16"] == pytest.approx(989.4e12, rel=1e-6)
+    assert load_hardware("h100-pcie").peak_flops_per_s["bf16"] == pytest.approx(1513e12 / 2, rel=1e-3)
+    assert load_hardware("b200").peak_flops_per_s["fp4"] == pytest.approx(18e15 / 2, rel=1e-6)
+
+
+def test_memory_quoted_in_gib_is_converted_with_powers_of_two():
+    # The A100 80GB's five 16 GiB HBM2e stacks: 80 x 2^30 bytes, not 80e9.
+    assert load_hardware("a100-sxm-80gb").memory_bytes == 80 * 2**30
+    assert load_hardware("l40s").memory_bytes == 48e9
+
+
+def test_compute_dtype_falls_back_where_a_part_lacks_the_dtype():
+    assert load_hardware("h100-sxm").compute_dtype_for("fp4") == "fp8"      # Hopper has no fp4
+    assert load_hardware("a100-sxm-80gb").compute_dtype_for("fp8") == "bf16"  # Ampere has no fp8
+    assert load_hardware("tpu-v4").compute_dtype_for("fp16") == "bf16"
+    assert load_hardware("ddr4-3200-2ch").compute_dtype_for("bf16") == "fp32"  # Zen 3: no bf16
+
+
+# --- order of magnitude (catches a slipped 1e3) --------------------------------------------------
+BANDWIDTH_RANGE_BYTES_PER_S = {
+    "gpu": (2e11, 1e13), "tpu": (2e11, 1e13), "accelerator": (2e11, 1e13),
+    "cpu": (2e10, 1e12), "soc": (5e10, 2e12),
+}
+
+
+@pytest.mark.parametrize("hw", list_hardware(), ids=lambda h: h.id)
+def test_figures_are_within_an_order_of_magnitude_of_their_kind(hw):
+    lo, hi = BANDWIDTH_RANGE_BYTES_PER_S[hw.kind]
+    assert lo <= hw.mem_bandwidth_bytes_per_s <= hi
+    assert 4e9 <= hw.memory_bytes <= 2e12              # 4 GB .. 2 TB per device
+    best = max(hw.peak_flops_per_s.values())
+    if hw.kind in ("cpu", "soc"):
+        assert 5e11 <= best <= 1e14                     # 0.5 .. 100 TFLOP/s
+    else:
+        assert 1e13 <= best <= 3e16                     # 10 TFLOP/s .. 30 PFLOP/s
+    assert 0 <= hw.interconnect_bandwidth_bytes_per_s <= 2e12
+    assert 0 <= hw.interconnect_latency_s <= 1e-4
+    assert 0 <= hw.efficiency.step_overhead_s <= 5e-3
+    assert 0 <= hw.efficiency.per_layer_overhead_s <= 1e-4
+    assert 1e6 <= hw.llc_bytes <= 1e9                   # 1 MB .. 1 GB of last-level cache
+
+
+def test_data_centre_gpus_have_a_tensor_parallel_link():
+    for hw in list_hardware():
+        if hw.kind in ("gpu", "tpu"):
+            assert hw.interconnect_bandwidth_bytes_per_s >= 30e9, hw.id  # at least PCIe Gen4 x16
+
+
+# --- the seed's idealised parts --------------------------------------------------------------------
+
+def test_seed_hbm_part_is_exactly_the_articles_idealised_accelerator():
+    hw = load_hardware("seed-hbm-2tbs")
+    assert hw.mem_bandwidth_bytes_per_s == 2.0e12
+    assert hw.efficiency.bandwidth_frac == 1.0
+    assert hw.efficiency.compute_frac == 1.0
+    assert hw.efficiency.step_overhead_s == 0.0
+    assert hw.efficiency.per_layer_overhead_s == 0.0
+    # Seed: 140 GB of weights / 2.0 TB/s = 70 ms.
+    assert 140e9 / hw.mem_bandwidth_bytes_per_s == pytest.approx(0.070, rel=1e-12)
+
+
+def test_seed_ddr5_part_is_90_gb_s_with_no_overhead():
+    hw = load_hardware("seed-ddr5-90gbs")
+    assert hw.mem_bandwidth_bytes_per_s == 90e9
+    assert hw.efficiency.bandwidth_frac == 1.0
+    assert hw.efficiency.step_overhead_s == 0.0
+
+
+def test_realistic_ddr5_part_matches_the_seeds_figure_at_its_jedec_peak():
+    # Seed: "dual-channel DDR5-5600 delivers roughly 90 GB/s"; JEDEC: 2 x 5600 MT/s x 8 B = 89.6 GB/s.
+    assert load_hardware("ddr5-5600-2ch").mem_bandwidth_bytes_per_s == pytest.approx(89.6e9, rel=1e-12)
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+def _good_profile() -> dict:
+    return {
+        "id": "test-part",
+        "name": "Test part",
+        "kind": "gpu",
+        "memory_gb": 80,
+        "mem_bandwidth_gb_s": 3350,
+        "peak_tflops": {"bf16": 989.4},
+        "efficiency": {"bandwidth_frac": 0.85},
+        "sources": {
+            "memory_gb": "test",
+            "mem_bandwidth_gb_s": "test",
+            "peak_tflops.bf16": "test",
+            "efficiency.bandwidth_frac": "test",
+        },
+    }
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v)
+
+
+def _write_toml(path: Path, raw: dict) -> Path:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in raw.items() if not isinstance(v, dict)]
+    for table, body in raw.items():
+        if isinstance(body, dict):
+            lines.append(f"\n[{table}]")
+            lines += [f'"{k}" = {_toml_value(v)}' for k, v in body.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_good_profile_used_below_is_valid(tmp_path):
+    hw = load_hardware(_write_toml(tmp_path / "test-part.toml", _good_profile()))
+    assert hw.mem_bandwidth_bytes_per_s == 3.35e12
+    assert hw.ridge_flops_per_byte() == pytest.approx(989.4e12 / 3.35e12, rel=1e-12)
+
+
+@pytest.mark.parametrize("bandwidth", [-3350, 0])
+def test_non_positive_bandwidth_is_refused(tmp_path, bandwidth):
+    raw = _good_profile()
+    raw["mem_bandwidth_gb_s"] = bandwidth
+    path = _write_toml(tmp_path / "test-part.toml", raw)
+    # The message names the file, the field (in SI, as stored), the converted value and the rule.
+    with pytest.raises(SpecError, match=rf"test-part\.toml: .*field 'mem_bandwidth_bytes_per_s' = {bandwidth * 1e9!r}: "
+                                        r"expected a positive finite number"):
+        load_hardware(path)
+
+
+def test_non_numeric_bandwidth_is_refused(tmp_path):
+    raw = _good_profile()
+    raw["mem_bandwidth_gb_s"] = "3350"
+    with pytest.raises(SpecError, match=r"field 'mem_bandwidth_gb_s' = '3350': expected a number"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+def test_unknown_key_is_refused_with_the_close_match(tmp_path):
+    raw = _good_profile()
+    raw["mem_bandwith_gb_s"] = raw.pop("mem_bandwidth_gb_s")
+    path = _write_toml(tmp_path / "test-part.toml", raw)
+    with pytest.raises(SpecError, match=r"unknown key 'mem_bandwith_gb_s' \(did you mean 'mem_bandwidth_gb_s'"):
+        load_hardware(path)
+
+
+def test_unknown_dtype_is_refused_with_the_close_match(tmp_path):
+    raw = _good_profile()
+    raw["peak_tflops"] = {"bf61": 989.4}
+    raw["sources"]["peak_tflops.bf61"] = "test"
+    with pytest.raises(SpecError, match=r"unknown key 'bf61' \(did you mean 'bf16'"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+def test_unknown_efficiency_key_is_refused(tmp_path):
+    raw = _good_profile()
+    raw["efficiency"] = {"bandwidth_fraction": 0.8}
+    raw["sources"]["efficiency"] = "test"
+    with pytest.raises(SpecError, match=r"\[efficiency\]: unknown key 'bandwidth_fraction' \(did you mean 'bandwidth_frac'"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+@pytest.mark.parametrize("missing", ["mem_bandwidth_gb_s", "peak_tflops.bf16", "efficiency.bandwidth_frac"])
+def test_a_figure_without_a_source_is_refused(tmp_path, missing):
+    raw = _good_profile()
+    del raw["sources"][missing]
+    path = _write_toml(tmp_path / "test-part.toml", raw)
+    with pytest.raises(SpecError, match=rf"test-part\.toml: field 'sources\.{missing}'.*a source"):
+        load_hardware(path)
+
+
+def test_a_group_source_covers_its_whole_table(tmp_path):
+    raw = _good_profile()
+    del raw["sources"]["peak_tflops.bf16"]
+    raw["sources"]["peak_tflops"] = "one datasheet for every dtype"
+    assert load_hardware(_write_toml(tmp_path / "test-part.toml", raw)).peak_flops_per_s["bf16"] == 989.4e12
+
+
+def test_an_empty_source_string_is_refused(tmp_path):
+    raw = _good_profile()
+    raw["sources"]["memory_gb"] = "  "
+    with pytest.raises(SpecError, match=r"field 'sources\.memory_gb' = '  ': expected a non-empty citation"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+@pytest.mark.parametrize("key,value", [("bandwidth_frac", 1.2), ("compute_frac", 1.5), ("bandwidth_frac", 0.0)])
+def test_efficiency_fraction_outside_0_1_is_refused(tmp_path, key, value):
+    raw = _good_profile()
+    raw["efficiency"] = {key: value}
+    raw["sources"][f"efficiency.{key}"] = "test"
+    path = _write_toml(tmp_path / "test-part.toml", raw)
+    with pytest.raises(SpecError, match=rf"test-part\.toml: .*field '{key}' = {value}: expected a fraction in \(0, 1\]"):
+        load_hardware(path)
+
+
+def test_negative_overhead_is_refused(tmp_path):
+    raw = _good_profile()
+    raw["efficiency"] = {"step_overhead_us": -5}
+    raw["sources"]["efficiency"] = "test"
+    with pytest.raises(SpecError, match=r"test-part\.toml: .*field 'step_overhead_s' = -4\.9+\d*e-06: expected a finite duration"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+def test_memory_in_both_gb_and_gib_is_refused(tmp_path):
+    raw = _good_profile()
+    raw["memory_gib"] = 80
+    raw["sources"]["memory_gib"] = "test"
+    with pytest.raises(SpecError, match=r"exactly one of memory_gb or memory_gib"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+def test_unknown_kind_is_refused(tmp_path):
+    raw = _good_profile()
+    raw["kind"] = "fpga"
+    with pytest.raises(SpecError, match=r"field 'kind' = 'fpga': expected one of gpu, cpu, tpu"):
+        load_hardware(_write_toml(tmp_path / "test-part.toml", raw))
+
+
+def test_unknown_id_lists_close_matches():
+    with pytest.raises(SpecError, match=r"unknown hardware id 'h100-sxn'\. Did you mean: .*h100-sxm"):
+        load_hardware("h100-sxn")
+
+
+def test_missing_path_is_refused(tmp_path):
+    with pytest.raises(SpecError, match=r"not found"):
+        load_hardware(tmp_path / "no-such-part.toml")
+
+
+def test_invalid_toml_is_refused(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text('id = "broken\n')
+    with pytest.raises(SpecError, match=r"broken\.toml: not valid TOML"):
+        load_hardware(path)
+
+
+# --- properties ------------------------------------------------------------------------------------
+_positive = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bandwidth_gb_s=_positive, scale=st.floats(min_value=1e-3, max_value=1e3), tflops=_positive,
+       dtype=st.sampled_from(DTYPES))
+def test_ridge_point_scales_inversely_with_bandwidth(bandwidth_gb_s, scale, tflops, dtype):
+    def profile(bw):
+        raw = _good_profile()
+        raw["mem_bandwidth_gb_s"] = bw
+        raw["peak_tflops"] = {dtype: tflops}
+        raw["sources"] = {"memory_gb": "t", "mem_bandwidth_gb_s": "t", "peak_tflops": "t", "efficiency": "t"}
+        return hardware_from_dict(raw)
+
+    slow, fast = profile(bandwidth_gb_s), profile(bandwidth_gb_s * scale)
+    # By hand: ridge = peak / bandwidth, so ridge(bw) * bw is the peak and ridge(bw) / ridge(s*bw) = s.
+    assert slow.ridge_flops_per_byte(dtype) * slow.mem_bandwidth_bytes_per_s == pytest.approx(tflops * 1e12, rel=1e-12)
+    assert slow.ridge_flops_per_byte(dtype) / fast.ridge_flops_per_byte(dtype) == pytest.approx(scale, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.dictionaries(st.sampled_from(DTYPES), _positive, min_size=1))
+def test_ridge_points_cover_every_listed_dtype_and_are_positive(values):
+    raw = _good_profile()
+    raw["peak_tflops"] = values
+    raw["sources"]["peak_tflops"] = "t"
+    hw = hardware_from_dict(raw)
+    assert set(hw.ridge_points) == set(values)
+    assert all(r > 0 and math.isfinite(r) for r in hw.ridge_points.values())
