@@ -14,8 +14,9 @@ How the non-standard architectures are modelled:
   experts of the same size, and a router of hidden_size × n_experts.
 - Multi-token prediction (`n_mtp_layers`, DeepSeek-V3): each MTP module is one more transformer
   block of the same kind as the last layer plus a 2·hidden → hidden projection and two norms; it
-  shares the embedding and the LM head. Its parameters are counted apart (`mtp_params`), as the
-  authors do (671B main model + 14B MTP).
+  shares the embedding and the LM head. Its parameters are counted apart (`mtp_params`, 11.6B for
+  DeepSeek-V3), as the authors do; their '671B main model + 14B MTP' counts the checkpoint, whose
+  MTP module also stores its own copy of the embedding and of the head (`mtp_checkpoint_params`).
 - Position encodings that carry weights (`position_encoding`): "rope" has none. "t5-relative"
   (Raffel et al. 2020) adds one table of `relative_attention_num_buckets` × n_heads learned scalar
   biases in the first self-attention layer of the encoder and of the decoder, shared by the layers
@@ -160,11 +161,18 @@ class ModelSpec:
             raise field_error(where, "kv_cache_dtype", self.kv_cache_dtype, f"one of {sorted(KV_DTYPES)}")
         if self.moe is not None:
             m = self.moe
+            for name in ("n_experts", "expert_ffn_size"):
+                if getattr(m, name) <= 0:
+                    raise field_error(where, f"moe.{name}", getattr(m, name), "a positive integer")
             if not (0 < m.n_experts_per_token <= m.n_experts):
                 raise field_error(where, "moe.n_experts_per_token", m.n_experts_per_token,
                                   f"between 1 and n_experts = {m.n_experts}")
             if not (0 <= m.n_dense_layers <= self.n_layers):
                 raise field_error(where, "moe.n_dense_layers", m.n_dense_layers, f"between 0 and n_layers = {self.n_layers}")
+        if self.mla is not None:
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self.mla, name) <= 0:
+                    raise field_error(where, f"mla.{name}", getattr(self.mla, name), "a positive integer")
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     # ---- parameter counts (derived) -------------------------------------------------------------

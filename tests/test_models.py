@@ -328,6 +328,12 @@ def test_unknown_position_encoding(tmp_path):
         _load_text(tmp_path, GOOD.replace("n_layers = 2", 'n_layers = 2\nposition_encoding = "alibi"'))
 
 
+def test_moe_with_no_experts(tmp_path):
+    moe = "\n[moe]\nn_experts = 0\nn_experts_per_token = 0\nexpert_ffn_size = 64\n"
+    with pytest.raises(SpecError, match="moe.n_experts"):
+        _load_text(tmp_path, GOOD.replace("[sources]", moe + "[sources]"))
+
+
 def test_non_boolean_flag(tmp_path):
     with pytest.raises(SpecError, match="tied_embeddings.*'yes'.*true or false"):
         _load_text(tmp_path, GOOD.replace("n_layers = 2", 'n_layers = 2\ntied_embeddings = "yes"'))
