@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specsim.catalog import catalog_dir, catalog_ids
 from specsim.errors import SpecError
-from specsim.hardware import DTYPES, hardware_from_dict, list_hardware, load_hardware
+from specsim.hardware import _SCALARS, DTYPES, hardware_from_dict, list_hardware, load_hardware
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,11 +54,22 @@ def test_every_figure_in_a_catalog_file_has_its_own_source(path: Path):
     with open(path, "rb") as f:
         raw = tomllib.load(f)
     sources = raw["sources"]
-    needed = [k for k in raw if k.endswith(("_gb", "_gib", "_gb_s", "_us", "_mb", "_mib"))]
+    needed = [k for k in raw if k in _SCALARS]
     for table in ("peak_tflops", "efficiency"):
         for key in raw.get(table, {}):
             needed.append(f"{table}.{key}" if not path.stem.startswith("seed-") else table)
     assert [k for k in needed if not str(sources.get(k, "")).strip()] == []
+
+
+@pytest.mark.parametrize("path", [p for p in CATALOG_FILES if not p.stem.startswith("seed-")], ids=lambda p: p.stem)
+def test_every_efficiency_figure_is_marked_as_an_estimate_or_cites_a_measurement(path: Path):
+    # Achievable fractions and overheads are judgements unless someone measured them; the catalog
+    # must say which. A source either starts with "estimate" or names the measurement it used.
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    for key in raw.get("efficiency", {}):
+        text = raw["sources"][f"efficiency.{key}"].lower()
+        assert text.startswith("estimate") or any(w in text for w in ("measur", "benchmark", "discussion #", "tok/s")), key
 
 
 def test_list_hardware_returns_every_catalog_entry():
