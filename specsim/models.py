@@ -508,6 +508,7 @@ def load_hf_config(path: str | Path) -> dict:
 
 def params_summary(model: ModelSpec) -> dict[str, float]:
     out = {"n_params": model.n_params, "n_active_params": model.n_active_params, "mtp_params": model.mtp_params,
+           "mtp_checkpoint_params": model.mtp_checkpoint_params,
            "weight_bytes": model.weight_bytes, "kv_bytes_per_token": model.kv_bytes_per_token}
     if model.published_params_b:
         out["published_params"] = model.published_params_b * 1e9
