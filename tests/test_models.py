@@ -229,7 +229,7 @@ def test_gopher_family_counts_check_the_xl_relative_modelling(published, layers,
 
 
 def test_chen_et_al_draft_is_about_4b():
-    """Chen et al. 2023 §4 call it 'a 4 billion parameter draft model' (a rounded figure): 5 %."""
+    """Chen et al. 2023 §6 call it 'a 4 billion parameter draft model' (a rounded figure): 5 %."""
     assert load_model("chinchilla-draft-4b").n_params == pytest.approx(4e9, rel=0.05)
 
 
