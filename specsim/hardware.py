@@ -163,7 +163,11 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
     kwargs: dict = {"id": raw["id"], "name": raw["name"], "kind": raw["kind"], "notes": raw.get("notes", "")}
     for key, (attr, scale) in _SCALARS.items():
         if key in raw:
-            kwargs[attr] = _number(where, key, raw[key]) * scale
+            value = _number(where, key, raw[key])
+            positive = attr in ("memory_bytes", "mem_bandwidth_bytes_per_s")
+            if not math.isfinite(value) or value < 0 or (positive and value == 0):
+                raise field_error(where, key, raw[key], "a positive number" if positive else "a number >= 0")
+            kwargs[attr] = value * scale
     peaks = raw["peak_tflops"]
     if not isinstance(peaks, dict):
         raise field_error(where, "peak_tflops", peaks, "a table of dtype = TFLOP/s")
