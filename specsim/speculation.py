@@ -13,9 +13,16 @@ context: plain emits B tokens per target step of one query token per sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+
 from .acceptance import alpha_from_tau, tokens_per_cycle_iid  # noqa: F401  (re-exported)
+from .drafters import DrafterConfig, draft_cost
+from .errors import field_error
+from .hardware import Efficiency, HardwareProfile
+from .models import ModelSpec
+from .roofline import LOGIT_BYTES, kv_shard_frac, step_cost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,3 +59,317 @@ def cycle_times(*, target_step_time_s, draft_time_s, verify_time_s, tokens_per_c
         draft_time_s=draft, verify_time_s=verify, overhead_s=over, cycle_time_s=cycle, tokens_per_cycle=tau,
         baseline_tokens_per_s=baseline, tokens_per_s=spec, speedup=spec / baseline,
     )
+
+
+# ==================================================================================================
+# Every drafter family: acceptance → tokens per cycle, cost → cycle time, and the decisions on top.
+# ==================================================================================================
+#
+# Tokens per cycle, per family (all include the bonus token the target always contributes):
+# - chains (draft_model, prompt_lookup, layer_skip, sparse_kv, and eagle/mtp/medusa with M = K + 1):
+#   the i.i.d. closed form above.
+# - trees (draft_model, medusa, eagle, mtp with M nodes of depth ≤ K): the best M-node tree under
+#   Sequoia's positional model (`trees.optimal_tree_values`, Chen et al. 2024 §3.1). A single rate α
+#   is turned into a per-rank vector by `rank_acceptance_from_alpha` (documented assumption below).
+# - lookahead: each step verifies G pool n-grams of N − 1 tokens; with per-token acceptance α of a
+#   pool guess and independent guesses, the longest accepted prefix among G has
+#   E = Σ_{j=1}^{N−1} P(max ≥ j) = Σ_j 1 − (1 − α^j)^G, plus the one token the step always emits.
+#
+# Cycle time = drafting (sequential steps outside the verify pass) + verify over M query tokens per
+# sequence (+ work a family adds inside it) + per-cycle overhead. The per-cycle overhead is
+#   stack.cycle_overhead_s                                   (host work: proposer, rejection launch)
+# + B·(M − 1)·V·4 bytes · 2 / bandwidth                      (reading the extra fp32 target logits
+#                                                             and draft probabilities for rejection)
+# + tree only: 2 · B · τ · kv_bytes_per_token / bandwidth    (KV compaction: gather the accepted
+#                                                             path's rows and write them contiguous)
+# Plain decoding at the same B and L is the baseline: B tokens per target step of one query token.
+
+DEFAULT_N_RANKS = 8
+DEFAULT_RANK_DECAY = 0.5
+
+
+def rank_acceptance_from_alpha(alpha: float, *, n_ranks: int = DEFAULT_N_RANKS,
+                               rank_decay: float = DEFAULT_RANK_DECAY) -> np.ndarray:
+    """Sequoia's joint per-rank vector p_r from one acceptance rate α (ASSUMPTION, documented).
+
+    The drafter's best guess is accepted with probability α (the chain's rate). Given ranks 0..r−1
+    were rejected, rank r is accepted with the conditional rate c_r = α·ρ^r (ρ = rank_decay), so
+    p_r = c_r · Π_{j<r} (1 − c_j), Σ p_r ≤ 1. ρ = 0.5 is an estimate of the shape of Sequoia's
+    measured vectors (Chen et al. 2024, Fig. 3: a large first entry, the next ones falling off fast);
+    pass measured vectors to the tree functions directly when you have them."""
+    a = float(alpha)
+    if not 0.0 <= a <= 1.0:
+        raise field_error("speculation", "alpha", a, "an acceptance rate in [0, 1]")
+    c = a * rank_decay ** np.arange(n_ranks)
+    survive = np.concatenate([[1.0], np.cumprod(1.0 - c)[:-1]])
+    return c * survive
+
+
+@lru_cache(maxsize=4096)
+def _tree_values(alpha: float, max_depth: int, max_nodes: int, n_ranks: int, rank_decay: float) -> np.ndarray:
+    from .trees import optimal_tree_values  # lazy: trees is a sibling in layer 3
+
+    p = rank_acceptance_from_alpha(alpha, n_ranks=n_ranks, rank_decay=rank_decay)
+    v = optimal_tree_values(max_nodes, p, max_depth=max_depth)
+    v.setflags(write=False)
+    return v
+
+
+def tree_tokens_per_cycle(alpha, k, tree_size, *, n_ranks: int = DEFAULT_N_RANKS,
+                          rank_decay: float = DEFAULT_RANK_DECAY) -> np.ndarray:
+    """E[tokens per cycle] of the best tree of M nodes (root included) and depth ≤ K for rate α;
+    arrays broadcast. One dynamic program per distinct (α, K), cached."""
+    a, kk, m = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(k, dtype=np.int64),
+                                   np.asarray(tree_size, dtype=np.int64))
+    if np.any(m < 1):
+        raise field_error("speculation", "tree_size", int(m.min()), "an integer >= 1 (the root counts)")
+    out = np.empty(a.shape)
+    max_nodes = int(m.max()) if m.size else 1
+    ua, ia = np.unique(a, return_inverse=True)
+    uk, ik = np.unique(kk, return_inverse=True)
+    ia, ik = ia.reshape(a.shape), ik.reshape(a.shape)
+    for i, av in enumerate(ua):
+        for j, kv in enumerate(uk):
+            sel = (ia == i) & (ik == j)
+            if not sel.any():
+                continue
+            if kv < 1:
+                out[sel] = 1.0
+                continue
+            vals = _tree_values(float(av), int(kv), max(max_nodes, 2), n_ranks, rank_decay)
+            out[sel] = vals[m[sel]]
+    return out
+
+
+def lookahead_tokens_per_step(alpha, *, ngram: int, guesses: int) -> np.ndarray:
+    """E[tokens per Lookahead step] = 1 + Σ_{j=1}^{N−1} [1 − (1 − α^j)^G] (best of G pool guesses,
+    each an (N − 1)-token chain with per-token acceptance α; see the section comment)."""
+    a = np.asarray(alpha, dtype=float)[..., None]
+    j = np.arange(1, ngram)
+    return 1.0 + (1.0 - (1.0 - a ** j) ** guesses).sum(axis=-1)
+
+
+def tokens_per_cycle(cfg: DrafterConfig, *, alpha, k, tree_size=None, n_ranks: int = DEFAULT_N_RANKS,
+                     rank_decay: float = DEFAULT_RANK_DECAY) -> np.ndarray:
+    """E[tokens per cycle] for a family at acceptance α, depth K and tree size M (None: chain)."""
+    if cfg.method == "lookahead":
+        a, _ = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(k, dtype=float))
+        return lookahead_tokens_per_step(a, ngram=cfg.lookahead_ngram, guesses=cfg.lookahead_guesses)
+    if tree_size is None or not cfg.supports_tree:
+        return tokens_per_cycle_iid(alpha, k)
+    return tree_tokens_per_cycle(alpha, k, tree_size, n_ranks=n_ranks, rank_decay=rank_decay)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """Where and how the target runs: one hardware part × n_devices, the efficiency the serving stack
+    achieves, its per-cycle host overhead, and how it spreads a model over devices.
+
+    multi_gpu: 'tensor_parallel' (tp = n_devices) or 'layer_split' (consecutive layers on consecutive
+    devices, run one after the other: the step costs what it costs on one device, plus one hop per
+    device boundary, while memory is split n ways)."""
+
+    hardware: HardwareProfile
+    n_devices: int = 1
+    efficiency: Efficiency | None = None
+    cycle_overhead_s: float = 0.0
+    multi_gpu: str = "tensor_parallel"
+    layer_split_hop_s: float = 0.0
+    attention: str = "fused"
+    supports_tree: bool = True
+    stack_id: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
+            raise field_error("deployment", "n_devices", self.n_devices, "an integer >= 1")
+        if self.multi_gpu not in ("tensor_parallel", "layer_split", "none"):
+            raise field_error("deployment", "multi_gpu", self.multi_gpu, "'tensor_parallel', 'layer_split' or 'none'")
+        if self.multi_gpu == "none" and self.n_devices > 1:
+            raise field_error("deployment", "n_devices", self.n_devices, "1: this stack runs a model on one device")
+
+    @classmethod
+    def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused"):
+        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own)."""
+        if stack is None:
+            return cls(hardware=hardware, n_devices=n_devices, attention=attention)
+        return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
+                   cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
+                   layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
+                   supports_tree=stack.supports_tree, stack_id=stack.id)
+
+    @property
+    def eff(self) -> Efficiency:
+        return self.efficiency or self.hardware.efficiency
+
+    @property
+    def tp(self) -> int:
+        return self.n_devices if self.multi_gpu == "tensor_parallel" else 1
+
+    @property
+    def memory_split(self) -> int:
+        return self.n_devices
+
+
+def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, ctx_len) -> np.ndarray:
+    """One forward pass of the target (B sequences × M query tokens after L cached), seconds."""
+    t = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, ctx_len=ctx_len, tp=dep.tp,
+                  attention=dep.attention, efficiency=dep.eff).time_s
+    if dep.multi_gpu == "layer_split" and dep.n_devices > 1:
+        t = t + (dep.n_devices - 1) * dep.layer_split_hop_s
+    return t
+
+
+def cycle_overhead_s(target: ModelSpec, dep: Deployment, *, batch_size, verify_q_len, tokens_per_cycle,
+                     tree: bool) -> np.ndarray:
+    """Per-cycle overhead beyond drafting and the verify pass (see the section comment), seconds."""
+    b = np.asarray(batch_size, dtype=float)
+    m = np.asarray(verify_q_len, dtype=float)
+    bw = dep.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
+    sampling = 2.0 * b * (m - 1.0) * target.vocab_size * LOGIT_BYTES / dep.tp / bw
+    over = dep.cycle_overhead_s + sampling
+    if tree:
+        kv = target.kv_bytes_per_token * kv_shard_frac(target, dep.tp)
+        over = over + 2.0 * b * np.asarray(tokens_per_cycle, dtype=float) * kv / bw
+    return over
+
+
+def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, ctx_len,
+                      tokens_per_cycle, tree_size=None, plain_step_time_s=None) -> CycleTimes:
+    """One speculative cycle of family `cfg` against plain decoding at the same B and L.
+
+    batch_size B, k K, tree_size M (None: chain of K + 1), ctx_len L, tokens_per_cycle τ (from
+    `tokens_per_cycle` or measured): arrays that broadcast. Returns CycleTimes (aggregate tokens/s)."""
+    tree = tree_size is not None and cfg.supports_tree and cfg.method != "lookahead"
+    if tree and not dep.supports_tree:
+        raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
+                          "a stack that verifies trees (use a chain: tree_size = None)")
+    dc = draft_cost(cfg, target, dep.hardware, batch_size=batch_size, k=k, tree_size=tree_size if tree else None,
+                    ctx_len=ctx_len, tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
+    plain = (target_step_time(target, dep, batch_size=batch_size, q_len=1, ctx_len=ctx_len)
+             if plain_step_time_s is None else plain_step_time_s)
+    verify = target_step_time(target, dep, batch_size=batch_size, q_len=dc.verify_q_len, ctx_len=ctx_len) + dc.verify_extra_s
+    over = cycle_overhead_s(target, dep, batch_size=batch_size, verify_q_len=dc.verify_q_len,
+                            tokens_per_cycle=tokens_per_cycle, tree=tree)
+    return cycle_times(target_step_time_s=plain, draft_time_s=dc.draft_time_s, verify_time_s=verify,
+                       tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
+                       draft_step_time_s=dc.draft_step_time_s, overhead_s=over)
+
+
+# ---- decisions: best configuration, regression region, thresholds ----------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GridResult:
+    """A family evaluated on a grid: every array has shape (nK, nM, nB, nL, nα) (M = tree sizes;
+    for chains the M axis has length 1 and tree_size = K + 1)."""
+
+    k: np.ndarray
+    tree_size: np.ndarray
+    batch_size: np.ndarray
+    context_len: np.ndarray
+    alpha: np.ndarray
+    tokens_per_cycle: np.ndarray
+    draft_time_s: np.ndarray
+    verify_time_s: np.ndarray
+    overhead_s: np.ndarray
+    cycle_time_s: np.ndarray
+    target_step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    baseline_tokens_per_s: np.ndarray
+    speedup: np.ndarray
+    verify_q_len: np.ndarray
+    is_tree: bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.speedup.shape
+
+
+def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, batch_size, context_len, alpha,
+                  tree_size=None, n_ranks: int = DEFAULT_N_RANKS, rank_decay: float = DEFAULT_RANK_DECAY) -> GridResult:
+    """Evaluate a family on the outer product of 1-D grids K × M × B × L × α, fully vectorised:
+    the step costs are computed once per (K or M, B, L) and the acceptance once per (K, M, α)."""
+    ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
+    bs = np.atleast_1d(np.asarray(batch_size, dtype=np.int64))
+    ls = np.atleast_1d(np.asarray(context_len, dtype=np.int64))
+    al = np.atleast_1d(np.asarray(alpha, dtype=float))
+    tree = tree_size is not None and cfg.supports_tree and cfg.method != "lookahead"
+    if tree and not dep.supports_tree:
+        tree = False  # the stack verifies chains only
+    K = ks[:, None, None, None, None]
+    if tree:
+        ms = np.atleast_1d(np.asarray(tree_size, dtype=np.int64))
+        M = ms[None, :, None, None, None]
+    else:
+        M = K + 1
+    B = bs[None, None, :, None, None]
+    L = ls[None, None, None, :, None]
+    A = al[None, None, None, None, :]
+    tau = tokens_per_cycle(cfg, alpha=A, k=K, tree_size=M if tree else None, n_ranks=n_ranks, rank_decay=rank_decay)
+    plain = target_step_time(target, dep, batch_size=B, q_len=1, ctx_len=L)
+    cyc = speculative_cycle(cfg, target, dep, batch_size=B, k=K, ctx_len=L, tokens_per_cycle=tau,
+                            tree_size=M if tree else None, plain_step_time_s=plain)
+    dc_q = draft_cost(cfg, target, dep.hardware, batch_size=1, k=K, tree_size=M if tree else None, ctx_len=0,
+                      tp=dep.tp, attention=dep.attention, efficiency=dep.eff).verify_q_len
+    shape = np.broadcast_shapes(K.shape, M.shape, B.shape, L.shape, A.shape)
+    full = lambda x: np.broadcast_to(np.asarray(x, dtype=float), shape)  # noqa: E731
+    return GridResult(k=full(K), tree_size=full(M), batch_size=full(B), context_len=full(L), alpha=full(A),
+                      tokens_per_cycle=full(cyc.tokens_per_cycle), draft_time_s=full(cyc.draft_time_s),
+                      verify_time_s=full(cyc.verify_time_s), overhead_s=full(cyc.overhead_s),
+                      cycle_time_s=full(cyc.cycle_time_s), target_step_time_s=full(cyc.target_step_time_s),
+                      tokens_per_s=full(cyc.tokens_per_s), baseline_tokens_per_s=full(cyc.baseline_tokens_per_s),
+                      speedup=full(cyc.speedup), verify_q_len=full(dc_q), is_tree=tree)
+
+
+def best_config(grid: GridResult) -> dict[str, np.ndarray]:
+    """The best (K, M) per (B, L, α): arrays of shape (nB, nL, nα) with keys k, tree_size,
+    speedup, tokens_per_s, tokens_per_cycle."""
+    nk, nm = grid.shape[:2]
+    flat = grid.speedup.reshape(nk * nm, *grid.shape[2:])
+    idx = np.argmax(flat, axis=0)
+    pick = lambda a: np.take_along_axis(a.reshape(nk * nm, *grid.shape[2:]), idx[None], axis=0)[0]  # noqa: E731
+    return {"k": pick(grid.k).astype(int), "tree_size": pick(grid.tree_size).astype(int), "speedup": pick(grid.speedup),
+            "tokens_per_s": pick(grid.tokens_per_s), "tokens_per_cycle": pick(grid.tokens_per_cycle)}
+
+
+def regression_region(speedup) -> np.ndarray:
+    """Boolean mask of the points where speculation is a slowdown (speedup < 1)."""
+    return np.asarray(speedup) < 1.0
+
+
+def batch_size_threshold(batch_sizes, best_speedup, *, margin: float = 0.0):
+    """The smallest batch size at which the best configuration's speedup falls below 1 + margin
+    (speculation should be off from there up); None if it pays at every batch size given.
+    batch_sizes: (nB,) increasing; best_speedup: (nB,)."""
+    b = np.asarray(batch_sizes)
+    s = np.asarray(best_speedup, dtype=float)
+    off = np.flatnonzero(s < 1.0 + margin)
+    return None if off.size == 0 else int(b[off[0]])
+
+
+def acceptance_threshold(alphas, best_speedup, *, margin: float = 0.0):
+    """The acceptance rate below which the best configuration stops paying (speedup < 1 + margin),
+    interpolated linearly between grid points; None if it never pays on the grid, 0.0 if it pays
+    everywhere. alphas: (nα,) increasing; best_speedup: (nα,) (non-decreasing in α)."""
+    a = np.asarray(alphas, dtype=float)
+    s = np.asarray(best_speedup, dtype=float) - (1.0 + margin)
+    ok = np.flatnonzero(s >= 0)
+    if ok.size == 0:
+        return None
+    i = int(ok[0])
+    if i == 0:
+        return float(a[0]) if s[0] > 0 and a[0] > 0 else 0.0
+    a0, a1, s0, s1 = a[i - 1], a[i], s[i - 1], s[i]
+    return float(a0 + (a1 - a0) * (-s0) / (s1 - s0)) if s1 != s0 else float(a1)
+
+
+def hardware_best_tree_size(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, alpha: float, k: int,
+                            batch_size: int, ctx_len: int, max_nodes: int = 64) -> tuple[int, float]:
+    """Sequoia's hardware-aware tree size: the M in 1..max_nodes maximising tokens/s, using the
+    best M-node tree's E[tokens] (trees.optimal_tree_values) and the cost of a cycle verifying M
+    tokens at this B and L. Returns (M, speedup at that M)."""
+    ms = np.arange(1, max_nodes + 1)
+    g = evaluate_grid(cfg, target, dep, k=[k], tree_size=ms, batch_size=[batch_size], context_len=[ctx_len],
+                      alpha=[alpha])
+    s = g.speedup[0, :, 0, 0, 0]
+    i = int(np.argmax(s))
+    return int(g.tree_size[0, i, 0, 0, 0]), float(s[i])

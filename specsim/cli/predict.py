@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..predict import predict
-from ..scenario import Scenario, load_scenario
+from ..scenario import METHODS, Scenario, load_scenario
 from .common import print_json, table
 
 
@@ -20,7 +20,7 @@ def register(sub) -> None:
     p.add_argument("--hardware", help="hardware id or TOML path (e.g. h100-sxm)")
     p.add_argument("--target", help="target model id, alias or TOML path")
     p.add_argument("--drafter", help="drafter model id, alias or TOML path")
-    p.add_argument("--method", choices=["draft_model", "none"], help="drafting method")
+    p.add_argument("--method", choices=list(METHODS), help="drafting method")
     p.add_argument("--k", type=int, help="draft length K (tokens per cycle proposed)")
     acc = p.add_mutually_exclusive_group()
     acc.add_argument("--alpha", type=float, help="i.i.d. per-token acceptance rate in [0, 1]")
