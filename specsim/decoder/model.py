@@ -1,0 +1,148 @@
+"""The Llama forward pass over M new tokens with explicit position ids and an attention mask, on the
+numba kernels or on their numpy twins (same code path, `backend="numpy"`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SpecError
+from . import reference
+from .gguf_model import GGUFModel
+from .kv_cache import KVCache
+
+
+class Transformer:
+    """A loaded GGUF model, runnable. `forward` appends M rows to a KVCache and returns logits."""
+
+    def __init__(self, gguf: GGUFModel, *, backend: str = "numba"):
+        if backend not in ("numba", "numpy"):
+            raise SpecError(f"decoder backend {backend!r}: expected 'numba' or 'numpy'")
+        self.gguf = gguf
+        self.config = c = gguf.config
+        self.backend = backend
+        self.tokenizer = gguf.tokenizer
+        t = gguf.tensor
+        self.embedding = t("token_embd.weight")
+        self.output = gguf.tensors.get("output.weight", self.embedding)  # tied when absent
+        self.output_norm = reference.dequantize(t("output_norm.weight").type_name, t("output_norm.weight").raw, c.d_model)[0]
+        self.layers = []
+        for i in range(c.n_layer):
+            p = f"blk.{i}."
+            norm = lambda n: reference.dequantize(t(p + n).type_name, t(p + n).raw, c.d_model)[0]  # noqa: E731
+            self.layers.append(dict(
+                attn_norm=norm("attn_norm.weight"), ffn_norm=norm("ffn_norm.weight"),
+                **{n: t(p + n + ".weight") for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}))
+        e = c.head_dim
+        self.inv_freq = c.rope_base ** (-np.arange(0, e, 2, dtype=np.float64) / e)  # (E/2,)
+        self._dense = {}
+        self._work = {}
+        self.weight_bytes_per_pass = sum(
+            qt.n_bytes for qt in {id(w): w for lw in self.layers for w in lw.values() if hasattr(w, "raw")}.values()
+        ) + self.output.n_bytes  # the matrices every full forward pass streams (norms and embedding rows aside)
+        if backend == "numba":
+            from . import kernels
+            import numba
+
+            self._k = kernels
+            self._n_threads = numba.get_num_threads()
+            self._lut = kernels.F16_LUT
+            self._scratch = np.zeros((self._n_threads, 2 * max(c.d_model, c.n_ff)), np.float32)  # (T, 2K)
+            self._packed = {}
+            for qt in [self.embedding, self.output] + [w for lw in self.layers for w in lw.values() if hasattr(w, "raw")]:
+                if qt.name not in self._packed:
+                    self._packed[qt.name] = kernels.pack(qt.type_name, qt.raw, qt.n_cols)
+
+    # -- ops: the one place where the backend differs -------------------------------------------
+    def _matmul(self, out, qt, x):
+        if self.backend == "numba":
+            self._k.matmul(out, self._scratch, qt.type_name, self._packed[qt.name], x, self._lut)
+        else:
+            w = self._dense.get(qt.name)
+            if w is None:
+                w = self._dense[qt.name] = reference.dequantize(qt.type_name, qt.raw, qt.n_cols)
+            reference.matmul(out, w, x)
+
+    def _op(self, name):
+        return getattr(self._k if self.backend == "numba" else reference, name)
+
+    def new_cache(self, capacity: int | None = None, n_layer: int | None = None) -> KVCache:
+        c = self.config
+        return KVCache(n_layer or c.n_layer, c.n_kv_head, capacity or c.n_ctx, c.head_dim)
+
+    def _workspace(self, m: int, capacity: int) -> dict:
+        key = (m, capacity)
+        ws = self._work.get(key)
+        if ws is None:
+            c = self.config
+            f32 = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+            ws = dict(x=f32(m, c.d_model), xn=f32(m, c.d_model), q=f32(m, c.n_head * c.head_dim),
+                      k=f32(m, c.n_kv_head * c.head_dim), v=f32(m, c.n_kv_head * c.head_dim),
+                      att=f32(m, c.n_head * c.head_dim), o=f32(m, c.d_model), gate=f32(m, c.n_ff),
+                      up=f32(m, c.n_ff), act=f32(m, c.n_ff), down=f32(m, c.d_model),
+                      logits=f32(m, c.n_vocab), scores=f32(c.n_head, capacity))
+            if len(self._work) > 16:
+                self._work.clear()
+            self._work[key] = ws
+        return ws
+
+    def embed(self, tokens: np.ndarray) -> np.ndarray:
+        e = self.embedding
+        return reference.dequantize(e.type_name, e.raw[tokens], e.n_cols)  # (M, D), M rows only
+
+    def forward(self, cache: KVCache, tokens, positions, mask=None, *, n_shared=None,
+                n_layers=None) -> np.ndarray:
+        """Run M tokens. tokens, positions: int64 (M,); mask: bool (M, W) over cache rows
+        [n_shared, length + M) (default: causal over the new rows, n_shared = cache.length).
+        Writes K/V into slots [length, length + M) and advances the length. n_layers: run only the
+        first n layers (layer-skip drafting); the cache must have that many layers.
+        Returns logits float32 (M, V) — a view into a reused buffer; copy to keep."""
+        c = self.config
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        m = tokens.size
+        if np.any(tokens < 0) or np.any(tokens >= c.n_vocab):
+            raise SpecError(f"token ids must be in [0, {c.n_vocab})")
+        start = cache.reserve(m)
+        if n_shared is None:
+            n_shared = start
+        if mask is None:
+            mask = np.tril(np.ones((m, m), dtype=bool))
+        mask = np.ascontiguousarray(mask, dtype=np.bool_)
+        if mask.shape != (m, start + m - n_shared):
+            raise SpecError(f"attention mask shape {mask.shape}: expected {(m, start + m - n_shared)}")
+        n_layers = c.n_layer if n_layers is None else n_layers
+        ws = self._workspace(m, cache.capacity)
+        rms, rope, attn, swiglu = (self._op(n) for n in ("rmsnorm", "rope", "attention", "swiglu"))
+        x = ws["x"]
+        x[:] = self.embed(tokens)
+        e, g = c.head_dim, c.n_kv_head
+        for li in range(n_layers):
+            lw = self.layers[li]
+            rms(ws["xn"], x, lw["attn_norm"], c.rms_eps)
+            self._matmul(ws["q"], lw["attn_q"], ws["xn"])
+            self._matmul(ws["k"], lw["attn_k"], ws["xn"])
+            self._matmul(ws["v"], lw["attn_v"], ws["xn"])
+            q = ws["q"].reshape(m, c.n_head, e)
+            k = ws["k"].reshape(m, g, e)
+            rope(q, positions, self.inv_freq)
+            rope(k, positions, self.inv_freq)
+            cache.k[li, :, start:start + m] = k.transpose(1, 0, 2)
+            cache.v[li, :, start:start + m] = ws["v"].reshape(m, g, e).transpose(1, 0, 2)
+            attn(ws["att"].reshape(m, c.n_head, e), ws["scores"], q, cache.k[li], cache.v[li], n_shared, mask)
+            self._matmul(ws["o"], lw["attn_output"], ws["att"])
+            x += ws["o"]
+            rms(ws["xn"], x, lw["ffn_norm"], c.rms_eps)
+            self._matmul(ws["gate"], lw["ffn_gate"], ws["xn"])
+            self._matmul(ws["up"], lw["ffn_up"], ws["xn"])
+            swiglu(ws["act"], ws["gate"], ws["up"])
+            self._matmul(ws["down"], lw["ffn_down"], ws["act"])
+            x += ws["down"]
+        cache.length = start + m
+        rms(ws["xn"], x, self.output_norm, c.rms_eps)
+        self._matmul(ws["logits"], self.output, ws["xn"])
+        return ws["logits"]
+
+    def prefill(self, cache: KVCache, tokens, *, n_layers=None) -> np.ndarray:
+        """Causal pass over `tokens` at positions [length, length + M); returns the last logits (V,)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        pos = cache.length + np.arange(tokens.size)
+        return self.forward(cache, tokens, pos, n_layers=n_layers)[-1].copy()

@@ -1,0 +1,70 @@
+"""Plain numpy twins of the kernels in `kernels.py`: slow, obviously correct, same signatures
+(outputs first). The dequantizers are also checked against `gguf.quants.dequantize` in the tests."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _halves(raw, offset):
+    # raw (N, NB, BB) u8 -> (N, NB, 1) f32 from the little-endian float16 at byte `offset`
+    return raw[:, :, offset:offset + 2].copy().view(np.float16).astype(np.float32)
+
+
+def dequantize(type_name: str, raw: np.ndarray, n_cols: int) -> np.ndarray:
+    """raw: the QTensor bytes/values (N, RB) -> float32 (N, K)."""
+    if type_name == "F32":
+        return np.asarray(raw, dtype=np.float32)
+    if type_name == "F16":
+        return raw.view(np.float16).astype(np.float32)
+    n = raw.shape[0]
+    bb = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[type_name]
+    blocks = raw.reshape(n, n_cols // 32, bb)
+    d = _halves(blocks, 0)
+    if type_name == "Q8_0":
+        q = blocks[:, :, 2:].view(np.int8).astype(np.float32)
+        return (d * q).reshape(n, n_cols)
+    qs = blocks[:, :, 2:] if type_name == "Q4_0" else blocks[:, :, 4:]
+    q = np.concatenate([qs & 15, qs >> 4], axis=2).astype(np.float32)  # element j, then j + 16
+    if type_name == "Q4_0":
+        return (d * (q - 8.0)).reshape(n, n_cols)
+    return (d * q + _halves(blocks, 2)).reshape(n, n_cols)
+
+
+def matmul(out, w_dense, x):
+    # out (M, N); w_dense (N, K) f32 (dequantized once by the twin model); x (M, K)
+    out[:] = x @ w_dense.T
+
+
+def rmsnorm(out, x, weight, eps):
+    # out (M, D); x (M, D); weight (D,)
+    out[:] = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * weight
+
+
+def rope(x, positions, inv_freq):
+    # x (M, H, E) in place; positions (M,); inv_freq (E/2,)
+    angle = positions[:, None].astype(np.float64) * inv_freq[None, :]  # (M, E/2)
+    c = np.cos(angle).astype(np.float32)[:, None, :]
+    s = np.sin(angle).astype(np.float32)[:, None, :]
+    a, b = x[:, :, 0::2].copy(), x[:, :, 1::2].copy()
+    x[:, :, 0::2] = a * c - b * s
+    x[:, :, 1::2] = a * s + b * c
+
+
+def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
+    # out (M, H, E); scores unused; q (M, H, E); k_cache, v_cache (G, C, E); mask (M, W) bool
+    n_q, n_head, e = q.shape
+    group = n_head // k_cache.shape[0]
+    n_rows = n_shared + mask.shape[1]
+    visible = np.concatenate([np.ones((n_q, n_shared), bool), mask], axis=1)  # (M, n_rows)
+    for h in range(n_head):
+        k = k_cache[h // group, :n_rows]  # (n_rows, E)
+        v = v_cache[h // group, :n_rows]
+        s = q[:, h, :] @ k.T / np.sqrt(e)  # (M, n_rows)
+        s = np.where(visible, s, -np.inf)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[:, h, :] = (p / p.sum(axis=1, keepdims=True)) @ v
+
+
+def swiglu(out, gate, up):
+    # out (M, F); gate (M, F); up (M, F)
+    out[:] = gate / (1.0 + np.exp(-gate)) * up
