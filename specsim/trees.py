@@ -223,16 +223,20 @@ def _dp_tables(max_nodes: int, p_sorted: np.ndarray, max_depth: int | None):
         f[n] = 1.0 + g[n - 1, r]
         if n == n_max:
             break
-        # children's subtrees: f[s, d − 1] for the parent's depth limit d
+        # children's subtrees: f[s, d − 1] for the parent's depth limit d. With a depth limit only
+        # d ≤ n needs computing: children of at most n nodes are no deeper than n − 1, so every
+        # column d ≥ n equals column n (filled in below).
+        cols = 1 if max_depth is None else min(d_n, n + 1)
         if max_depth is None:
             child = f[1:n + 1]                       # (n, 1), s = 1..n
         else:
-            child = np.full((n, d_n), -np.inf)
-            child[:, 1:] = f[1:n + 1, :-1]
-        rest = g[n - 1::-1]                          # rest[s − 1] = g[n − s], s = 1..n: (n, R+1, D)
-        for j in range(1, r + 1):
-            cand = rest[:, j - 1, :] + p_sorted[j - 1] * child
-            g[n, j] = np.maximum(g[n, j - 1], cand.max(axis=0))
+            child = np.full((n, cols), -np.inf)
+            child[:, 1:] = f[1:n + 1, :cols - 1]
+        rest = g[n - 1::-1, :-1, :cols]              # rest[s − 1, j] = g[n − s, j], s = 1..n: (n, R, cols)
+        cand = rest + p_sorted[None, :, None] * child[:, None, :]   # rank j used with s nodes
+        # g[n, j] = max(g[n, j − 1], best over s of rank j − 1's candidate); g[n, 0] stays −inf
+        g[n, 1:, :cols] = np.maximum.accumulate(cand.max(axis=0), axis=0)
+        g[n, :, cols:] = g[n, :, cols - 1:cols]
     return f, g
 
 
@@ -266,8 +270,8 @@ def optimal_tree_values(max_nodes: int, rank_acceptance, *, max_depth: int | Non
     p = _check_rank_acceptance(rank_acceptance)
     _, p_sorted = _positive_sorted(p)
     p_sorted = p_sorted[: max(max_nodes - 1, 0)]
-    if max_depth is not None:
-        max_depth = min(int(max_depth), max(max_nodes - 1, 0))
+    if max_depth is not None and max_depth >= max_nodes - 1 and max_nodes > 1:
+        max_depth = None  # no tree of max_nodes nodes is deeper than max_nodes − 1: no limit at all
     f, _ = _dp_tables(max_nodes, p_sorted, max_depth)
     best = f[:, -1]
     out = np.maximum.accumulate(np.where(np.isfinite(best), best, -np.inf)[1:])
@@ -287,7 +291,7 @@ def optimal_tree(n_nodes: int, rank_acceptance, *, max_depth: int | None = None)
     order, p_sorted = _positive_sorted(p)
     p_sorted = p_sorted[: max(n_nodes - 1, 0)]
     order = order[: p_sorted.size]
-    depth_cap = None if max_depth is None else min(int(max_depth), max(n_nodes - 1, 0))
+    depth_cap = None if max_depth is None or (max_depth >= n_nodes - 1 and n_nodes > 1) else int(max_depth)
     f, g = _dp_tables(n_nodes, p_sorted, depth_cap)
     col = f[:, -1]
     useful = int(np.argmax(np.where(np.isfinite(col), col, -np.inf)[1:] >= np.nanmax(col[1:]) - 1e-12)) + 1

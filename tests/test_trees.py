@@ -308,3 +308,37 @@ def test_medusa_default_tree_shape():
     assert t.n_nodes == 64 and t.max_depth == 4  # 63 choices + root; longest choice has 4 ranks
     assert len(MEDUSA_MC_SIM_7B_63) == 63 == len(set(MEDUSA_MC_SIM_7B_63))
     assert sorted(to_choices(t)) == sorted(MEDUSA_MC_SIM_7B_63)
+
+
+@settings(max_examples=30, deadline=None)
+@given(p_raw=st.lists(st.floats(0, 1), min_size=1, max_size=5), n=st.integers(2, 25))
+def test_depth_limit_is_monotone_and_vanishes_at_n_minus_1(p_raw, n):
+    p = np.asarray(p_raw) / max(1.0, sum(p_raw))
+    free = optimal_tree_values(n, p)
+    previous = optimal_tree_values(n, p, max_depth=1)
+    for d in range(2, n + 1):
+        v = optimal_tree_values(n, p, max_depth=d)
+        assert np.all(v[1:] >= previous[1:] - 1e-12)   # a looser limit never hurts
+        assert np.all(v[1:] <= free[1:] + 1e-12)       # and never beats no limit
+        previous = v
+    # a tree of n nodes is at most n − 1 deep, so that limit is no limit (exact equality)
+    np.testing.assert_array_equal(optimal_tree_values(n, p, max_depth=n - 1)[n], free[n])
+    t = optimal_tree(n, p, max_depth=2)
+    assert t.max_depth <= 2 and t.n_nodes == n
+
+
+def test_optimal_tree_values_with_depth_limit_is_fast():
+    import time
+
+    p = [0.5, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01]
+    t0 = time.perf_counter()
+    optimal_tree_values(128, p, max_depth=8)
+    assert time.perf_counter() - t0 < 0.5  # ~3 ms measured on an idle core
+
+
+def test_size_validation():
+    with pytest.raises(SpecError, match="n_nodes"):
+        optimal_tree_values(0, [0.5])
+    with pytest.raises(SpecError, match="max_depth"):
+        optimal_tree(3, [0.5], max_depth=0)
+    assert optimal_tree(1, [0.5], max_depth=0).n_nodes == 1
