@@ -247,13 +247,13 @@ def _positive_sorted(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, p[order]
 
 
-def _check_sizes(where: str, n: int, max_depth) -> None:
+def _check_sizes(where: str, n: int, max_depth, *, allow_depth_zero: bool = False) -> None:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise field_error(where, "n_nodes", n, "an integer >= 1 (the root counts)")
     if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, (int, np.integer))
                                   or max_depth < 0):
         raise field_error(where, "max_depth", max_depth, "None or an integer >= 0")
-    if max_depth == 0 and n > 1:
+    if max_depth == 0 and n > 1 and not allow_depth_zero:
         raise field_error(where, "max_depth", max_depth, f">= 1 to hold {n} nodes")
 
 
@@ -264,9 +264,13 @@ def optimal_tree_values(max_nodes: int, rank_acceptance, *, max_depth: int | Non
     One dynamic-programming pass for every size (Chen et al. 2024, §3.1), O(M² R) with R the number
     of ranks with p_r > 0 (capped at M − 1). Nodes that cannot add anything (no positive rank left
     within the depth limit) go under the root at a rank with p = 0, so the values never decrease in M.
-    max_depth: the deepest a draft node may sit (root at depth 0); None for no limit.
+    max_depth: the deepest a draft node may sit (root at depth 0); None for no limit. With
+    max_depth = 0 only the root fits: elements 2.. are nan (no such tree) rather than an error, so a
+    sweep over K that includes K = 0 does not stop.
     """
-    _check_sizes("optimal_tree_values", max_nodes, max_depth)
+    _check_sizes("optimal_tree_values", max_nodes, max_depth, allow_depth_zero=True)
+    if max_depth == 0:
+        return np.concatenate([[np.nan, 1.0], np.full(max_nodes - 1, np.nan)])
     p = _check_rank_acceptance(rank_acceptance)
     _, p_sorted = _positive_sorted(p)
     p_sorted = p_sorted[: max(max_nodes - 1, 0)]

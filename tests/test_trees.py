@@ -342,3 +342,6 @@ def test_size_validation():
     with pytest.raises(SpecError, match="max_depth"):
         optimal_tree(3, [0.5], max_depth=0)
     assert optimal_tree(1, [0.5], max_depth=0).n_nodes == 1
+    # depth 0 holds the root only: the other sizes have no tree (nan, not an error, for sweeps)
+    v = optimal_tree_values(4, [0.5], max_depth=0)
+    assert v[1] == 1.0 and np.all(np.isnan(v[[0, 2, 3, 4]]))
