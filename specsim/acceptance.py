@@ -5,6 +5,13 @@ probability α given the ones before it were, so a cycle of K drafts emits a tru
 number of tokens (accepted drafts + the one token the target always contributes), with
 
     E[tokens per cycle] = τ = (1 − α^(K+1)) / (1 − α)       (Leviathan et al. 2022, eq. 1)
+
+Beyond i.i.d.: conversions between the accepted-length histogram, conditional and unconditional
+(vLLM) per-position rates, τ, vLLM's draft acceptance rate and Sequoia's per-rank tree vector;
+maximum-likelihood fits returning a frozen `AcceptanceFit` (estimate, likelihood-ratio interval,
+n, log-likelihood); `AcceptanceModel`, an explicit and by default absent dependence on context
+length and temperature; and `sample_accepted_lengths` for the simulators. Conventions: K drafts per
+cycle, A ∈ {0..K} accepted drafts, τ = E[A] + 1.
 """
 from __future__ import annotations
 
@@ -12,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import xlog1py, xlogy
-from scipy.stats import chi2
+from scipy.special import chdtri, xlog1py, xlogy
 
 from .errors import field_error
 
@@ -231,6 +237,14 @@ class AcceptanceFit:
     method: str
     k: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("estimate", "ci_low", "ci_high"):
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                value = value.copy()
+                value.setflags(write=False)
+                object.__setattr__(self, name, value)
+
     @property
     def tau(self) -> float:
         """τ implied by the estimate (linear drafts only)."""
@@ -262,7 +276,7 @@ def _lr_interval(s: float, f: float, level: float) -> tuple[float, float, float,
         return float("nan"), 0.0, 1.0, 0.0
     a_hat = s / n
     ll_hat = _bernoulli_loglik(a_hat, s, f)
-    half = 0.5 * float(chi2.ppf(level, 1))
+    half = 0.5 * float(chdtri(1, 1.0 - level))  # χ²₁ quantile at `level`
 
     def excess(a: float) -> float:
         return ll_hat - _bernoulli_loglik(a, s, f) - half
