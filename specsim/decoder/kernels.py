@@ -24,6 +24,9 @@ from numba import njit, prange
 F16_LUT = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)  # (LUT,)
 
 _JIT = dict(cache=True, fastmath=True, nogil=True)
+# Attention sums in order (no reassociation): a row masked out adds an exact 0, so a query's result
+# does not depend on how many masked rows the pass carries (tree verify vs plain decode).
+_JIT_ORDERED = dict(cache=True, fastmath={"nnan", "ninf", "nsz", "arcp", "contract", "afn"}, nogil=True)
 
 
 @njit(**_JIT)
@@ -186,7 +189,7 @@ def rope(x, positions, inv_freq):
                 x[m, h, 2 * i + 1] = a * s + b * c
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **_JIT_ORDERED)
 def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
     # out (M, H, E) f32; scores (H, C) f32 scratch; q (M, H, E); k_cache, v_cache (G, C, E);
     # n_shared: cache rows [0, n_shared) seen by every query; mask (M, W) bool: query m sees row n_shared + w

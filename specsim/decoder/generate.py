@@ -1,0 +1,161 @@
+"""Plain and speculative generation (one speculative step reads like gpt-fast's speculative_decode:
+draft, verify in one pass, accept/reject, roll the cache back).
+
+Randomness: one numpy Generator per request, seeded from (seed, request index); every uniform is
+drawn here or in the drafter, never inside a kernel."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import SpecError
+from ..trees import ancestor_mask
+from . import verify as V
+from .model import Transformer
+from .sampling import SamplingParams, probs, sample
+
+TOP = 2  # logits recorded per emitted token (for the near-tie report)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cycle:
+    """One speculative cycle: n_drafted chain positions/tree depth drafted, n_accepted of them kept."""
+
+    n_drafted: int
+    n_accepted: int
+    n_nodes: int
+    draft_s: float
+    verify_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Generation:
+    """tokens: the new tokens; top_ids, top_logits (n, TOP): the target's best tokens and logits at
+    each emitted position; prefill_s; decode_s: everything after the prefill; cycles (speculative)."""
+
+    tokens: np.ndarray
+    top_ids: np.ndarray
+    top_logits: np.ndarray
+    prefill_s: float
+    decode_s: float
+    cycles: tuple = field(default=())
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens after the first (which comes from the prefill) per second of decoding."""
+        return (self.tokens.size - 1) / self.decode_s if self.decode_s > 0 else float("nan")
+
+
+def request_rng(seed: int, index: int = 0) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, index]))
+
+
+def _top(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.argpartition(-logits, TOP)[:TOP]
+    ids = ids[np.argsort(-logits[ids], kind="stable")]
+    return ids, logits[ids]
+
+
+def _check_room(model: Transformer, n_prompt: int, n_new: int, extra: int) -> int:
+    need = n_prompt + n_new + extra
+    if n_prompt < 1:
+        raise SpecError("the prompt is empty: at least one token is needed")
+    if n_prompt + 1 > model.config.n_ctx or need > model.config.n_ctx:
+        raise SpecError(f"prompt of {n_prompt} tokens + {n_new} new tokens (+{extra} speculative slots) "
+                        f"exceeds the model's context of {model.config.n_ctx} tokens")
+    return need
+
+
+def _pick(logits: np.ndarray, sampling: SamplingParams, u: float) -> int:
+    return int(np.argmax(logits)) if sampling.greedy else sample(probs(logits, sampling), u)
+
+
+def generate_plain(model: Transformer, prompt, n_new: int, *, sampling: SamplingParams = SamplingParams(),
+                   seed: int = 0, index: int = 0, stop_token: int | None = None) -> Generation:
+    """Autoregressive decoding, one token per forward pass."""
+    prompt = np.asarray(prompt, dtype=np.int64)
+    cache = model.new_cache(_check_room(model, prompt.size, n_new, 1))
+    rng = request_rng(seed, index)
+    t0 = time.perf_counter()
+    logits = model.prefill(cache, prompt)
+    t1 = time.perf_counter()
+    out, ids, vals = [], [], []
+    while len(out) < n_new:
+        tok = _pick(logits, sampling, rng.random())
+        i, v = _top(logits)
+        out.append(tok), ids.append(i), vals.append(v)
+        if tok == stop_token or len(out) == n_new:
+            break
+        logits = model.forward(cache, np.array([tok]), np.array([cache.length]))[-1]
+    t2 = time.perf_counter()
+    return Generation(tokens=np.array(out, np.int64), top_ids=np.array(ids), top_logits=np.array(vals),
+                      prefill_s=t1 - t0, decode_s=t2 - t1)
+
+
+def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mode: str = "greedy",
+                         sampling: SamplingParams = SamplingParams(), seed: int = 0, index: int = 0,
+                         stop_token: int | None = None, return_cache: bool = False):
+    """Speculative decoding. mode: one of verify.MODES. Returns a Generation (and the target's
+    KVCache when return_cache)."""
+    if mode not in V.MODES:
+        raise SpecError(f"verify mode {mode!r}: expected one of {', '.join(V.MODES)}")
+    if mode == "rejection" and not getattr(drafter, "gives_q", False):
+        raise SpecError(f"verify mode 'rejection' needs the drafter's full distribution q; {drafter.name} "
+                        "drafts one-hot tokens: use 'onehot' (exact) or 'typical' (lossy)")
+    prompt = np.asarray(prompt, dtype=np.int64)
+    max_nodes = getattr(drafter, "tree", None)
+    max_nodes = max_nodes.n_nodes if max_nodes is not None else drafter.k + 1
+    cache = model.new_cache(_check_room(model, prompt.size, n_new, max_nodes))
+    if hasattr(drafter, "capacity"):
+        drafter.capacity = cache.capacity
+    drafter.reset()
+    rng = request_rng(seed, index)
+    t0 = time.perf_counter()
+    logits = model.prefill(cache, prompt)
+    t1 = time.perf_counter()
+    first = _pick(logits, sampling, rng.random())
+    i, v = _top(logits)
+    out, ids, vals = [first], [i], [v]
+    context = np.concatenate([prompt, [first]])
+    cycles = []
+    while len(out) < n_new and out[-1] != stop_token:
+        ta = time.perf_counter()
+        draft = drafter.propose(context, sampling, rng)
+        tb = time.perf_counter()
+        tree, toks = draft.tree, draft.tokens
+        start = cache.length  # the root goes to slot `start`, node i to start + i
+        lg = model.forward(cache, toks, start + tree.depths, ancestor_mask(tree))  # (M, V)
+        u = rng.random(tree.n_nodes + 1)
+        if mode == "greedy":
+            verdict = V.verify_greedy(tree, toks, lg)
+        else:
+            p = probs(lg, sampling)
+            if mode == "rejection":
+                verdict = V.verify_rejection(tree, toks, p, draft.q, u)
+            elif mode == "onehot":
+                verdict = V.verify_onehot(tree, toks, p, u)
+            else:
+                verdict = V.verify_typical(tree, toks, p, u)
+        path = (0,) + verdict.path
+        cache.compact(start, start + np.array(path, np.int64))  # keep root + accepted path, in order
+        new = [int(toks[n]) for n in verdict.path] + [verdict.next_token]
+        for node, tok in zip(path, new):  # the logits each emitted token was decided from
+            i, v = _top(lg[node])
+            ids.append(i), vals.append(v)
+        out.extend(new)
+        context = np.concatenate([context, new])
+        tc = time.perf_counter()
+        cycles.append(Cycle(n_drafted=tree.max_depth if tree.n_nodes > 1 else 0, n_accepted=verdict.n_accepted,
+                            n_nodes=tree.n_nodes, draft_s=tb - ta, verify_s=tc - tb))
+        if stop_token is not None and stop_token in new:
+            cut = new.index(stop_token) + 1 - len(new)
+            if cut < 0:
+                del out[cut:], ids[cut:], vals[cut:]
+            break
+    t2 = time.perf_counter()
+    n = min(len(out), n_new)
+    gen = Generation(tokens=np.array(out[:n], np.int64), top_ids=np.array(ids[:n]), top_logits=np.array(vals[:n]),
+                     prefill_s=t1 - t0, decode_s=t2 - t1, cycles=tuple(cycles))
+    return (gen, cache) if return_cache else gen
