@@ -47,7 +47,8 @@ def tokens_per_cycle_iid(alpha, k) -> np.ndarray:
     kk = _check_k(k)
     a, kk = np.broadcast_arrays(a, kk)
     with np.errstate(divide="ignore", invalid="ignore"):
-        geometric = (1.0 - a ** (kk + 1)) / (1.0 - a)
+        # 1 − α^(K+1) as −expm1((K+1)·log α): no cancellation as α → 1 (1 − α is exact there)
+        geometric = -np.expm1((kk + 1) * np.log(a)) / (1.0 - a)
     return np.where(a >= 1.0, kk + 1.0, geometric)
 
 
