@@ -1,0 +1,140 @@
+"""Serving metrics from one engine run: per-request latencies, percentiles, throughput, goodput,
+memory, batching and the speculative-decoding counters as vLLM reports them.
+
+Definitions (times in seconds, over requests that completed):
+- TTFT = first token − arrival; TPOT = (finish − first token) / (output tokens − 1), the mean
+  inter-token latency of one request (undefined for one-token outputs); E2E = finish − arrival.
+- makespan = last finish (or the end of the run) − first arrival; throughput = tokens emitted /
+  makespan; goodput = completed requests meeting both SLOs per second of makespan (DistServe's
+  definition), and their output tokens per second.
+- KV utilisation: blocks held / blocks in the cache, weighted by iteration duration.
+- vLLM spec-decode counters (vLLM V1 `SpecDecodingStats` naming): num_drafts = (sequence, step)
+  pairs that drafted; num_draft_tokens; num_accepted_tokens; draft_acceptance_rate = accepted /
+  draft tokens; mean_acceptance_length = 1 + accepted / num_drafts (tokens per verify, bonus
+  included); acceptance_rate_per_position[j] = drafts accepted at position j / num_drafts.
+- wasted verify slots: draft tokens the target verified and rejected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SpecError
+from .engine import REJECT_REASONS, STATUS_DONE, STATUS_NAMES, STATUS_REJECTED, EngineRun
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SLO:
+    """Latency targets for goodput: a request meets the SLO if TTFT <= ttft_s and TPOT <= tpot_s
+    (a one-token request has no TPOT and is judged on TTFT alone)."""
+
+    ttft_s: float = float("inf")
+    tpot_s: float = float("inf")
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise SpecError(f"[slo]: field '{name}' = {v!r}: expected a positive number of seconds")
+
+
+def requests_frame(run: EngineRun, slo: SLO) -> pd.DataFrame:
+    """One row per request, in request order."""
+    out = run.output_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ttft = run.first_token_at_s - run.arrival_at_s
+        tpot = np.where(out > 1, (run.finish_at_s - run.first_token_at_s) / (out - 1), np.nan)
+        e2e = run.finish_at_s - run.arrival_at_s
+    done = run.status == STATUS_DONE
+    ttft = np.where(done, ttft, np.nan)
+    tpot = np.where(done, tpot, np.nan)
+    e2e = np.where(done, e2e, np.nan)
+    meets = done & (ttft <= slo.ttft_s) & ((out == 1) | (tpot <= slo.tpot_s))
+    return pd.DataFrame({
+        "request": np.arange(out.size), "arrival_at_s": run.arrival_at_s, "first_token_at_s": run.first_token_at_s,
+        "finish_at_s": run.finish_at_s, "prompt_tokens": run.prompt_tokens, "output_tokens": out,
+        "emitted_tokens": run.emitted_tokens, "status": pd.Categorical.from_codes(run.status, STATUS_NAMES),
+        "reject_reason": np.asarray(REJECT_REASONS, dtype=object)[run.reject_reason],
+        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "meets_slo": meets, "n_preemptions": run.n_preemptions,
+        "n_spec_steps": run.n_spec_steps, "n_draft_tokens": run.n_draft_tokens,
+        "n_accepted_tokens": run.n_accepted_tokens,
+    })
+
+
+def steps_frame(run: EngineRun) -> pd.DataFrame:
+    """One row per engine iteration."""
+    df = pd.DataFrame(run.steps)
+    df["kv_used_frac"] = df["kv_used_blocks"] / run.n_blocks
+    return df
+
+
+def batch_size_distribution(steps: pd.DataFrame) -> pd.DataFrame:
+    """Running batch size: iterations and time spent at each size."""
+    g = steps.groupby("n_running").agg(n_steps=("duration_s", "size"), time_s=("duration_s", "sum")).reset_index()
+    g["time_frac"] = g["time_s"] / g["time_s"].sum() if len(g) else g["time_s"]
+    return g.rename(columns={"n_running": "batch_size"})
+
+
+def _pct(x: np.ndarray, prefix: str, out: dict) -> None:
+    x = x[np.isfinite(x)]
+    out[f"{prefix}_mean_s"] = float(x.mean()) if x.size else float("nan")
+    for p in PERCENTILES:
+        out[f"{prefix}_p{p}_s"] = float(np.percentile(x, p)) if x.size else float("nan")
+
+
+def summarize(run: EngineRun, requests: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """Flat dict of the run's headline numbers (seconds, tokens, fractions)."""
+    done = requests["status"].to_numpy() == "done"
+    n = len(requests)
+    s: dict = {"n_requests": n, "n_done": int(done.sum()),
+               "n_rejected": int((run.status == STATUS_REJECTED).sum()),
+               "n_unfinished": int(n - done.sum() - (run.status == STATUS_REJECTED).sum())}
+    arrivals = run.arrival_at_s[np.isfinite(run.arrival_at_s)]
+    start = float(arrivals.min()) if arrivals.size else 0.0
+    fin = run.finish_at_s[np.isfinite(run.finish_at_s)]
+    end = float(fin.max()) if fin.size and s["n_unfinished"] == 0 else run.end_at_s
+    makespan = max(end - start, 0.0)
+    s["makespan_s"] = makespan
+    emitted = int(run.emitted_tokens.sum())
+    s["output_tokens"] = emitted
+    s["throughput_tokens_per_s"] = emitted / makespan if makespan > 0 else float("nan")
+    s["throughput_requests_per_s"] = s["n_done"] / makespan if makespan > 0 else float("nan")
+    for col in ("ttft_s", "tpot_s", "e2e_s"):
+        _pct(requests[col].to_numpy(dtype=float), col[: -len("_s")], s)
+    meets = requests["meets_slo"].to_numpy()
+    s["slo_attainment_frac"] = float(meets.sum() / n) if n else float("nan")
+    s["goodput_requests_per_s"] = float(meets.sum() / makespan) if makespan > 0 else float("nan")
+    s["goodput_tokens_per_s"] = float(requests["output_tokens"].to_numpy()[meets].sum() / makespan) if makespan > 0 else float("nan")
+    dur = steps["duration_s"].to_numpy()
+    busy = float(dur.sum())
+    s["n_steps"] = len(steps)
+    s["busy_frac"] = busy / makespan if makespan > 0 else float("nan")
+    if len(steps):
+        w = dur / busy
+        s["kv_used_frac_mean"] = float((steps["kv_used_frac"].to_numpy() * w).sum())
+        s["kv_used_frac_max"] = float(steps["kv_used_frac"].max())
+        b = steps["n_running"].to_numpy()
+        s["batch_size_mean"] = float((b * w).sum())
+        s["batch_size_p50"] = float(np.percentile(b, 50))
+        s["batch_size_p99"] = float(np.percentile(b, 99))
+        s["batch_size_max"] = int(b.max())
+        s["step_time_mean_s"] = float(dur.mean())
+    s["n_preemptions"] = int(run.n_preemptions.sum())
+    num_drafts = int(steps["n_spec"].sum()) if len(steps) else 0
+    draft_tokens = int(steps["n_draft_tokens"].sum()) if len(steps) else 0
+    accepted = int(steps["n_accepted_tokens"].sum()) if len(steps) else 0
+    s["num_drafts"] = num_drafts
+    s["num_draft_tokens"] = draft_tokens
+    s["num_accepted_tokens"] = accepted
+    s["draft_acceptance_rate"] = accepted / draft_tokens if draft_tokens else float("nan")
+    s["mean_acceptance_length"] = 1.0 + accepted / num_drafts if num_drafts else float("nan")
+    s["acceptance_rate_per_position"] = (run.accepted_per_position / num_drafts).tolist() if num_drafts else []
+    s["wasted_verify_slots"] = int(steps["n_wasted_slots"].sum()) if len(steps) else 0
+    decode_steps = int(steps["n_decode"].sum()) if len(steps) else 0
+    decode_emitted = int(steps["n_emitted_tokens"].sum() - steps["n_prefill_done"].sum()) if len(steps) else 0
+    s["tokens_per_decode_step"] = decode_emitted / decode_steps if decode_steps else float("nan")
+    return s

@@ -1,0 +1,417 @@
+"""Workloads for the serving simulator: who arrives when, with how long a prompt and output.
+
+A `Workload` is three aligned arrays (arrival time, prompt tokens, output tokens), or, for a closed
+loop, the lengths plus a number of users who each send their next request when the last one ends.
+
+- Synthetic arrivals: Poisson at a rate; Gamma inter-arrivals with a coefficient of variation (CV 1
+  is Poisson, above 1 bursty, below 1 smoother); a closed loop of N users with a think time.
+- Lengths: fixed, uniform, or lognormal (given, or fitted by maximum likelihood to a trace's column).
+- Trace replay in the traces' own formats (see ../shared/data/traces/README.md): the Azure LLM
+  inference CSVs (`TIMESTAMP,ContextTokens,GeneratedTokens`), the Mooncake JSON lines (millisecond
+  `timestamp`, `input_length`, `output_length`) and a plain `arrival_time_s,prompt_tokens,
+  output_tokens` CSV. Mooncake arrivals are quantised to about 3 s; the reader spreads the requests
+  of one quantum over the quantum with seeded, sorted uniform jitter (file order kept) and says so
+  in `notes`. Bad input raises SpecError naming the file, the line and the value.
+- Time scaling (`scaled`, `at_rate`: replay at 2× by halving every gap) and a time window.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SpecError
+
+TRACE_FORMATS = ("azure", "mooncake", "plain")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """Requests to replay. Arrays have shape (n_requests,) and are aligned by request index.
+
+    arrival_at_s: arrival times, non-decreasing, from 0 (all NaN for a closed loop, where request
+    i + n_users is sent when one of the users' previous requests finishes, after think_time_s).
+    prompt_tokens, output_tokens: int64, each >= 1.
+    """
+
+    arrival_at_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    n_users: int = 0
+    think_time_s: float = 0.0
+    source: str = ""
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        a = np.asarray(self.arrival_at_s, dtype=np.float64)
+        p = np.asarray(self.prompt_tokens)
+        o = np.asarray(self.output_tokens)
+        if not (a.shape == p.shape == o.shape and a.ndim == 1):
+            raise SpecError(f"workload {self.source!r}: arrival, prompt and output arrays must be 1-D and "
+                            f"of one length; got {a.shape}, {p.shape}, {o.shape}")
+        for name, arr in (("prompt_tokens", p), ("output_tokens", o)):
+            if arr.size and (arr.dtype.kind not in "iu" or arr.min() < 1):
+                raise SpecError(f"workload {self.source!r}: {name} must be integers >= 1")
+        if self.n_users:
+            if self.n_users < 1 or not np.all(np.isnan(a)):
+                raise SpecError(f"workload {self.source!r}: a closed loop has n_users >= 1 and no arrival times")
+            if not (self.think_time_s >= 0 and math.isfinite(self.think_time_s)):
+                raise SpecError(f"workload {self.source!r}: think_time_s must be a finite number >= 0")
+        elif a.size and (not np.all(np.isfinite(a)) or np.any(np.diff(a) < 0) or a[0] < 0):
+            raise SpecError(f"workload {self.source!r}: arrival times must be finite, >= 0 and non-decreasing")
+        for name, arr in (("arrival_at_s", a), ("prompt_tokens", p.astype(np.int64)),
+                          ("output_tokens", o.astype(np.int64))):
+            arr = np.array(arr)
+            arr.flags.writeable = False
+            object.__setattr__(self, name, arr)
+
+    @property
+    def n_requests(self) -> int:
+        return int(self.prompt_tokens.size)
+
+    @property
+    def is_closed_loop(self) -> bool:
+        return self.n_users > 0
+
+    @property
+    def duration_s(self) -> float:
+        """Span from the first to the last arrival (0 for a closed loop or a single request)."""
+        if self.is_closed_loop or self.n_requests < 2:
+            return 0.0
+        return float(self.arrival_at_s[-1] - self.arrival_at_s[0])
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        """Requests per second over the arrival span: (n − 1) / span."""
+        d = self.duration_s
+        return (self.n_requests - 1) / d if d > 0 else math.nan
+
+    def scaled(self, speed: float) -> "Workload":
+        """Replay `speed` times faster: every arrival time divided by speed (2.0 = twice the rate)."""
+        if not (speed > 0 and math.isfinite(speed)):
+            raise SpecError(f"workload {self.source!r}: time scale {speed!r} must be a positive number")
+        if self.is_closed_loop:
+            raise SpecError(f"workload {self.source!r}: a closed loop has no arrival times to scale")
+        return replace(self, arrival_at_s=self.arrival_at_s / speed,
+                       notes=self.notes + (f"arrival times divided by {speed:g} (replayed {speed:g}x faster)",))
+
+    def at_rate(self, rate_per_s: float) -> "Workload":
+        """Scale time so the mean arrival rate is rate_per_s."""
+        native = self.mean_rate_per_s
+        if not math.isfinite(native):
+            raise SpecError(f"workload {self.source!r}: needs two or more distinct arrival times to set a rate")
+        return self.scaled(rate_per_s / native)
+
+    def window(self, start_s: float, end_s: float) -> "Workload":
+        """Requests arriving in [start_s, end_s), shifted so the window starts at 0."""
+        if self.is_closed_loop:
+            raise SpecError(f"workload {self.source!r}: a closed loop has no arrival times to window")
+        if not (0 <= start_s < end_s):
+            raise SpecError(f"workload {self.source!r}: time window [{start_s}, {end_s}) must have 0 <= start < end")
+        keep = (self.arrival_at_s >= start_s) & (self.arrival_at_s < end_s)
+        return replace(self, arrival_at_s=self.arrival_at_s[keep] - start_s, prompt_tokens=self.prompt_tokens[keep],
+                       output_tokens=self.output_tokens[keep],
+                       notes=self.notes + (f"window [{start_s:g}, {end_s:g}) s of the source kept",))
+
+    def head(self, n: int) -> "Workload":
+        """The first n requests."""
+        return replace(self, arrival_at_s=self.arrival_at_s[:n], prompt_tokens=self.prompt_tokens[:n],
+                       output_tokens=self.output_tokens[:n])
+
+
+# ---- synthetic arrivals ---------------------------------------------------------------------------
+
+def poisson_arrivals(rng: np.random.Generator, *, rate_per_s: float, n_requests: int) -> np.ndarray:
+    """Arrival times (s) of a Poisson process: exponential gaps with mean 1 / rate; first at 0."""
+    return gamma_arrivals(rng, rate_per_s=rate_per_s, cv=1.0, n_requests=n_requests)
+
+
+def gamma_arrivals(rng: np.random.Generator, *, rate_per_s: float, cv: float, n_requests: int) -> np.ndarray:
+    """Arrival times (s) with Gamma-distributed gaps of mean 1 / rate and coefficient of variation cv
+    (shape 1 / cv², scale cv² / rate; cv = 1 is Poisson, cv > 1 bursty). First arrival at 0."""
+    if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
+        raise SpecError(f"workload: field 'rate_per_s' = {rate_per_s!r}: expected a positive rate")
+    if not (cv > 0 and math.isfinite(cv)):
+        raise SpecError(f"workload: field 'cv' = {cv!r}: expected a positive coefficient of variation")
+    shape = 1.0 / cv**2
+    gaps = rng.gamma(shape, 1.0 / (shape * rate_per_s), size=max(n_requests - 1, 0))
+    return np.concatenate([[0.0], np.cumsum(gaps)])[:n_requests]
+
+
+# ---- length distributions -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lengths:
+    """A token-length distribution. kind: 'fixed' (tokens), 'uniform' (min..max inclusive) or
+    'lognormal' (log-space mu, sigma; draws rounded and clipped to [min, max])."""
+
+    kind: str
+    tokens: int = 0
+    min: int = 1
+    max: int = 1 << 30
+    mu: float = 0.0
+    sigma: float = 0.0
+
+    def __post_init__(self) -> None:
+        where = f"length distribution {self.kind!r}"
+        if self.kind not in ("fixed", "uniform", "lognormal"):
+            raise SpecError(f"{where}: field 'kind' = {self.kind!r}: expected fixed, uniform or lognormal")
+        if self.kind == "fixed" and (not isinstance(self.tokens, (int, np.integer)) or self.tokens < 1):
+            raise SpecError(f"{where}: field 'tokens' = {self.tokens!r}: expected an integer >= 1")
+        if not (isinstance(self.min, (int, np.integer)) and isinstance(self.max, (int, np.integer)) and 1 <= self.min <= self.max):
+            raise SpecError(f"{where}: fields 'min' = {self.min!r}, 'max' = {self.max!r}: expected integers 1 <= min <= max")
+        if self.kind == "lognormal" and not (self.sigma >= 0 and math.isfinite(self.sigma) and math.isfinite(self.mu)):
+            raise SpecError(f"{where}: field 'sigma' = {self.sigma!r}: expected a finite number >= 0")
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            return np.full(n, self.tokens, dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(self.min, self.max + 1, size=n, dtype=np.int64)
+        draws = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
+        return np.clip(draws, self.min, self.max).astype(np.int64)
+
+    @property
+    def mean_tokens(self) -> float:
+        if self.kind == "fixed":
+            return float(self.tokens)
+        if self.kind == "uniform":
+            return (self.min + self.max) / 2.0
+        return math.exp(self.mu + self.sigma**2 / 2.0)  # before rounding and clipping
+
+
+def fit_lognormal(samples, *, clip_to_range: bool = True) -> Lengths:
+    """Maximum-likelihood lognormal fit (mu, sigma = mean and std of log x) to positive lengths,
+    clipped to the sample's range so a draw never exceeds what the trace saw."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size < 2 or np.any(x <= 0):
+        raise SpecError("fit_lognormal: needs two or more positive lengths")
+    logs = np.log(x)
+    return Lengths(kind="lognormal", mu=float(logs.mean()), sigma=float(logs.std()),
+                   min=int(x.min()) if clip_to_range else 1, max=int(x.max()) if clip_to_range else 1 << 30)
+
+
+def lengths_from_dict(raw, *, where: str) -> Lengths:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: expected a table like {{kind = \"fixed\", tokens = 128}}, got {raw!r}")
+    allowed = {"kind", "tokens", "min", "max", "mu", "sigma", "mean_tokens"}
+    for key in raw:
+        if key not in allowed:
+            raise SpecError(f"{where}: unknown key {key!r}; allowed keys: {', '.join(sorted(allowed))}")
+    kw = dict(raw)
+    if "mean_tokens" in kw:  # lognormal given by its mean and sigma
+        mean = kw.pop("mean_tokens")
+        sigma = kw.get("sigma", 0.0)
+        if not (isinstance(mean, (int, float)) and mean > 0):
+            raise SpecError(f"{where}: field 'mean_tokens' = {mean!r}: expected a positive number")
+        kw["mu"] = math.log(mean) - sigma**2 / 2.0
+    try:
+        return Lengths(**kw)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def synthetic(*, arrivals: np.ndarray, prompt: Lengths, output: Lengths, rng_lengths: np.random.Generator,
+              source: str = "synthetic") -> Workload:
+    n = len(arrivals)
+    return Workload(arrival_at_s=np.asarray(arrivals, dtype=float), prompt_tokens=prompt.sample(rng_lengths, n),
+                    output_tokens=output.sample(rng_lengths, n), source=source)
+
+
+def closed_loop(*, n_users: int, n_requests: int, prompt: Lengths, output: Lengths,
+                rng_lengths: np.random.Generator, think_time_s: float = 0.0) -> Workload:
+    """N users, each sending its next request think_time_s after its previous one completes."""
+    if isinstance(n_users, bool) or not isinstance(n_users, (int, np.integer)) or n_users < 1:
+        raise SpecError(f"workload: field 'n_users' = {n_users!r}: expected an integer >= 1")
+    return Workload(arrival_at_s=np.full(n_requests, np.nan), prompt_tokens=prompt.sample(rng_lengths, n_requests),
+                    output_tokens=output.sample(rng_lengths, n_requests), n_users=int(n_users),
+                    think_time_s=float(think_time_s), source=f"closed loop of {n_users} users")
+
+
+# ---- trace readers --------------------------------------------------------------------------------
+
+_INT = re.compile(r"^\s*[+-]?\d+\s*$")
+_EPOCH = datetime(1970, 1, 1)  # naive: the trace gives no time zone, and only differences matter
+_AZURE_TS = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?$")
+
+
+def _bad(path, line: int, column: str, value, expected: str) -> SpecError:
+    return SpecError(f"{path}: line {line}: column {column!r} = {value!r}: expected {expected}")
+
+
+def _length(path, line: int, column: str, value) -> int:
+    if isinstance(value, bool):
+        raise _bad(path, line, column, value, "an integer number of tokens >= 1")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, float) and value.is_integer():
+        n = int(value)
+    elif isinstance(value, str) and _INT.match(value):
+        n = int(value)
+    else:
+        raise _bad(path, line, column, value, "an integer number of tokens >= 1")
+    if n < 1:
+        raise _bad(path, line, column, value, "an integer number of tokens >= 1")
+    return n
+
+
+def _azure_seconds(path, line: int, text: str) -> float:
+    m = _AZURE_TS.match(text.strip())
+    if not m:
+        raise _bad(path, line, "TIMESTAMP", text, "a time 'YYYY-MM-DD HH:MM:SS.fffffff'")
+    y, mo, d, h, mi, s, frac = m.groups()
+    try:
+        whole = (datetime(int(y), int(mo), int(d), int(h), int(mi), int(s)) - _EPOCH).total_seconds()
+    except ValueError:
+        raise _bad(path, line, "TIMESTAMP", text, "a valid calendar date and time") from None
+    return whole + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def _float_seconds(path, line: int, column: str, text) -> float:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise _bad(path, line, column, text, "a number of seconds") from None
+    if not math.isfinite(v) or v < 0:
+        raise _bad(path, line, column, text, "a finite number of seconds >= 0")
+    return v
+
+
+def _read_csv(path: Path, columns: tuple[str, str, str], parse_time):
+    times, prompts, outputs = [], [], []
+    try:
+        f = open(path, newline="", encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: trace file not found") from None
+    with f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise SpecError(f"{path}: line 1: empty file; expected a header {','.join(columns)}")
+        header = [h.strip() for h in header]
+        idx = []
+        for col in columns:
+            if col not in header:
+                raise SpecError(f"{path}: line 1: missing column {col!r}; header is {','.join(header)!r}, "
+                                f"expected {','.join(columns)}")
+            idx.append(header.index(col))
+        last = -math.inf
+        for row in reader:
+            line = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < len(header):
+                raise SpecError(f"{path}: line {line}: {len(row)} fields, expected {len(header)} ({','.join(header)})")
+            t = parse_time(path, line, columns[0], row[idx[0]])
+            if t < last:
+                raise _bad(path, line, columns[0], row[idx[0]], "a time no earlier than the previous row's")
+            last = t
+            times.append(t)
+            prompts.append(_length(path, line, columns[1], row[idx[1]]))
+            outputs.append(_length(path, line, columns[2], row[idx[2]]))
+    return times, prompts, outputs
+
+
+def read_azure(path) -> Workload:
+    """Azure LLM inference trace 2023 CSV: arrival = seconds after the first row's TIMESTAMP."""
+    path = Path(path)
+    times, p, o = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+                            lambda pa, line, col, text: _azure_seconds(pa, line, text))
+    t = np.asarray(times, dtype=np.float64)
+    return Workload(arrival_at_s=t - (t[0] if t.size else 0.0), prompt_tokens=np.asarray(p, dtype=np.int64),
+                    output_tokens=np.asarray(o, dtype=np.int64), source=str(path))
+
+
+def read_plain(path) -> Workload:
+    """Plain CSV with header arrival_time_s,prompt_tokens,output_tokens (times kept as given)."""
+    path = Path(path)
+    times, p, o = _read_csv(path, ("arrival_time_s", "prompt_tokens", "output_tokens"), _float_seconds)
+    return Workload(arrival_at_s=np.asarray(times, dtype=np.float64), prompt_tokens=np.asarray(p, dtype=np.int64),
+                    output_tokens=np.asarray(o, dtype=np.int64), source=str(path))
+
+
+def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: float = 3.0) -> Workload:
+    """Mooncake JSON lines (`timestamp` ms from the trace start, `input_length`, `output_length`).
+
+    The timestamps come in ~3 s quanta with many requests sharing one. With an rng, the requests of
+    one quantum get sorted uniform offsets in [0, min(quantum_s, gap to the next quantum)), so they
+    keep file order and stay before the next quantum; without one they keep their shared times."""
+    path = Path(path)
+    times, prompts, outputs = [], [], []
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: trace file not found") from None
+    last = -math.inf
+    with f:
+        for line_no, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"{path}: line {line_no}: not valid JSON ({exc.msg}): {text.strip()[:80]!r}") from None
+            if not isinstance(obj, dict):
+                raise SpecError(f"{path}: line {line_no}: expected a JSON object, got {text.strip()[:80]!r}")
+            for key in ("timestamp", "input_length", "output_length"):
+                if key not in obj:
+                    raise SpecError(f"{path}: line {line_no}: missing field {key!r}; has {', '.join(obj)}")
+            ts = obj["timestamp"]
+            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+                raise _bad(path, line_no, "timestamp", ts, "a number of milliseconds >= 0")
+            if ts < last:
+                raise _bad(path, line_no, "timestamp", ts, "a time no earlier than the previous line's")
+            last = ts
+            times.append(ts / 1e3)
+            prompts.append(_length(path, line_no, "input_length", obj["input_length"]))
+            outputs.append(_length(path, line_no, "output_length", obj["output_length"]))
+    t = np.asarray(times, dtype=np.float64)
+    notes: tuple[str, ...] = ()
+    if rng is not None and t.size:
+        t = jitter_quantised(t, rng=rng, quantum_s=quantum_s)
+        notes = (f"arrivals quantised to ~{quantum_s:g} s in the source; requests sharing a timestamp spread "
+                 f"over it with seeded sorted uniform jitter, file order kept",)
+    return Workload(arrival_at_s=t - (t[0] if t.size else 0.0), prompt_tokens=np.asarray(prompts, dtype=np.int64),
+                    output_tokens=np.asarray(outputs, dtype=np.int64), source=str(path), notes=notes)
+
+
+def jitter_quantised(t: np.ndarray, *, rng: np.random.Generator, quantum_s: float) -> np.ndarray:
+    """Spread runs of equal times over [t, t + min(quantum_s, next distinct time − t)), sorted
+    within each run so order is kept. t: (n,) non-decreasing seconds."""
+    values, start, counts = np.unique(t, return_index=True, return_counts=True)
+    width = np.minimum(np.append(np.diff(values), quantum_s), quantum_s)
+    out = t.copy()
+    u = rng.random(t.size)
+    for v0, s, c, w in zip(values, start, counts, width):
+        out[s:s + c] = v0 + np.sort(u[s:s + c]) * w
+    return out
+
+
+def read_trace(path, *, format: str | None = None, rng: np.random.Generator | None = None) -> Workload:
+    """Read a trace in one of TRACE_FORMATS; format guessed from the suffix/header when not given."""
+    path = Path(path)
+    if format is None:
+        if path.suffix in (".jsonl", ".json"):
+            format = "mooncake"
+        else:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    head = f.readline()
+            except FileNotFoundError:
+                raise SpecError(f"{path}: trace file not found") from None
+            format = "azure" if "TIMESTAMP" in head else "plain"
+    if format == "azure":
+        return read_azure(path)
+    if format == "plain":
+        return read_plain(path)
+    if format == "mooncake":
+        return read_mooncake(path, rng=rng)
+    raise SpecError(f"{path}: trace format {format!r}: expected one of {', '.join(TRACE_FORMATS)}")
