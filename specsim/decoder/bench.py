@@ -1,0 +1,39 @@
+"""`specsim decoder bench`: time of one verify pass over M query tokens at context length L.
+
+The cache is filled with random keys and values up to L (attention time does not depend on their
+values), so long contexts need no prefill. Each point is the minimum over `repeats` passes."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..trees import ancestor_mask, chain
+
+
+def verify_times(model, *, m_values=(1, 2, 4, 8, 16, 32, 64), contexts=(128, 512, 2048), repeats: int = 3,
+                 seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    cap = max(contexts) + max(m_values)
+    cache = model.new_cache(min(cap, model.config.n_ctx))
+    cache.k[:] = rng.standard_normal(cache.k.shape, dtype=np.float32)
+    cache.v[:] = rng.standard_normal(cache.v.shape, dtype=np.float32)
+    for ctx in contexts:
+        if ctx + max(m_values) > cache.capacity:
+            continue
+        base = None
+        for m in m_values:
+            tree = chain(m - 1)
+            toks = rng.integers(0, model.config.n_vocab, m)
+            mask = ancestor_mask(tree)
+            best = np.inf
+            for _ in range(repeats + 1):  # the first pass also compiles a new shape
+                cache.length = ctx
+                t0 = time.perf_counter()
+                model.forward(cache, toks, ctx + tree.depths, mask)
+                best = min(best, time.perf_counter() - t0)
+            base = best if m == 1 else base
+            rows.append(dict(ctx_len=ctx, m=m, verify_s=best, per_token_s=best / m,
+                             ratio_to_m1=best / base if base else float("nan")))
+    return rows
