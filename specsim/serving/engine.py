@@ -603,10 +603,11 @@ def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[Iterati
     from it). until_s: stop the clock there (requests still in flight are 'unfinished')."""
     seed_seq = seed_seq if seed_seq is not None else np.random.SeedSequence(0)
     keys = request_keys(seed_seq, workload.n_requests)
-    eng = _Engine(workload, config, cost, policy=policy, acceptance=np.asarray(acceptance, dtype=float),
+    acceptance = np.asarray(acceptance, dtype=float)
+    if speculative and policy.k_reserved > 0 and acceptance.size == 0:
+        raise SpecError("serving engine: speculation needs an acceptance rate (alpha, tau or per-position rates)")
+    eng = _Engine(workload, config, cost, policy=policy, acceptance=acceptance,
                   speculative=speculative, keys=keys, record_tokens=record_tokens)
-    if eng.speculative and eng.acc.size == 0:
-        raise SpecError("serving engine: speculation needs an acceptance rate (alpha or tau)")
     env = simpy.Environment()
     proc = env.process(eng.process(env))
     env.run(until=proc if until_s is None else until_s)
