@@ -47,7 +47,7 @@ def test_closed_loop_reaches_the_analytical_throughput(seed_pair, batch, k):
     w = Workload(arrival_at_s=np.full(batch * n_rounds, np.nan), prompt_tokens=np.full(batch * n_rounds, PROMPT),
                  output_tokens=np.full(batch * n_rounds, OUTPUT), n_users=batch)
     cap = kv_capacity(target, hw, tp=1, drafter=drafter)
-    assert cap.capacity_tokens > 2 * batch * (PROMPT + OUTPUT + k + 1)  # no memory pressure
+    assert cap.capacity_tokens > 1.1 * batch * (PROMPT + OUTPUT + k + 1)  # no memory pressure
     cost = RooflineCost(target, hw, tp=1, drafter=drafter, method="draft_model")
     cfg = EngineConfig(n_blocks=cap.n_blocks, max_num_seqs=batch, max_num_batched_tokens=1 << 20)
     policy = StaticK(k=k) if k else Never()
