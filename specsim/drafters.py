@@ -52,7 +52,7 @@ import numpy as np
 from .errors import SpecError, field_error, reject_unknown_keys
 from .hardware import Efficiency, HardwareProfile
 from .models import ModelSpec
-from .roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device
+from .roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device  # noqa: F401 (step_cost re-used by tests)
 
 METHODS = ("draft_model", "prompt_lookup", "medusa", "eagle", "lookahead", "layer_skip", "mtp", "sparse_kv")
 # Families whose candidates can be verified as a tree (tree_size M > K + 1 is meaningful).

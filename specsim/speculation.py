@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .acceptance import alpha_from_tau, tokens_per_cycle_iid  # noqa: F401  (re-exported)
+from .acceptance import alpha_from_tau, rank_acceptance_from_conditional, tokens_per_cycle_iid  # noqa: F401
 from .drafters import DrafterConfig, draft_cost
 from .errors import field_error
 from .hardware import Efficiency, HardwareProfile
@@ -100,9 +100,7 @@ def rank_acceptance_from_alpha(alpha: float, *, n_ranks: int = DEFAULT_N_RANKS,
     a = float(alpha)
     if not 0.0 <= a <= 1.0:
         raise field_error("speculation", "alpha", a, "an acceptance rate in [0, 1]")
-    c = a * rank_decay ** np.arange(n_ranks)
-    survive = np.concatenate([[1.0], np.cumprod(1.0 - c)[:-1]])
-    return c * survive
+    return rank_acceptance_from_conditional(a * rank_decay ** np.arange(n_ranks))
 
 
 @lru_cache(maxsize=4096)

@@ -1,0 +1,142 @@
+"""Drafter families: each one's cost per cycle and memory, checked against hand formulas.
+
+Expected values are recomputed here from the seed article and the model shapes (bytes over
+bandwidth), never read from specsim's own output.
+"""
+import numpy as np
+import pytest
+
+from specsim import drafters
+from specsim.drafters import DrafterConfig, draft_cost, footprint, make_config
+from specsim.errors import SpecError
+from specsim.hardware import load_hardware
+from specsim.models import load_model
+from specsim.speculation import Deployment, speculative_cycle, tokens_per_cycle
+
+HBM = load_hardware("seed-hbm-2tbs")
+DDR5 = load_hardware("seed-ddr5-90gbs")
+T70 = load_model("seed-70b")
+
+
+def test_seed_1b_drafter_costs_about_1_ms_on_2_tbs():
+    # seed article: "1B drafter, fp16 = 2 GB → ~1 ms/step" = 2e9 B / 2.0e12 B/s; 3 %: the roofline also
+    # counts the LM head's logits and the small KV cache
+    cfg = make_config("draft_model", T70, drafter="seed-1b")
+    c = draft_cost(cfg, T70, HBM, batch_size=1, k=5, ctx_len=256)
+    assert float(c.draft_step_time_s) == pytest.approx(2e9 / 2.0e12, rel=0.03)
+    assert float(c.draft_time_s) == pytest.approx(5 * 2e9 / 2.0e12, rel=0.03)  # K sequential steps
+    assert float(c.verify_q_len) == 6  # K + 1 positions verified
+
+
+def test_seed_half_b_drafter_costs_about_4_ms_on_ddr5():
+    # seed article: "a 0.5B drafter at ~350 MB costs about 4 ms a step" = 0.35e9 / 90e9 = 3.9 ms
+    target = load_model("seed-7b-q4")
+    cfg = make_config("draft_model", target, drafter="seed-0.5b")
+    c = draft_cost(cfg, target, DDR5, batch_size=1, k=4, ctx_len=256)
+    assert float(c.draft_step_time_s) == pytest.approx(0.35e9 / 90e9, rel=0.03)
+
+
+def test_eagle_step_is_one_layer_plus_the_lm_head_by_hand():
+    # one decoder layer of seed-70b + its LM head + the 2d→d projection, all fp16, at 2 TB/s
+    d, h, kv, hd, f, v = 8192, 64, 8, 128, 29184, 32000
+    layer = d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f
+    params = layer + v * d + 2 * d * d
+    c = draft_cost(DrafterConfig(method="eagle"), T70, HBM, batch_size=1, k=4, ctx_len=16)
+    # 2 %: norms, the logits written in fp32 and activations are extra
+    assert float(c.draft_step_time_s) == pytest.approx(params * 2 / 2e12, rel=0.02)
+    assert float(c.draft_time_s) == pytest.approx(4 * params * 2 / 2e12, rel=0.02)
+
+
+def test_medusa_heads_run_inside_the_verify_pass():
+    d, v = 8192, 32000
+    heads = 5 * (d * d + d + d * v)  # Cai et al. 2024: ResBlock(d) + Linear(d, V) per head
+    c = draft_cost(DrafterConfig(method="medusa"), T70, HBM, batch_size=1, k=4, tree_size=64, ctx_len=16)
+    assert float(c.draft_time_s) == 0.0
+    assert float(c.verify_q_len) == 64
+    # bytes-bound at B·M = 64 < ridge 156: weights + 5 heads' fp32 logits for 64 positions
+    assert float(c.verify_extra_s) == pytest.approx((heads * 2 + 64 * 5 * v * 4) / 2e12, rel=1e-6)
+
+
+def test_prompt_lookup_has_no_weights_and_a_cpu_cost_per_sequence():
+    cfg = DrafterConfig(method="prompt_lookup")
+    c = draft_cost(cfg, T70, HBM, batch_size=np.array([1, 8]), k=5, ctx_len=2000)
+    # by hand: B × 10 µs per 1000 context tokens
+    assert np.allclose(c.draft_time_s, np.array([1, 8]) * 10e-6 * 2.0)
+    fp = footprint(cfg, T70, batch_size=4, ctx_len=1000, k=5)
+    assert set(fp) == {"speculative slots"}
+    # 4 sequences × 6 slots × 80 layers × 2 × 8 heads × 128 × 2 bytes
+    assert float(fp["speculative slots"]) == 4 * 6 * 80 * 2 * 8 * 128 * 2
+
+
+def test_lookahead_scores_window_and_guesses_every_step():
+    c = draft_cost(DrafterConfig(method="lookahead"), T70, HBM, batch_size=1, k=1, ctx_len=0)
+    # Fu et al. 2024: lookahead branch W·(N−1) + verification branch G·(N−1) + the current token
+    assert float(c.verify_q_len) == 1 + (15 + 15) * 4
+    c = draft_cost(DrafterConfig(method="lookahead", lookahead_window=7, lookahead_guesses=7), T70, HBM,
+                   batch_size=1, k=1, ctx_len=0)
+    assert float(c.verify_q_len) == 1 + 14 * 4
+
+
+def test_layer_skip_drafts_with_the_first_layers():
+    target = load_model("llama-2-7b")
+    cfg = DrafterConfig(method="layer_skip", skip_layers=8)
+    c = draft_cost(cfg, target, HBM, batch_size=1, k=3, ctx_len=0)
+    d, f, v = 4096, 11008, 32000
+    per_layer = 4 * d * d + 3 * d * f
+    assert float(c.draft_step_time_s) == pytest.approx((8 * per_layer + v * d) * 2 / 2e12, rel=0.02)
+    assert "drafter weights" not in footprint(cfg, target, batch_size=1, ctx_len=100, k=3)
+
+
+def test_sparse_kv_self_speculation_gains_with_batch_at_long_context():
+    # MagicDec (Chen et al. 2024): at long context the KV read dominates, drafting with a 512-token
+    # window is cheap relative to a full step, so the speedup grows with B; a draft model's shrinks.
+    target = load_model("llama-2-7b-32k")
+    dep = Deployment(hardware=load_hardware("h100-sxm"))
+    b = np.array([1, 4, 16, 64])
+    def speedup(method, ctx, batch=b):
+        cfg = make_config(method, target)
+        tau = tokens_per_cycle(cfg, alpha=0.8, k=3)
+        return speculative_cycle(cfg, target, dep, batch_size=batch, k=3, ctx_len=ctx, tokens_per_cycle=tau).speedup
+    sparse = speedup("sparse_kv", 32768)
+    assert np.all(np.diff(sparse) > 0), sparse
+    assert sparse[-1] > 1.5
+    # at short context the same self-speculation loses with batch: the weights dominate again
+    short = speedup("sparse_kv", 256, np.array([1, 512]))
+    assert short[1] < short[0]
+
+
+def test_mtp_needs_a_target_with_mtp_layers():
+    with pytest.raises(SpecError, match="MTP layers"):
+        make_config("mtp", T70)
+    ds = load_model("deepseek-v3")
+    cfg = make_config("mtp", ds)
+    c = draft_cost(cfg, ds, load_hardware("h200-sxm"), batch_size=1, k=2, ctx_len=1024, tp=8)
+    # one MoE block (like the last layer) + the shared head: far below a full step, well above zero
+    full = drafters.step_cost(ds, load_hardware("h200-sxm"), batch_size=1, q_len=1, ctx_len=1024, tp=8).time_s
+    assert 0.005 * float(full) < float(c.draft_step_time_s) < 0.2 * float(full)
+
+
+def test_tokenizer_trap_through_make_config():
+    with pytest.raises(SpecError, match="tokenizer"):
+        make_config("draft_model", T70, drafter="seed-0.5b")
+    assert make_config("draft_model", T70, drafter="seed-0.5b", allow_cross_tokenizer=True).drafter.id == "seed-0.5b"
+
+
+def test_bad_config_is_refused_with_the_field():
+    with pytest.raises(SpecError, match="lookahead_ngram"):
+        DrafterConfig(method="lookahead", lookahead_ngram=1)
+    with pytest.raises(SpecError, match="method"):
+        DrafterConfig(method="speculate-harder")
+    with pytest.raises(SpecError, match="drafter_options.*unknown key 'heads'"):
+        make_config("medusa", T70, options={"heads": 4})
+    with pytest.raises(SpecError, match="tree_size"):
+        draft_cost(DrafterConfig(method="prompt_lookup"), T70, HBM, batch_size=1, k=4, tree_size=9, ctx_len=0)
+
+
+def test_draft_model_tree_expands_one_level_per_step():
+    cfg = make_config("draft_model", T70, drafter="seed-1b")
+    chain = draft_cost(cfg, T70, HBM, batch_size=1, k=4, ctx_len=0)
+    tree = draft_cost(cfg, T70, HBM, batch_size=1, k=4, tree_size=33, ctx_len=0)
+    # 32 drafted nodes over 4 levels: 8 per step, still bandwidth bound on the 1B → same time per step
+    assert float(tree.verify_q_len) == 33
+    assert float(tree.draft_step_time_s) == pytest.approx(float(chain.draft_step_time_s), rel=0.01)

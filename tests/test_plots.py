@@ -1,0 +1,67 @@
+"""Plots: each function draws on the axes it is given, returns its artists, writes PNG and SVG."""
+from dataclasses import replace
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from specsim import plots  # noqa: E402
+from specsim.scenario import load_scenario  # noqa: E402
+from specsim.sweep import run_sweep, verify_roofline_points  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def df():
+    s = load_scenario("scenarios/seed-70b-hbm.toml")
+    s = replace(s, sections={"sweep": {"k": [1, 2, 4], "tree_size": [4, 16, 64], "batch_size": [1, 8, 64, 512],
+                                       "context_len": [256, 131072], "alpha": [0.5, 0.8],
+                                       "attention": ["fused", "naive"]}})
+    return run_sweep(s)
+
+
+def test_speedup_vs_batch_marks_the_threshold_and_shades_the_regression(df):
+    fig, ax = plt.subplots()
+    d = df[~df["is_tree"] & (df["context_len"] == 256) & (df["alpha"] == 0.8) & (df["attention"] == "fused")]
+    artists = plots.speedup_vs_batch(ax, d)
+    labels = [a.get_label() for a in artists]
+    assert sum(lbl.startswith("k = ") for lbl in labels) == 3
+    assert any("regression" in lbl for lbl in labels)
+    assert any(lbl.startswith("switch off at B ≥") for lbl in labels)
+    assert "batch size" in ax.get_xlabel() and "speedup" in ax.get_ylabel()
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("fn,select", [
+    ("speedup_vs_context", lambda d: d[~d["is_tree"] & (d["batch_size"] == 1) & (d["alpha"] == 0.8)]),
+    ("speedup_heatmap", lambda d: d[~d["is_tree"] & (d["context_len"] == 256) & (d["attention"] == "fused")]),
+    ("speedup_vs_k", lambda d: d[~d["is_tree"] & (d["batch_size"] == 1) & (d["context_len"] == 256)]),
+    ("speedup_vs_tree_size", lambda d: d[d["is_tree"] & (d["batch_size"] == 1) & (d["context_len"] == 256)
+                                         & (d["alpha"] == 0.8)]),
+])
+def test_every_sweep_plot_returns_artists_and_labels_its_axes(df, fn, select):
+    fig, ax = plt.subplots()
+    artists = getattr(plots, fn)(ax, select(df))
+    assert artists and ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    plt.close(fig)
+
+
+def test_roofline_and_verify_cost(tmp_path):
+    pts = verify_roofline_points("seed-70b", "seed-hbm-2tbs", batch_sizes=(1, 16))
+    fig, (a, b) = plt.subplots(1, 2)
+    assert plots.roofline_chart(a, pts) and plots.verify_cost_vs_tokens(b, pts)
+    assert "FLOP / byte" in a.get_xlabel() and "B·M" in b.get_xlabel()
+    paths = plots.save_figure(fig, tmp_path / "roof")
+    assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_sweep_figures_write_the_standard_set(df, tmp_path):
+    pts = verify_roofline_points("seed-70b", "seed-hbm-2tbs")
+    ref = {"hardware": "seed-hbm-2tbs", "target": "seed-70b", "method": "draft_model", "attention": "fused",
+           "batch_size": 1, "context_len": 256, "alpha": 0.8}
+    paths = plots.sweep_figures(df, tmp_path, reference=ref, roofline=pts)
+    names = {p.stem for p in paths}
+    assert {"speedup_vs_batch", "speedup_vs_context", "heatmap_batch_alpha", "speedup_vs_k",
+            "speedup_vs_tree_size", "roofline", "verify_cost"} <= names
+    assert plt.get_fignums() == []  # every figure closed, none shown
