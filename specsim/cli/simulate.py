@@ -1,0 +1,122 @@
+"""`specsim simulate`: a scenario's workload through the serving simulator under each policy."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from ..errors import SpecError
+from .common import print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="serving simulation: continuous batching under load, each gating policy, a rate sweep",
+        description="Run the scenario's [workload] through the continuous-batching serving simulator under "
+        "each policy of its [policies] table, at each arrival rate, and compare latency percentiles, "
+        "throughput and goodput. Speedups are against the scenario's non-speculating policy.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("scenario", help="scenario name (e.g. llama-70b-h100-chat) or path to a TOML file")
+    p.add_argument("--rates", help="comma-separated arrival rates in requests/s (default: the scenario's "
+                   "[workload] rates, else the workload as given)")
+    p.add_argument("--policies", help="comma-separated policy names from [policies] (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="seed for arrivals, lengths and acceptance")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--out", help="folder for summary.csv, per-request CSVs and the plots")
+    p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")
+    p.set_defaults(func=_run)
+
+
+def _parse_rates(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"--rates {text!r}: expected comma-separated numbers like 1,2,4,8") from None
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise SpecError(f"--rates {text!r}: expected positive arrival rates in requests/s")
+    return rates
+
+
+def _ms(x) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.1f}"
+
+
+def _table_text(table, crossovers: dict, scenario_name: str) -> str:
+    head = ("policy", "rate/s", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "tok/s", "goodput/s", "SLO %",
+            "batch", "KV %", "preempt", "acc len", "speedup")
+    rows = []
+    for _, r in table.iterrows():
+        rate = r["rate_per_s"]
+        rows.append((
+            str(r["policy"]), "trace" if rate is None or (isinstance(rate, float) and math.isnan(rate)) else f"{rate:g}",
+            _ms(r["tpot_p50_s"]), _ms(r["tpot_p99_s"]), _ms(r["ttft_p50_s"]), _ms(r["ttft_p99_s"]),
+            f"{r['throughput_tokens_per_s']:.0f}", f"{r['goodput_requests_per_s']:.2f}",
+            f"{100 * r['slo_attainment_frac']:.0f}", f"{r['batch_size_mean']:.1f}", f"{100 * r['kv_used_frac_mean']:.0f}",
+            f"{int(r['n_preemptions'])}",
+            "-" if not math.isfinite(r["mean_acceptance_length"]) else f"{r['mean_acceptance_length']:.2f}",
+            "-" if "speedup_tpot_p50" not in r or not math.isfinite(r["speedup_tpot_p50"]) else f"{r['speedup_tpot_p50']:.2f}x",
+        ))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines = [f"specsim simulate: {scenario_name} (latencies in ms; speedup = baseline p50 TPOT / policy p50 TPOT)",
+             fmt.format(*head), "  ".join("-" * w for w in widths)]
+    lines += [fmt.format(*row) for row in rows]
+    if crossovers:
+        lines.append("")
+        for p, x in crossovers.items():
+            lines.append(f"crossover ({p}): " + (f"speculation stops paying at about {x:.2f} req/s" if x is not None
+                                                  else "none in the swept rates"))
+    return "\n".join(lines)
+
+
+def _run(args) -> int:
+    from tqdm import tqdm
+
+    from ..scenario import load_scenario
+    from ..serving.simulate import build_serving, crossover_rate, sweep
+
+    scenario = load_scenario(args.scenario)
+    setup = build_serving(scenario, seed=args.seed)
+    rates = _parse_rates(args.rates)
+    policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
+    n_rates = len(rates or setup.rates or [None])
+    n_pol = len(policies or setup.policies)
+    with tqdm(total=n_rates * n_pol, desc="simulate", unit="run", disable=None, leave=False) as bar:
+        def progress(name, rate):
+            bar.set_postfix_str(f"{name} @ {rate if rate is not None else 'trace'}")
+            bar.update(1)
+        table, results = sweep(setup, rates=rates, policies=policies, progress=progress)
+    base = table.attrs.get("baseline_policy")
+    crossovers = {}
+    if base is not None and table["rate_per_s"].notna().sum() > 1:
+        crossovers = {p: crossover_rate(table, p) for p in dict.fromkeys(table["policy"]) if p != base}
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "summary.csv", index=False)
+        for (name, rate), res in results.items():
+            tag = "trace" if rate is None else f"{rate:g}"
+            res.requests.to_csv(out / f"requests_{name}_rate{tag}.csv", index=False)
+        if not args.no_plots and table["rate_per_s"].notna().sum() > 1:
+            from ..serving.plots import serving_figures
+            serving_figures(table, out, crossovers=crossovers, title=scenario.name)
+    if args.json:
+        print_json({"scenario": scenario.name, "baseline_policy": base, "kv_blocks": setup.capacity.n_blocks,
+                    "kv_capacity_tokens": setup.capacity.capacity_tokens,
+                    "memory_per_device_bytes": setup.capacity.memory_bytes, "workload": setup.workload.source,
+                    "workload_notes": list(setup.workload.notes), "crossover_rate_per_s": crossovers,
+                    "runs": [dict(r.summary) for r in results.values()]})
+        return 0
+    print(_table_text(table, crossovers, scenario.name))
+    cap = setup.capacity
+    print(f"\nKV cache: {cap.n_blocks} blocks of {cap.block_size_tokens} tokens ({cap.capacity_tokens} tokens); "
+          + ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in cap.memory_bytes.items()) + " per device")
+    for note in setup.workload.notes:
+        print(f"workload: {note}")
+    if args.out:
+        print(f"wrote {args.out}/summary.csv, per-request CSVs" + ("" if args.no_plots else " and plots"))
+    return 0

@@ -1,0 +1,120 @@
+"""`specsim simulate` end to end on a tiny scenario, and the scenario sections' validation."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specsim.cli import main
+from specsim.errors import SpecError
+from specsim.scenario import load_scenario
+from specsim.serving.simulate import build_serving, crossover_rate, resolve_data_path
+
+SCENARIO = """
+name = "tiny"
+hardware = "h100-sxm"
+target = "llama-3.1-8b"
+drafter = "llama-3.2-1b"
+method = "draft_model"
+k = 3
+alpha = 0.8
+tp = 1
+[workload]
+kind = "trace"
+trace = "{trace}"
+rates = [1.0, 4.0]
+[engine]
+max_num_seqs = 8
+max_num_batched_tokens = 512
+{engine_extra}
+[policies]
+never = {{ kind = "never" }}
+static = {{ kind = "static", k = 3 }}
+gate = {{ kind = "disable_by_batch_size", k = 3, threshold = 4 }}
+[slo]
+ttft_s = 1.0
+tpot_s = 0.05
+"""
+
+
+def _scenario(tmp_path: Path, engine_extra: str = "", n: int = 24) -> Path:
+    trace = tmp_path / "trace.csv"
+    rows = [f"{i * 0.5},{64 + 7 * i},{8 + (i % 5) * 6}" for i in range(n)]
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    path = tmp_path / "tiny.toml"
+    path.write_text(SCENARIO.format(trace=trace, engine_extra=engine_extra))
+    return path
+
+
+def test_simulate_cli_table_csv_and_plots(tmp_path, capsys):
+    path = _scenario(tmp_path)
+    out = tmp_path / "out"
+    assert main(["simulate", str(path), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "TPOT p50" in text and "static" in text and "gate" in text and "KV cache:" in text
+    assert (out / "summary.csv").is_file() and (out / "requests_static_rate4.csv").is_file()
+    for png in ("latency_vs_rate.png", "throughput_vs_rate.png", "speedup_vs_rate.png"):
+        assert (out / png).stat().st_size > 10_000
+    assert main(["simulate", str(path), "--rates", "2", "--policies", "never,static", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in data["runs"]] == ["never", "static"]
+    assert all(r["n_done"] == 24 for r in data["runs"])
+    assert data["runs"][1]["num_drafts"] > 0 and data["runs"][0]["num_drafts"] == 0
+
+
+def test_simulate_cli_bad_flags(tmp_path, capsys):
+    path = _scenario(tmp_path)
+    assert main(["simulate", str(path), "--rates", "1,fast"]) == 2
+    assert "--rates" in capsys.readouterr().err
+    assert main(["simulate", str(path), "--policies", "sometimes"]) == 2
+    assert "policy 'sometimes'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ("max_num_seq = 4", "unknown key 'max_num_seq'"),
+    ("max_num_batched_tokens = 0", "'max_num_batched_tokens'"),
+    ("gpu_memory_utilization = 1.5", "gpu_memory_utilization"),
+])
+def test_engine_section_is_validated(tmp_path, extra, fragment):
+    path = _scenario(tmp_path, engine_extra=extra)
+    if extra.startswith("max_num_batched_tokens"):
+        path.write_text(path.read_text().replace("max_num_batched_tokens = 512\n", ""))
+    with pytest.raises(SpecError, match=fragment):
+        build_serving(load_scenario(str(path)))
+
+
+def test_workload_and_slo_sections_are_validated(tmp_path):
+    path = _scenario(tmp_path)
+    text = path.read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('kind = "trace"', 'kind = "trace"\nratez = [1]'))
+    with pytest.raises(SpecError, match="unknown key 'ratez'"):
+        build_serving(load_scenario(str(bad)))
+    bad.write_text(text.replace("tpot_s = 0.05", "tpot_s = -1"))
+    with pytest.raises(SpecError, match="'tpot_s'"):
+        build_serving(load_scenario(str(bad)))
+    bad.write_text(text.replace("alpha = 0.8\n", ""))
+    with pytest.raises(SpecError, match="acceptance rate"):
+        build_serving(load_scenario(str(bad)))
+
+
+def test_missing_trace_names_specsim_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSIM_DATA", str(tmp_path))
+    with pytest.raises(SpecError, match="SPECSIM_DATA"):
+        resolve_data_path("traces/nope.csv")
+
+
+def test_shipped_scenario_builds_and_crossover_helper(tmp_path):
+    try:
+        setup = build_serving(load_scenario("llama-70b-h100-chat"))
+    except SpecError as exc:
+        if "SPECSIM_DATA" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    assert setup.workload.n_requests > 1000 and set(setup.policies) == {"never", "static_k4", "gate_bs16"}
+    assert setup.acceptance == (0.7,)
+    import pandas as pd
+    t = pd.DataFrame({"policy": ["p"] * 3, "rate_per_s": [1.0, 2.0, 4.0], "speedup_tpot_p50": [2.0, 1.5, 0.5]})
+    # 1.5 at rate 2, 0.5 at rate 4: crosses 1 half way in log2(rate): 2^1.5
+    assert crossover_rate(t, "p") == pytest.approx(2 ** 1.5)
