@@ -117,9 +117,11 @@ def speedup_vs_k(ax, df: pd.DataFrame, *, line="alpha", title: str = ""):
     """Speedup against draft length K, one line per acceptance rate (best tree size when trees)."""
     artists = []
     data = _best(df, [line, "k"])
-    for value, g in data.groupby(line, observed=True):
+    groups = list(data.groupby(line, observed=True))
+    colors = plt.cm.viridis(np.linspace(0.0, 0.92, max(len(groups), 1)))
+    for (value, g), color in zip(groups, colors):
         label = f"α = {value:.2f}" if line == "alpha" else f"{line} = {value}"
-        (ln,) = ax.plot(g["k"], g["speedup"], marker="o", ms=3, label=label)
+        (ln,) = ax.plot(g["k"], g["speedup"], marker="o", ms=3, label=label, color=color)
         artists.append(ln)
     artists.append(ax.axhspan(0, 1.0, color=REGRESSION_COLOR, alpha=0.6, lw=0))
     artists.append(ax.axhline(1.0, color="k", lw=0.8))
@@ -266,14 +268,20 @@ def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.Da
         speedup_vs_k(ax, chains[(chains["batch_size"] == b0) & (chains["context_len"] == l0)],
                      title=f"Speedup vs K — {label}\nB = {b0}, L = {l0}")
         out += save_figure(fig, Path(out_dir) / "speedup_vs_k")
-    trees = base[base["is_tree"]]
+    trees = df[df["is_tree"]]
+    for key in ("target", "method"):
+        if key in reference and (trees[key] == reference[key]).any():
+            trees = trees[trees[key] == reference[key]]
+    tree_line = "hardware" if trees["hardware"].nunique() > 1 or trees["stack"].nunique() < 2 else "stack"
+    if tree_line == "stack":
+        trees = trees.assign(stack=trees["stack"].astype(str).replace({"": "idealised part (no stack)"}))
     if ok("speedup_vs_tree_size") and len(trees) and trees["tree_size"].nunique() > 1:
         attn_t = trees[trees["attention"] == attn] if (trees["attention"] == attn).any() else trees
         sub = attn_t[(attn_t["batch_size"] == _nearest(attn_t["batch_size"], b0))
                      & (attn_t["context_len"] == _nearest(attn_t["context_len"], l0))
                      & (attn_t["alpha"] == _nearest(attn_t["alpha"], a0))]
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        speedup_vs_tree_size(ax, sub, title=f"Speedup vs tree size — {sub['target'].iloc[0]}, "
+        speedup_vs_tree_size(ax, sub, line=tree_line, title=f"Speedup vs tree size — {sub['target'].iloc[0]}, "
                                             f"{sub['method'].iloc[0]}\nB = {b0}, L = {l0}, α = {a0:.2f}, best depth per M")
         out += save_figure(fig, Path(out_dir) / "speedup_vs_tree_size")
     if roofline is not None and ok("roofline"):
