@@ -276,6 +276,7 @@ class GridResult:
     speedup: np.ndarray
     verify_q_len: np.ndarray
     is_tree: bool
+    alpha_effective: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -283,9 +284,13 @@ class GridResult:
 
 
 def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, batch_size, context_len, alpha,
-                  tree_size=None, n_ranks: int = DEFAULT_N_RANKS, rank_decay: float = DEFAULT_RANK_DECAY) -> GridResult:
+                  tree_size=None, n_ranks: int = DEFAULT_N_RANKS, rank_decay: float = DEFAULT_RANK_DECAY,
+                  alpha_factor=None) -> GridResult:
     """Evaluate a family on the outer product of 1-D grids K × M × B × L × α, fully vectorised:
-    the step costs are computed once per (K or M, B, L) and the acceptance once per (K, M, α)."""
+    the step costs are computed once per (K or M, B, L) and the acceptance once per (K, M, L, α).
+
+    alpha_factor: optional (nL,) multipliers of α per context length (an `acceptance.AcceptanceModel`
+    factor: acceptance falling with context or temperature); the effective α is clipped to [0, 1]."""
     ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
     bs = np.atleast_1d(np.asarray(batch_size, dtype=np.int64))
     ls = np.atleast_1d(np.asarray(context_len, dtype=np.int64))
@@ -302,7 +307,11 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     B = bs[None, None, :, None, None]
     L = ls[None, None, None, :, None]
     A = al[None, None, None, None, :]
-    tau = tokens_per_cycle(cfg, alpha=A, k=K, tree_size=M if tree else None, n_ranks=n_ranks, rank_decay=rank_decay)
+    A_eff = A
+    if alpha_factor is not None:
+        f = np.broadcast_to(np.asarray(alpha_factor, dtype=float), ls.shape)[None, None, None, :, None]
+        A_eff = np.clip(A * f, 0.0, 1.0)
+    tau = tokens_per_cycle(cfg, alpha=A_eff, k=K, tree_size=M if tree else None, n_ranks=n_ranks, rank_decay=rank_decay)
     plain = target_step_time(target, dep, batch_size=B, q_len=1, ctx_len=L)
     cyc = speculative_cycle(cfg, target, dep, batch_size=B, k=K, ctx_len=L, tokens_per_cycle=tau,
                             tree_size=M if tree else None, plain_step_time_s=plain)
@@ -315,7 +324,8 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
                       verify_time_s=full(cyc.verify_time_s), overhead_s=full(cyc.overhead_s),
                       cycle_time_s=full(cyc.cycle_time_s), target_step_time_s=full(cyc.target_step_time_s),
                       tokens_per_s=full(cyc.tokens_per_s), baseline_tokens_per_s=full(cyc.baseline_tokens_per_s),
-                      speedup=full(cyc.speedup), verify_q_len=full(dc_q), is_tree=tree)
+                      speedup=full(cyc.speedup), verify_q_len=full(dc_q), is_tree=tree,
+                      alpha_effective=full(A_eff))
 
 
 def best_config(grid: GridResult) -> dict[str, np.ndarray]:

@@ -11,6 +11,10 @@ costs a few numpy passes, not 10⁶ Python calls.
   drafter_options   a table of family knobs (see drafters.OPTION_KEYS)
   n_ranks, rank_decay   how a single α becomes a per-rank tree vector (speculation docs)
   tau_k             the K at which the given τ values were measured (default: the scenario's k)
+  context_decay_per_token, temperature_slope, reference_context_len, reference_temperature
+                    acceptance falling with context and temperature (`acceptance.AcceptanceModel`):
+                    α_eff = clip(α · exp(−λ(L − L_ref) − s(T − T_ref))); default: no dependence,
+                    references the scenario's context_len and temperature. Column alpha_effective.
 tree_size applies to the families that verify trees (drafters.TREE_METHODS); the others run chains
 with tree_size = K + 1. τ values are converted to the i.i.d. α that gives them at tau_k.
 Columns (SI units in the names): see COLUMNS.
@@ -22,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from . import drafters
-from .acceptance import alpha_from_tau
+from .acceptance import AcceptanceModel, alpha_from_tau
 from .errors import SpecError, field_error, reject_unknown_keys
 from .hardware import load_hardware
 from .models import load_model
@@ -33,13 +37,14 @@ from .stacks import load_stack
 
 CATEGORICAL = ("hardware", "target", "method", "drafter", "stack", "tp", "attention", "temperature")
 NUMERIC = ("k", "tree_size", "batch_size", "context_len", "alpha", "tau")
-OTHER_KEYS = ("drafter_options", "n_ranks", "rank_decay", "tau_k", "plots")
+ACCEPTANCE_KEYS = ("context_decay_per_token", "temperature_slope", "reference_context_len", "reference_temperature")
+OTHER_KEYS = ("drafter_options", "n_ranks", "rank_decay", "tau_k", "plots") + ACCEPTANCE_KEYS
 SWEEP_KEYS = CATEGORICAL + NUMERIC + OTHER_KEYS
 
 COLUMNS = ("hardware", "target", "drafter", "method", "stack", "tp", "attention", "temperature", "k", "tree_size",
            "is_tree", "batch_size", "context_len", "alpha", "tokens_per_cycle", "draft_time_s", "verify_time_s",
            "cycle_overhead_s", "cycle_time_s", "target_step_time_s", "verify_q_len", "tokens_per_s",
-           "baseline_tokens_per_s", "speedup", "regression", "memory_per_device_bytes", "fits")
+           "baseline_tokens_per_s", "speedup", "regression", "memory_per_device_bytes", "fits", "alpha_effective")
 
 
 def _as_list(value) -> list:
@@ -94,6 +99,12 @@ def sweep_axes(scenario: Scenario) -> dict:
     axes["n_ranks"] = int(raw.get("n_ranks", DEFAULT_N_RANKS))
     axes["rank_decay"] = float(raw.get("rank_decay", DEFAULT_RANK_DECAY))
     axes["plots"] = _as_list(raw.get("plots", "all"))
+    axes["acceptance"] = {
+        "context_decay_per_token": float(raw.get("context_decay_per_token", 0.0)),
+        "temperature_slope": float(raw.get("temperature_slope", 0.0)),
+        "reference_context_len": float(raw.get("reference_context_len", scenario.context_len)),
+        "reference_temperature": float(raw.get("reference_temperature", scenario.temperature)),
+    }
     return axes
 
 
@@ -145,7 +156,10 @@ def run_sweep(scenario: Scenario, *, progress: bool = False, skipped: list | Non
             cfg = drafters.make_config(method, target, drafter=drafter_id, drafter_tp=scenario.drafter_tp,
                                        allow_cross_tokenizer=scenario.allow_cross_tokenizer,
                                        options=axes["drafter_options"])
-            g = evaluate_grid(cfg, target, dep, k=axes["k"], tree_size=axes["tree_size"] if tree else None, batch_size=axes["batch_size"],
+            acc = AcceptanceModel(alpha=1.0, **axes["acceptance"])
+            factor = acc.factor(np.asarray(axes["context_len"], dtype=float), float(temp or 0.0))
+            g = evaluate_grid(cfg, target, dep, k=axes["k"], tree_size=axes["tree_size"] if tree else None,
+                              alpha_factor=factor, batch_size=axes["batch_size"],
                               context_len=axes["context_len"], alpha=axes["alpha"], n_ranks=axes["n_ranks"],
                               rank_decay=axes["rank_decay"])
         except SpecError as exc:
@@ -171,20 +185,29 @@ def run_sweep(scenario: Scenario, *, progress: bool = False, skipped: list | Non
         cols["regression"] = cols["speedup"] < 1.0
         cols["memory_per_device_bytes"] = np.broadcast_to(mem, g.shape).ravel()
         cols["fits"] = cols["memory_per_device_bytes"] <= hw.memory_bytes
-        frames.append(pd.DataFrame({c: (_constant(v, n) if np.isscalar(v) else v) for c, v in cols.items()}))
+        cols["alpha_effective"] = g.alpha_effective.ravel()
+        frames.append((n, cols))
     if not frames:
         return pd.DataFrame({c: [] for c in COLUMNS})
-    df = pd.concat(frames, ignore_index=True)
-    for c in ("hardware", "target", "drafter", "method", "stack", "attention"):
-        df[c] = df[c].astype(str).astype("category") if df[c].dtype != "category" else df[c]
-    return df[list(COLUMNS)]
+    return _assemble(frames)
 
 
-def _constant(value, n: int):
-    """A constant column: strings as a one-category Categorical (cheap for 10^6 rows)."""
-    if isinstance(value, str):
-        return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[value])
-    return np.full(n, value)
+def _assemble(frames) -> pd.DataFrame:
+    """One DataFrame from per-combination column dicts: numeric columns concatenated, constant
+    string columns built once as Categoricals from codes (no per-row string objects)."""
+    sizes = np.array([n for n, _ in frames])
+    out = {}
+    for c in COLUMNS:
+        values = [cols[c] for _, cols in frames]
+        if isinstance(values[0], str):
+            cats = sorted(set(values))
+            codes = np.repeat(np.array([cats.index(v) for v in values], dtype=np.int32), sizes)
+            out[c] = pd.Categorical.from_codes(codes, categories=cats)
+        elif np.isscalar(values[0]):
+            out[c] = np.repeat(np.array(values), sizes)
+        else:
+            out[c] = np.concatenate(values)
+    return pd.DataFrame(out)
 
 
 def _self_drafter(method: str) -> str:

@@ -134,3 +134,16 @@ def test_cli_writes_csv_parquet_and_plots(tmp_path, capsys):
                  "speedup_vs_tree_size", "roofline", "verify_cost"):
         assert (out / f"{name}.png").stat().st_size > 10_000, name
         assert (out / f"{name}.svg").exists()
+
+
+def test_acceptance_can_fall_with_context_and_temperature():
+    # AcceptanceModel form: α_eff = α · exp(−λ (L − L_ref) − s (T − T_ref)); λ = 1e-6 at L = 131072 from
+    # L_ref = 256 gives exp(−0.130816) by hand
+    s = _small(k=[4], batch_size=[1], context_len=[256, 131072], alpha=[0.8], context_decay_per_token=1e-6,
+               temperature=[0.0, 1.0], temperature_slope=0.1)
+    df = run_sweep(s).set_index(["temperature", "context_len"])
+    assert df.loc[(0.0, 256), "alpha_effective"] == pytest.approx(0.8)
+    assert df.loc[(0.0, 131072), "alpha_effective"] == pytest.approx(0.8 * np.exp(-0.130816), rel=1e-9)
+    assert df.loc[(1.0, 256), "alpha_effective"] == pytest.approx(0.8 * np.exp(-0.1), rel=1e-9)
+    assert df.loc[(1.0, 256), "speedup"] < df.loc[(0.0, 256), "speedup"]
+    assert (df["alpha"] == 0.8).all()
