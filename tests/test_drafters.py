@@ -140,3 +140,25 @@ def test_draft_model_tree_expands_one_level_per_step():
     # 32 drafted nodes over 4 levels: 8 per step, still bandwidth bound on the 1B → same time per step
     assert float(tree.verify_q_len) == 33
     assert float(tree.draft_step_time_s) == pytest.approx(float(chain.draft_step_time_s), rel=0.01)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SEED_CFGS = {m: (make_config(m, T70, drafter="seed-1b") if m == "draft_model" else DrafterConfig(method=m))
+             for m in drafters.METHODS if m != "mtp"}
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.sampled_from(sorted(SEED_CFGS)), st.integers(1, 256), st.integers(1, 8), st.integers(0, 65536))
+def test_drafting_costs_are_positive_and_grow_with_batch_and_depth(method, b, k, ctx):
+    cfg = SEED_CFGS[method]
+    c = draft_cost(cfg, T70, HBM, batch_size=np.array([b, 2 * b]), k=k, ctx_len=ctx)
+    assert np.all(c.draft_time_s >= 0) and np.all(c.verify_extra_s >= 0)
+    assert c.draft_time_s[1] >= c.draft_time_s[0]  # twice the sequences never drafts faster
+    deeper = draft_cost(cfg, T70, HBM, batch_size=b, k=k + 1, ctx_len=ctx)
+    assert float(deeper.draft_time_s) >= float(c.draft_time_s[0])
+    if method != "lookahead":
+        assert np.all(c.verify_q_len == k + 1)
+    fp = footprint(cfg, T70, batch_size=b, ctx_len=ctx, k=k)
+    assert all(np.all(np.asarray(v) >= 0) for v in fp.values())
