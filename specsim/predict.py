@@ -15,8 +15,7 @@ from .hardware import HardwareProfile, load_hardware
 from .models import ModelSpec, load_model
 from .roofline import StepCost, check_fits, kv_bytes_per_device, step_cost, weight_bytes_per_device
 from .scenario import Scenario
-from .speculation import (CycleTimes, Deployment, alpha_from_tau, cycle_times, speculative_cycle, tokens_per_cycle,
-                          tokens_per_cycle_iid)
+from .speculation import CycleTimes, Deployment, alpha_from_tau, cycle_times, speculative_cycle, tokens_per_cycle
 from .stacks import load_stack
 
 
