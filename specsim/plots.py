@@ -195,7 +195,9 @@ def verify_cost_vs_tokens(ax, points: pd.DataFrame, *, title: str = ""):
         (ln,) = ax.plot(g["tokens_in_flight"], g["time_vs_one_token"], marker=".", label=f"B = {b}")
         artists.append(ln)
     ridge = float(points["ridge_flops_per_byte"].iloc[0])
-    artists.append(ax.axvline(ridge, color="crimson", ls="--", label=f"ops:byte ratio ≈ {ridge:.0f}"))
+    tokens = float(points["ridge_tokens_in_flight"].iloc[0])
+    artists.append(ax.axvline(tokens, color="crimson", ls="--",
+                              label=f"ops:byte {ridge:.0f} FLOP/B → compute bound at B·M ≈ {tokens:.0f}"))
     artists.append(ax.axhline(1.0, color="k", lw=0.8))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens in flight B·M")

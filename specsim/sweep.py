@@ -275,4 +275,7 @@ def verify_roofline_points(target_id: str, hardware_id: str, *, tree_sizes=range
         "peak_flops_per_s": hw.peak_flops_per_s[dtype] * dep.eff.compute_frac,
         "peak_bandwidth_bytes_per_s": hw.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac,
         "ridge_flops_per_byte": hw.ridge_flops_per_byte(target.compute_dtype),
+        # each token in flight does 2 FLOP per weight byte-count of weight_bytes_per_param: the weight
+        # GEMMs turn compute bound at B·M = ridge × bytes_per_weight / 2 (156 for fp16 on the seed part)
+        "ridge_tokens_in_flight": hw.ridge_flops_per_byte(target.compute_dtype) * target.weight_bytes_per_param / 2.0,
     })

@@ -119,6 +119,10 @@ def test_verify_roofline_points_by_hand():
     assert pts["intensity_flops_per_byte"].iloc[0] == pytest.approx(1.0, rel=0.02)
     assert pts["intensity_flops_per_byte"].iloc[1] == pytest.approx(64.0, rel=0.05)
     assert pts["time_vs_one_token"].iloc[1] < 1.05
+    assert pts["ridge_tokens_in_flight"].iloc[0] == pytest.approx(156.0)  # 312 TFLOP/s / 2 TB/s, 2-byte weights
+    q4 = verify_roofline_points("seed-7b-q4", "seed-ddr5-90gbs", tree_sizes=[1], batch_sizes=[1])
+    # 4 TFLOP/s int8 / 90 GB/s = 44.4 FLOP/B; 4.75-bit weights = 0.59375 B → 44.4 × 0.59375 / 2 = 13.2 tokens
+    assert q4["ridge_tokens_in_flight"].iloc[0] == pytest.approx(4e12 / 90e9 * 0.59375 / 2, rel=1e-9)
 
 
 def test_cli_writes_csv_parquet_and_plots(tmp_path, capsys):
