@@ -127,3 +127,38 @@ def test_no_room_for_the_cache_is_an_error():
     from specsim.errors import DoesNotFitError
     with pytest.raises(DoesNotFitError, match="no room for a KV cache"):
         kv_capacity(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), tp=1)
+
+
+@pytest.mark.parametrize("method", ["medusa", "eagle", "layer_skip", "sparse_kv"])
+def test_other_drafter_families_cost_what_specsim_drafters_says(method):
+    from specsim import drafters
+    hw, target = load_hardware("h100-sxm"), load_model("llama-3.1-70b")
+    cost = RooflineCost(target, hw, tp=4, method=method)
+    ctx = np.array([496, 512, 528, 512], dtype=np.int64)  # mean 512, a multiple of the 16-token lookup grid
+    mix = IterationMix(np.full(4, 5), ctx, np.full(4, 5), np.full(4, 4), np.zeros(4, dtype=bool))
+    dc = drafters.draft_cost(drafters.make_config(method, target), target, hw, batch_size=4, k=4, ctx_len=512, tp=4)
+    assert cost.draft_time_s(mix) == pytest.approx(float(dc.draft_time_s + dc.verify_extra_s), rel=1e-12)
+    plain = IterationMix(np.ones(4, dtype=np.int64), ctx, np.ones(4, dtype=np.int64), np.zeros(4, dtype=np.int64),
+                         np.zeros(4, dtype=bool))
+    assert cost.draft_time_s(plain) == 0.0
+
+
+def test_prompt_lookup_costs_a_cpu_search_per_sequence():
+    from specsim import drafters
+    cost = RooflineCost(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), method="prompt_lookup")
+    mix = IterationMix(np.full(2, 4), np.array([1000, 3000]), np.full(2, 4), np.full(2, 3), np.zeros(2, dtype=bool))
+    # drafters' estimate, c per sequence per 1k tokens of context, at 1k and 3k tokens: 4c
+    assert cost.draft_time_s(mix) == pytest.approx(4 * drafters.PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN)
+
+
+def test_tree_drafting_passes_by_hand():
+    hw, target, drafter = load_hardware("h100-sxm"), load_model("llama-3.1-8b"), load_model("llama-3.2-1b")
+    fast = RooflineCost(target, hw, drafter=drafter)
+    exact = RooflineCost(target, hw, drafter=drafter, exact=True)
+    ctx = np.array([300, 700], dtype=np.int64)
+    # M = 7 nodes, depth 3: 2 nodes a level; pass j scores 2 tokens per sequence at ctx + 2j
+    mix = IterationMix(np.full(2, 7), ctx, np.full(2, 7), np.full(2, 3), np.zeros(2, dtype=bool), tree_size=7)
+    by_hand = sum(float(mixed_step_cost(drafter, hw, q_lens=np.full(2, 2), ctx_lens=ctx + 2 * j).time_s)
+                  for j in range(3))
+    assert fast.draft_time_s(mix) == pytest.approx(by_hand, rel=1e-9)
+    assert exact.draft_time_s(mix) == pytest.approx(by_hand, rel=1e-12)

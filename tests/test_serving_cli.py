@@ -112,9 +112,20 @@ def test_shipped_scenario_builds_and_crossover_helper(tmp_path):
         if "SPECSIM_DATA" in str(exc):
             pytest.skip(str(exc))
         raise
-    assert setup.workload.n_requests > 1000 and set(setup.policies) == {"never", "static_k4", "gate_bs16"}
+    assert setup.workload.n_requests > 1000 and set(setup.policies) == {"never", "static_k4", "gate_bs64"}
     assert setup.acceptance == (0.7,)
     import pandas as pd
     t = pd.DataFrame({"policy": ["p"] * 3, "rate_per_s": [1.0, 2.0, 4.0], "speedup_tpot_p50": [2.0, 1.5, 0.5]})
     # 1.5 at rate 2, 0.5 at rate 4: crosses 1 half way in log2(rate): 2^1.5
     assert crossover_rate(t, "p") == pytest.approx(2 ** 1.5)
+
+
+def test_eagle_scenario_counts_its_head_in_memory_and_runs(tmp_path):
+    path = _scenario(tmp_path, n=8)
+    text = path.read_text().replace('drafter = "llama-3.2-1b"\nmethod = "draft_model"', 'method = "eagle"')
+    path.write_text(text)
+    setup = build_serving(load_scenario(str(path)))
+    assert "eagle head weights" in setup.capacity.memory_bytes
+    from specsim.serving.simulate import sweep
+    table, _ = sweep(setup, rates=[2.0], policies=["never", "static"])
+    assert table["n_done"].tolist() == [8, 8] and table.loc[1, "num_drafts"] > 0

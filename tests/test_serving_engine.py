@@ -192,3 +192,29 @@ def test_conservation_property(case, seed):
     # same seed, same result
     again = simulate(w, config=cfg, cost=varying_cost, policy=policy, acceptance=alpha, seed=seed)
     assert again.requests.drop(columns=["status"]).equals(req.drop(columns=["status"]))
+
+
+def test_tree_verification_reserves_m_slots_and_takes_m_tokens_of_budget():
+    seen = []
+
+    def cost(mix):
+        seen.append((mix.q_lens.tolist(), mix.draft_k.tolist(), mix.tree_size))
+        return TICK
+
+    # a tree of M = 6 nodes and depth K = 2, everything accepted: 3 tokens a verify, 6 query tokens
+    r = simulate(work([0.0], [4], [7]), config=EngineConfig(n_blocks=100, block_size_tokens=1), cost=cost,
+                 policy=StaticK(k=2), acceptance=1.0, tree_size=6, record_tokens=True)
+    assert seen[1] == ([6], [2], 6)
+    assert r.requests["emitted_tokens"][0] == 7
+    s = r.summary
+    assert s["num_draft_tokens"] == 5 * s["num_drafts"]  # M - 1 draft tokens per verify
+    assert s["wasted_verify_slots"] == 5 * s["num_drafts"] - s["num_accepted_tokens"]
+    # block size 1: while verifying, the sequence holds its cache plus M slots
+    assert r.steps["kv_used_blocks"].iloc[1] == 4 + 6
+    # a budget smaller than the tree: no speculation, plain decoding
+    r2 = simulate(work([0.0], [4], [3]), config=EngineConfig(n_blocks=100, max_num_batched_tokens=5), cost=const,
+                  policy=StaticK(k=2), acceptance=1.0, tree_size=6)
+    assert r2.summary["num_drafts"] == 0 and r2.requests["emitted_tokens"][0] == 3
+    with pytest.raises(SpecError, match="tree_size"):
+        simulate(work([0.0], [4], [3]), config=EngineConfig(n_blocks=100), cost=const, policy=StaticK(k=4),
+                 acceptance=1.0, tree_size=3)

@@ -6,8 +6,8 @@ Per iteration (vLLM's scheduler, iteration-level batching):
    watermark, or more tokens than max_model_len, or, without chunked prefill, a prompt longer than
    the token budget) is rejected on arrival, counted, and never scheduled.
 2. Running sequences are scheduled first, in admission order, against the token budget
-   `max_num_batched_tokens`: a decode takes 1 + k_reserved tokens (its last token and the K or tree
-   slots it may draft: draft tokens count against the budget), an unfinished prefill takes the
+   `max_num_batched_tokens`: a decode takes 1 + k_reserved tokens (its last token and the K slots
+   it may draft; M for a tree of M nodes: draft tokens count against the budget), an unfinished prefill takes the
    rest of its prompt or what is left of the budget (chunked prefill). Each decode holds blocks
    for its cache plus 1 + k_reserved slots. When the free blocks cannot cover that, the
    lowest-priority running sequence (the last admitted) is preempted by recompute: its blocks are
@@ -54,18 +54,20 @@ class IterationMix:
 
     q_lens: target tokens per sequence (prefill chunk, or 1 + K for a decode: last token + drafts);
     ctx_lens: tokens already in the sequence's cache; logit_lens: positions needing logits (a
-    prefill chunk that does not end its prompt needs none); draft_k: draft tokens per sequence
-    (0 = not speculating); is_prefill: bool.
+    prefill chunk that does not end its prompt needs none); draft_k: draft depth K per sequence
+    (0 = not speculating; a chain drafts K tokens); is_prefill: bool. tree_size: M when the drafts
+    form a tree of M nodes (root included) and depth K, verified as q_len = M; 0 for chains.
     """
 
-    __slots__ = ("q_lens", "ctx_lens", "logit_lens", "draft_k", "is_prefill")
+    __slots__ = ("q_lens", "ctx_lens", "logit_lens", "draft_k", "is_prefill", "tree_size")
 
-    def __init__(self, q_lens, ctx_lens, logit_lens, draft_k, is_prefill):
+    def __init__(self, q_lens, ctx_lens, logit_lens, draft_k, is_prefill, tree_size: int = 0):
         self.q_lens = q_lens
         self.ctx_lens = ctx_lens
         self.logit_lens = logit_lens
         self.draft_k = draft_k
         self.is_prefill = is_prefill
+        self.tree_size = tree_size
 
     @property
     def n_seqs(self) -> int:
@@ -242,12 +244,19 @@ class _Engine:
     """State of one run; `process` is the simpy process. Not reused across runs."""
 
     def __init__(self, workload: Workload, config: EngineConfig, cost: Callable[[IterationMix], float], *,
-                 policy, acceptance: np.ndarray, speculative: bool, keys: np.ndarray, record_tokens: bool):
+                 policy, acceptance: np.ndarray, speculative: bool, keys: np.ndarray, record_tokens: bool,
+                 tree_size: int = 0):
         self.cfg = config
         self.cost = cost
         self.policy = policy
         self.speculative = speculative and policy.k_reserved > 0
         self.k_res = int(policy.k_reserved) if self.speculative else 0
+        # a tree of M nodes of depth K: M query tokens per verify, M - 1 speculative slots reserved
+        self.tree = int(tree_size) if self.speculative and tree_size else 0
+        if self.tree and self.tree < self.k_res + 1:
+            raise SpecError(f"serving engine: tree_size {self.tree} cannot hold a path of depth K = {self.k_res} "
+                            f"(needs >= K + 1 nodes)")
+        self.slots = self.tree if self.tree else 1 + self.k_res  # tokens a decode takes per iteration
         kmax = max(self.k_res, 1)
         acc = np.asarray(acceptance, dtype=np.float64).ravel()
         self.acc = np.concatenate([acc, np.repeat(acc[-1:], max(kmax - acc.size, 0))])[:kmax] if acc.size else np.zeros(kmax)
@@ -301,7 +310,7 @@ class _Engine:
         for i in self.feed.pop_until(now):
             total = int(self.prompt[i] + self.out[i])
             reason = 0
-            if int(blocks_for(total + self.k_res, cfg.block_size_tokens)) > self.max_blocks_alone:
+            if int(blocks_for(total + self.slots - 1, cfg.block_size_tokens)) > self.max_blocks_alone:
                 reason = 1
             elif cfg.max_model_len and total > cfg.max_model_len:
                 reason = 2
@@ -335,7 +344,7 @@ class _Engine:
         allot is None when nothing is left running."""
         bs = self.cfg.block_size_tokens
         n_preempted = 0
-        slots = 1 + self.k_res
+        slots = self.slots
         while self.r_req.size:
             decode = self.r_done >= self.r_plen
             if decode.all():  # the common case: no prefill in progress
@@ -459,7 +468,9 @@ class _Engine:
             pf_end = is_pf & (done_before + a >= plen)
             if kslots and n_dec:
                 can_spec = dec & self.spec_ok[req]
-                k_cap = a - 1  # a decode's budgeted draft slots (a prefill's are masked by can_spec)
+                # a decode's budgeted draft depth (a prefill's is masked by can_spec); a tree is
+                # verified whole or not at all
+                k_cap = a - 1 if not self.tree else np.where(a >= self.tree, kslots, 0)
             else:
                 can_spec = None
 
@@ -469,9 +480,10 @@ class _Engine:
                     q = np.where(is_pf, a, 1) if n_pf else np.ones(a.size, dtype=np.int64)
                 else:
                     dk = np.where(can_spec, np.minimum(k, k_cap), 0)
-                    q = np.where(is_pf, a, 1 + dk) if n_pf else 1 + dk
+                    width = np.where(dk > 0, self.tree, 1) if self.tree else 1 + dk
+                    q = np.where(is_pf, a, width) if n_pf else width
                 logits = np.where(is_pf, pf_end, q) if n_pf else q
-                return IterationMix(q, ctx, logits, dk, is_pf)
+                return IterationMix(q, ctx, logits, dk, is_pf, self.tree)
 
             k = 0
             if can_spec is not None and can_spec.any():
@@ -512,12 +524,12 @@ class _Engine:
             if n_spec:
                 r = req[spec_rows]
                 dks = dk[spec_rows]
-                n_drafted = int(add(dks))
+                n_drafted = int(add(dks)) if not self.tree else n_spec * (self.tree - 1)
                 kmax = int(dks.max())
                 u = stream_uniforms(self.keys[r], self.counter[r], kmax)
                 self.counter[r] += dks.astype(np.uint64)
                 ok = u < self.acc[:kmax]
-                if n_drafted != n_spec * kmax:
+                if int(add(dks)) != n_spec * kmax:
                     ok &= np.arange(kmax)[None, :] < dks[:, None]
                 accepted = np.cumprod(ok, axis=1).sum(axis=1)
                 emit[spec_rows] += accepted
@@ -525,7 +537,7 @@ class _Engine:
                 self.draft_hist += np.bincount(dks, minlength=self.draft_hist.size)
                 acc_tok = int(add(accepted))
                 rejections = int(count(accepted < dks))
-                self.req_draft[r] += dks
+                self.req_draft[r] += dks if not self.tree else self.tree - 1
                 self.req_acc[r] += accepted
                 self.req_spec_steps[r] += 1
             emitted_before = self.emitted[req]
@@ -595,19 +607,21 @@ def _at_least(hist: np.ndarray) -> np.ndarray:
 
 def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[IterationMix], float], *, policy,
                acceptance=(), speculative: bool = True, seed_seq: np.random.SeedSequence | None = None,
-               record_tokens: bool = False, until_s: float | None = None) -> EngineRun:
+               record_tokens: bool = False, until_s: float | None = None, tree_size: int = 0) -> EngineRun:
     """Run one workload through the engine in a fresh simpy.Environment.
 
     acceptance: per-position conditional acceptance rates (α_1, α_2, ...; one value = i.i.d. α; the
     last value repeats). seed_seq: the acceptance SeedSequence (per-request streams are derived
-    from it). until_s: stop the clock there (requests still in flight are 'unfinished')."""
+    from it). until_s: stop the clock there (requests still in flight are 'unfinished').
+    tree_size: M > 0 verifies a draft tree of M nodes (depth K) per speculating sequence: M tokens
+    of budget and M - 1 reserved slots each; acceptance is then the per-depth rate along the tree."""
     seed_seq = seed_seq if seed_seq is not None else np.random.SeedSequence(0)
     keys = request_keys(seed_seq, workload.n_requests)
     acceptance = np.asarray(acceptance, dtype=float)
     if speculative and policy.k_reserved > 0 and acceptance.size == 0:
         raise SpecError("serving engine: speculation needs an acceptance rate (alpha, tau or per-position rates)")
     eng = _Engine(workload, config, cost, policy=policy, acceptance=acceptance,
-                  speculative=speculative, keys=keys, record_tokens=record_tokens)
+                  speculative=speculative, keys=keys, record_tokens=record_tokens, tree_size=tree_size)
     env = simpy.Environment()
     proc = env.process(eng.process(env))
     env.run(until=proc if until_s is None else until_s)

@@ -40,8 +40,13 @@ class KVCapacity:
 
 def kv_capacity(target: ModelSpec, hw: HardwareProfile, *, tp: int = 1, drafter: ModelSpec | None = None,
                 drafter_tp: int = 1, gpu_memory_utilization: float = 0.9, block_size_tokens: int = 16,
-                activation_reserve_bytes: float = 0.0) -> KVCapacity:
-    """KV blocks that fit on one device of the group (see the module docstring)."""
+                activation_reserve_bytes: float = 0.0, extra_weight_bytes: dict | None = None,
+                extra_kv_bytes_per_token: float = 0.0) -> KVCapacity:
+    """KV blocks that fit on one device of the group (see the module docstring).
+
+    extra_weight_bytes: other per-device weights by label (Medusa heads, an EAGLE layer, from
+    specsim.drafters.footprint); extra_kv_bytes_per_token: per-device cache bytes a drafting head
+    adds per token (EAGLE's one layer), stored in the same blocks."""
     where = f"KV cache for {target.id} on {tp}x {hw.id}"
     if not (0.0 < gpu_memory_utilization <= 1.0):
         raise field_error(where, "gpu_memory_utilization", gpu_memory_utilization, "a fraction in (0, 1]")
@@ -53,6 +58,9 @@ def kv_capacity(target: ModelSpec, hw: HardwareProfile, *, tp: int = 1, drafter:
     if drafter is not None:
         memory["drafter weights"] = weight_bytes_per_device(drafter, drafter_tp)
         per_block += float(kv_bytes_per_device(drafter, batch_size=1, ctx_len=block_size_tokens, tp=drafter_tp))
+    for label, nbytes in (extra_weight_bytes or {}).items():
+        memory[label] = float(nbytes)
+    per_block += float(extra_kv_bytes_per_token) * block_size_tokens
     if activation_reserve_bytes:
         memory["activation reserve"] = float(activation_reserve_bytes)
     usable = budget - sum(memory.values())

@@ -42,7 +42,9 @@ from .kv_cache import KVCapacity, kv_capacity
 from .metrics import SLO, batch_size_distribution, requests_frame, steps_frame, summarize
 from .policies import Never, StaticK, policy_from_dict
 
-SERVING_METHODS = ("none", "draft_model", "prompt_lookup")
+# Every chain family of specsim.drafters except lookahead (whose verify width is not a K).
+SERVING_METHODS = ("none", "draft_model", "prompt_lookup", "medusa", "eagle", "layer_skip", "mtp", "sparse_kv")
+_CTX_QUANTUM = 16  # other families: drafting cost looked up at the mean context rounded to this
 
 
 # ---- the cost callable ----------------------------------------------------------------------------
@@ -119,25 +121,59 @@ class RooflineCost:
     """Iteration time from the roofline model for the iteration's actual mix.
 
     target: one `mixed_step_cost` pass over every scheduled sequence (prefill chunks, plain decodes
-    with 1 token, verifies with 1 + K tokens). draft_model: K sequential drafter passes; pass j runs
-    the sequences drafting more than j tokens, one token each at context ctx + j, and pass 0 also
-    runs the prefill chunks through the drafter (it needs their cache); the drafter is skipped in an
-    iteration where nobody drafts (vLLM v0 skips the proposer then). prompt_lookup and none: no
-    draft cost. exact=True calls mixed_step_cost every time instead of its fitted twin."""
+    with 1 token, verifies with 1 + K tokens). Drafting, by family:
+    - draft_model: K sequential drafter passes; pass j runs the sequences drafting more than j
+      tokens, one token each at context ctx + j, and pass 0 also runs the prefill chunks through
+      the drafter (it needs their cache). The drafter is skipped in an iteration where nobody drafts
+      (vLLM v0 skips the proposer then).
+    - prompt_lookup: the CPU n-gram search of specsim.drafters, per drafting sequence at its own
+      context (`prompt_lookup_s_per_seq_per_ktoken`).
+    - medusa, eagle, layer_skip, mtp, sparse_kv: `specsim.drafters.draft_cost` for the drafting
+      sequences as a uniform batch (B = their number, K = the largest K, L = their mean context
+      rounded to 16 tokens, memoised): its draft_time_s plus verify_extra_s (Medusa's heads).
+    - none: nothing.
+    exact=True calls mixed_step_cost every time instead of its fitted twin."""
 
     def __init__(self, target: ModelSpec, hw: HardwareProfile, *, tp: int = 1, drafter: ModelSpec | None = None,
                  drafter_tp: int = 1, method: str = "draft_model", attention: str = "fused",
-                 efficiency: Efficiency | None = None, exact: bool = False):
+                 efficiency: Efficiency | None = None, exact: bool = False, drafter_options: dict | None = None,
+                 allow_cross_tokenizer: bool = False):
         if method not in SERVING_METHODS:
-            raise SpecError(f"serving simulator: method {method!r} is not modelled yet; expected one of "
-                            f"{', '.join(SERVING_METHODS)} (other drafter families need specsim.drafters)")
+            raise SpecError(f"serving simulator: method {method!r} is not modelled; expected one of "
+                            f"{', '.join(SERVING_METHODS)}")
         if method == "draft_model" and drafter is None:
             raise SpecError("serving simulator: method 'draft_model' needs a drafter model")
         self.method = method
+        self.hw, self.model, self.tp, self.attention, self.efficiency = hw, target, tp, attention, efficiency
+        self.family = None
+        if method != "none":
+            from .. import drafters
+            self.family = drafters.make_config(method, target, drafter=drafter, drafter_tp=drafter_tp,
+                                               allow_cross_tokenizer=allow_cross_tokenizer, options=drafter_options)
         self.target = _AffineStep(target, hw, tp=tp, attention=attention, efficiency=efficiency)
         self.drafter = (_AffineStep(drafter, hw, tp=drafter_tp, attention=attention, efficiency=efficiency)
                         if method == "draft_model" else None)
         self.exact = exact or not self.target.ok or (self.drafter is not None and not self.drafter.ok)
+        self._family_cache: dict = {}
+
+    def _family_time_s(self, mix: IterationMix) -> float:
+        dk = mix.draft_k
+        spec = dk > 0
+        if not spec.any():
+            return 0.0
+        ls = mix.ctx_lens[spec]
+        if self.method == "prompt_lookup":
+            return self.family.prompt_lookup_s_per_seq_per_ktoken * float(np.maximum(ls, 1).sum()) / 1000.0
+        n, k = int(spec.sum()), int(dk.max())
+        ctx = int(round(float(ls.mean()) / _CTX_QUANTUM)) * _CTX_QUANTUM
+        key = (n, k, ctx, mix.tree_size)
+        t = self._family_cache.get(key)
+        if t is None:
+            from ..drafters import draft_cost
+            dc = draft_cost(self.family, self.model, self.hw, batch_size=n, k=k, ctx_len=ctx, tp=self.tp,
+                            tree_size=mix.tree_size or None, attention=self.attention, efficiency=self.efficiency)
+            t = self._family_cache[key] = float(dc.draft_time_s) + float(dc.verify_extra_s)
+        return t
 
     def target_time_s(self, mix: IterationMix) -> float:
         if self.exact:
@@ -146,6 +182,8 @@ class RooflineCost:
 
     def draft_time_s(self, mix: IterationMix) -> float:
         dk = mix.draft_k
+        if self.method not in ("draft_model", "none"):
+            return self._family_time_s(mix)
         if self.drafter is None or not dk.size:
             return 0.0
         kmax = int(dk.max())
@@ -154,12 +192,15 @@ class RooflineCost:
         pf = mix.is_prefill
         qp, lp = mix.q_lens[pf], mix.ctx_lens[pf]
         gp = mix.logit_lens[pf]
+        # a tree of M nodes and depth K is drafted one level per pass, w = ceil((M - 1) / K) nodes a
+        # level (specsim.drafters.tree_level_width); a chain is w = 1
+        w = -(-(mix.tree_size - 1) // kmax) if mix.tree_size else 1
         total = 0.0
         if self.exact:
             for j in range(kmax):
                 m = dk > j
-                q = np.ones(int(m.sum()), dtype=np.int64)
-                l, g = mix.ctx_lens[m] + j, q
+                q = np.full(int(m.sum()), w, dtype=np.int64)
+                l, g = mix.ctx_lens[m] + j * w, q
                 if j == 0 and qp.size:
                     q, l, g = np.concatenate([q, qp]), np.concatenate([l, lp]), np.concatenate([g, gp])
                 total += self.drafter.exact(q, l, g)
@@ -174,8 +215,10 @@ class RooflineCost:
             if not uniform and j:
                 m = ks > j
                 n, L = float(m.sum()), float(ls[m].sum())
-            lj = L + n * j  # Σ (ctx + j) over the n sequences still drafting
-            t, g, r, p = n, n, lj + n, lj + n
+            lj = L + n * j * w  # Σ (ctx + j·w) over the n sequences still drafting
+            t = g = n * w
+            r = lj + n * w
+            p = w * lj + n * w * (w + 1) / 2.0
             if j == 0:
                 t, g, r, p = t + pre[0], g + pre[1], r + pre[2], p + pre[3]
             total += self.drafter.time(t, g, r, p)
@@ -215,20 +258,21 @@ class SimulationResult:
 
 def simulate(workload: wl.Workload, *, config: EngineConfig, cost: Callable[[IterationMix], float], policy=None,
              acceptance=(), seed: int = 0, slo: SLO | None = None, record_tokens: bool = False,
-             until_s: float | None = None, rate_per_s: float | None = None) -> SimulationResult:
+             until_s: float | None = None, rate_per_s: float | None = None, tree_size: int = 0) -> SimulationResult:
     """Run `workload` through the continuous-batching engine under one gating policy.
 
     cost(mix) -> seconds is any callable (RooflineCost for the roofline model; tests pass
     `lambda mix: 0.01`). acceptance: α (i.i.d.) or per-position conditional rates; the acceptance
     stream is SeedSequence(seed).spawn(3)[2] (arrivals and lengths use [0] and [1], see
-    `build_workload`), so changing the policy or K leaves the arrivals unchanged."""
+    `build_workload`), so changing the policy or K leaves the arrivals unchanged. tree_size: M > 0
+    verifies a draft tree of M nodes and depth K (see engine.run_engine)."""
     policy = policy if policy is not None else Never()
     streams = np.random.SeedSequence(seed).spawn(3)
     acc = np.atleast_1d(np.asarray(acceptance, dtype=float))
     if acc.size and (np.any(acc < 0) or np.any(acc > 1) or not np.all(np.isfinite(acc))):
         raise SpecError(f"simulate: acceptance rates {acc.tolist()} must lie in [0, 1]")
     run = run_engine(workload, config, cost, policy=policy, acceptance=acc, speculative=policy.k_reserved > 0,
-                     seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s)
+                     seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s, tree_size=tree_size)
     slo = slo or SLO()
     req = requests_frame(run, slo)
     steps = steps_frame(run)
@@ -243,7 +287,22 @@ def simulate(workload: wl.Workload, *, config: EngineConfig, cost: Callable[[Ite
 WORKLOAD_KEYS = {"kind", "trace", "format", "window_s", "time_scale", "rates", "n_requests", "rate_per_s", "cv",
                  "n_users", "think_time_s", "prompt", "output", "lengths_from", "acceptance_by_position", "jitter_s"}
 ENGINE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "block_size", "gpu_memory_utilization",
-               "watermark_frac", "max_model_len", "acceptance_window_steps", "activation_reserve_gb", "n_blocks"}
+               "watermark_frac", "max_model_len", "acceptance_window_steps", "activation_reserve_gb", "n_blocks",
+               "drafter_options", "tree_size"}
+
+
+def _family_memory(method: str, target: ModelSpec, tp: int, k: int, options) -> tuple[dict, float]:
+    """Per-device weights and per-token cache bytes of a drafting family other than draft_model,
+    from specsim.drafters.footprint (a draft model's own are counted by kv_capacity directly)."""
+    if method in ("none", "draft_model", "prompt_lookup"):
+        return {}, 0.0
+    from .. import drafters
+    cfg = drafters.make_config(method, target, options=options)
+    one = drafters.footprint(cfg, target, batch_size=1, ctx_len=1, k=k, tp=tp)
+    two = drafters.footprint(cfg, target, batch_size=1, ctx_len=2, k=k, tp=tp)
+    weights = {label: float(v) for label, v in one.items() if "KV" not in label and label != "speculative slots"}
+    kv = sum(float(two[label]) - float(one[label]) for label in one if "KV" in label)
+    return weights, kv
 SLO_KEYS = {"ttft_s", "tpot_s"}
 
 
@@ -280,6 +339,7 @@ class ServingSetup:
     slo: SLO
     rates: tuple
     seed: int
+    tree_size: int = 0
     synthetic: dict = field(default_factory=dict)
 
     def workload_at(self, rate_per_s: float | None) -> wl.Workload:
@@ -384,17 +444,25 @@ def build_serving(s: Scenario, *, seed: int = 0, exact_cost: bool = False) -> Se
         check_tokenizers(target, drafter, allow_cross_tokenizer=s.allow_cross_tokenizer)
     eng = dict(s.section("engine"))
     reject_unknown_keys(f"{where} [engine]", eng, ENGINE_KEYS)
+    drafter_options = eng.pop("drafter_options", None)
+    tree_size = eng.pop("tree_size", 0)
+    if isinstance(tree_size, bool) or not isinstance(tree_size, int) or (tree_size and tree_size < s.k + 1):
+        raise SpecError(f"{where} [engine]: field 'tree_size' = {tree_size!r}: expected 0 (a chain) or a tree of "
+                        f">= K + 1 = {s.k + 1} nodes")
+    extra_weights, extra_kv = _family_memory(method, target, s.tp, s.k, drafter_options)
     cap = kv_capacity(target, hw, tp=s.tp, drafter=drafter, drafter_tp=s.drafter_tp,
                       gpu_memory_utilization=float(eng.get("gpu_memory_utilization", 0.9)),
                       block_size_tokens=eng.get("block_size", 16),
-                      activation_reserve_bytes=float(eng.get("activation_reserve_gb", 0.0)) * 1e9)
+                      activation_reserve_bytes=float(eng.get("activation_reserve_gb", 0.0)) * 1e9,
+                      extra_weight_bytes=extra_weights, extra_kv_bytes_per_token=extra_kv)
     kwargs = {k: eng[k] for k in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "watermark_frac",
                                   "max_model_len", "acceptance_window_steps") if k in eng}
     n_blocks = eng.get("n_blocks", cap.n_blocks)
     config = EngineConfig(n_blocks=n_blocks, block_size_tokens=cap.block_size_tokens,
                           max_model_len=kwargs.pop("max_model_len", target.max_context or 0), **kwargs)
     cost = RooflineCost(target, hw, tp=s.tp, drafter=drafter, drafter_tp=s.drafter_tp, method=method,
-                        attention=s.attention, exact=exact_cost)
+                        attention=s.attention, exact=exact_cost, drafter_options=drafter_options,
+                        allow_cross_tokenizer=s.allow_cross_tokenizer)
     raw_w = dict(s.section("workload"))
     workload, kind, extra = build_workload(s, raw_w, seed=seed)
     acceptance = _acceptance(s, raw_w)
@@ -419,7 +487,7 @@ def build_serving(s: Scenario, *, seed: int = 0, exact_cost: bool = False) -> Se
         raise SpecError(f"{where} [workload]: field 'rates' = {rates!r}: expected a list of positive rates (req/s)")
     return ServingSetup(scenario=s, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
                         policies=policies, acceptance=acceptance, slo=slo, rates=tuple(float(r) for r in rates),
-                        seed=seed, synthetic=extra)
+                        seed=seed, synthetic=extra, tree_size=tree_size)
 
 
 # ---- rate sweeps ----------------------------------------------------------------------------------
@@ -445,7 +513,8 @@ def sweep(setup: ServingSetup, *, rates=None, policies=None, progress=None) -> t
         w = setup.workload_at(rate)
         for name in names:
             r = simulate(w, config=setup.config, cost=setup.cost, policy=setup.policies[name],
-                         acceptance=setup.acceptance, seed=setup.seed, slo=setup.slo, rate_per_s=rate)
+                         acceptance=setup.acceptance, seed=setup.seed, slo=setup.slo, rate_per_s=rate,
+                         tree_size=setup.tree_size)
             results[(name, rate)] = r
             row = {k: v for k, v in r.summary.items() if not isinstance(v, list)}
             row["policy"] = name
