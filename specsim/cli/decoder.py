@@ -65,9 +65,9 @@ def _load_target(args):
     from ..decoder.model import Transformer
 
     if args.threads:
-        import numba
+        from ..decoder.kernels import set_threads
 
-        numba.set_num_threads(args.threads)
+        set_threads(args.threads)
     return Transformer(load_gguf(args.model or default_model_path()))
 
 

@@ -236,3 +236,10 @@ def swiglu(out, gate, up):
 def stream_sum(a):
     # a (S,) f32, a large array read once (the memory-bandwidth probe); numba's parallel reduction
     return a.sum()
+
+
+def set_threads(n: int) -> None:
+    """Threads the parallel kernels use (numba's set_num_threads); scratch buffers made after this."""
+    import numba
+
+    numba.set_num_threads(n)

@@ -8,10 +8,13 @@
 """
 from __future__ import annotations
 
+import builtins
 import importlib
 import inspect
+import keyword
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +24,6 @@ from ..errors import SpecError
 
 STDLIB_MODULES = ("json.encoder", "json.decoder", "textwrap", "heapq", "bisect", "string", "fractions",
                   "statistics", "shlex", "calendar", "difflib", "csv", "argparse", "dataclasses")
-RENAMES = (("self", "this"), ("result", "out"), ("value", "val"), ("text", "s"), ("line", "row"), ("items", "entries"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,15 +64,27 @@ def _code_chunk(rng: np.random.Generator, max_chars: int) -> tuple[str, str]:
     return "\n".join(chunk), f"{path}:{i + 1}-{j}"
 
 
-def code_edit(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 1200) -> Workload:
+def _rename_target(code: str) -> str:
+    """The most frequent identifier that is not a keyword or a builtin (ties: first seen)."""
+    names = re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code)
+    skip = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls"}
+    counts: dict[str, int] = {}
+    for n in names:
+        if n not in skip and len(n) > 1:
+            counts[n] = counts.get(n, 0) + 1
+    return max(counts, key=counts.get) if counts else "x"
+
+
+def code_edit(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 800) -> Workload:
+    """The code block first, then the instruction (SmolLM2-135M copies reliably in this order); the
+    answer is primed with an opening code fence."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
     prompts, sources = [], []
     for _ in range(n_prompts):
         code, src = _code_chunk(rng, max_chars)
-        old, new = next(((a, b) for a, b in RENAMES if re.search(rf"\b{a}\b", code)), ("def", "def"))
-        task = (f"Repeat this Python code exactly, but rename `{old}` to `{new}` everywhere."
-                if old != "def" else "Repeat this Python code exactly, adding a one-line comment above each function.")
-        prompts.append(f"{task}\n\n```python\n{code}\n```")
+        code = textwrap.dedent(code)
+        old = _rename_target(code)
+        prompts.append(f"```python\n{code}\n```\n\nRewrite the code above with `{old}` renamed to `new_{old}`.")
         sources.append(src)
     return Workload(name="code-edit", prompts=tuple(prompts), sources=tuple(sources), response_prefix="```python\n")
 
