@@ -54,6 +54,8 @@ def test_simulate_cli_table_csv_and_plots(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "TPOT p50" in text and "static" in text and "gate" in text and "KV cache:" in text
     assert (out / "summary.csv").is_file() and (out / "requests_static_rate4.csv").is_file()
+    sizes = __import__("pandas").read_csv(out / "batch_sizes.csv")
+    assert set(sizes["policy"]) == {"never", "static", "gate"} and sizes["time_frac"].between(0, 1).all()
     for png in ("latency_vs_rate.png", "throughput_vs_rate.png", "speedup_vs_rate.png"):
         assert (out / png).stat().st_size > 10_000
     assert main(["simulate", str(path), "--rates", "2", "--policies", "never,static", "--json"]) == 0

@@ -74,6 +74,7 @@ def _table_text(table, crossovers: dict, scenario_name: str) -> str:
 
 
 def _run(args) -> int:
+    import pandas as pd
     from tqdm import tqdm
 
     from ..scenario import load_scenario
@@ -98,9 +99,12 @@ def _run(args) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "summary.csv", index=False)
+        sizes = []
         for (name, rate), res in results.items():
             tag = "trace" if rate is None else f"{rate:g}"
             res.requests.to_csv(out / f"requests_{name}_rate{tag}.csv", index=False)
+            sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
+        pd.concat(sizes, ignore_index=True).to_csv(out / "batch_sizes.csv", index=False)
         if not args.no_plots and table["rate_per_s"].notna().sum() > 1:
             from ..serving.plots import serving_figures
             serving_figures(table, out, crossovers=crossovers, title=scenario.name)
@@ -118,5 +122,5 @@ def _run(args) -> int:
     for note in setup.workload.notes:
         print(f"workload: {note}")
     if args.out:
-        print(f"wrote {args.out}/summary.csv, per-request CSVs" + ("" if args.no_plots else " and plots"))
+        print(f"wrote {args.out}/summary.csv, batch_sizes.csv, per-request CSVs" + ("" if args.no_plots else " and plots"))
     return 0

@@ -85,9 +85,9 @@ def speedup_vs_rate(ax, table: pd.DataFrame, *, crossovers: dict | None = None, 
         x = (crossovers or {}).get(p)
         if x is not None:
             artists.append(ax.axvline(x, color=colors[p], ls=":", lw=1.2))
-            artists.append(ax.annotate(f"{p}: crossover {x:.1f} req/s", (x, 1.0), xytext=(4, 8),
-                                       textcoords="offset points", fontsize=7, color=colors[p], rotation=90,
-                                       va="bottom"))
+            artists.append(ax.annotate(f"{p}: crossover {x:.1f} req/s", (x, 0.03), xycoords=("data", "axes fraction"),
+                                       xytext=(-3, 0), textcoords="offset points", fontsize=7, color=colors[p],
+                                       rotation=90, va="bottom", ha="right"))
     _rate_axis(ax, table)
     ax.set_ylim(bottom, top)
     ax.set_ylabel(f"p50 TPOT speedup over '{base}'" if column == "speedup_tpot_p50" else column)
