@@ -31,6 +31,7 @@ independent of which other requests share its batches.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable
@@ -261,6 +262,9 @@ class _Engine:
         acc = np.asarray(acceptance, dtype=np.float64).ravel()
         self.acc = np.concatenate([acc, np.repeat(acc[-1:], max(kmax - acc.size, 0))])[:kmax] if acc.size else np.zeros(kmax)
         self.alpha_prior = float(acc[0]) if acc.size else None
+        iid = acc.size > 0 and bool(np.all(self.acc == self.acc[0]))
+        self.iid_alpha = float(self.acc[0]) if iid else None
+        self.iid_log = math.log(self.iid_alpha) if iid and 0.0 < self.iid_alpha < 1.0 else None
         self.keys = keys
         n = workload.n_requests
         self.n = n
@@ -526,12 +530,22 @@ class _Engine:
                 dks = dk[spec_rows]
                 n_drafted = int(add(dks)) if not self.tree else n_spec * (self.tree - 1)
                 kmax = int(dks.max())
-                u = stream_uniforms(self.keys[r], self.counter[r], kmax)
-                self.counter[r] += dks.astype(np.uint64)
-                ok = u < self.acc[:kmax]
-                if int(add(dks)) != n_spec * kmax:
-                    ok &= np.arange(kmax)[None, :] < dks[:, None]
-                accepted = np.cumprod(ok, axis=1).sum(axis=1)
+                if self.iid_log is not None:
+                    # i.i.d. α: one uniform per cycle, A = min(⌊log(1 − U) / log α⌋, K) (inverse CDF of
+                    # the truncated geometric: P(A >= j) = α^j)
+                    u = stream_uniforms(self.keys[r], self.counter[r], 1)[:, 0]
+                    self.counter[r] += np.uint64(1)
+                    accepted = np.minimum(np.floor(np.log1p(-u) / self.iid_log), dks).astype(np.int64)
+                elif self.iid_alpha is not None:  # α = 0 or 1
+                    accepted = dks if self.iid_alpha >= 1.0 else np.zeros_like(dks)
+                else:
+                    # per-position conditional rates: K uniforms, A = leading run of U_j < α_j
+                    u = stream_uniforms(self.keys[r], self.counter[r], kmax)
+                    self.counter[r] += dks.astype(np.uint64)
+                    ok = u < self.acc[:kmax]
+                    if int(add(dks)) != n_spec * kmax:
+                        ok &= np.arange(kmax)[None, :] < dks[:, None]
+                    accepted = np.cumprod(ok, axis=1).sum(axis=1)
                 emit[spec_rows] += accepted
                 self.acc_hist += np.bincount(accepted, minlength=self.acc_hist.size)
                 self.draft_hist += np.bincount(dks, minlength=self.draft_hist.size)

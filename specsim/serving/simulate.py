@@ -54,7 +54,8 @@ _CLASSES = ("weights", "attention", "kv_write", "lm_head", "activations")
 
 def _features(q: np.ndarray, l: np.ndarray, g: np.ndarray) -> tuple[float, float, float, float]:
     """(tokens, logit tokens, fused KV-read tokens, causal query-key pairs) of a mix."""
-    return (float(q.sum()), float(g.sum()), float((l + q).sum()), float((q * l + q * (q + 1) / 2.0).sum()))
+    sq, sl, sg = int(q.sum()), int(l.sum()), int(g.sum())
+    return (float(sq), float(sg), float(sl + sq), float(int(q @ l) + (int(q @ q) + sq) / 2.0))
 
 
 class _AffineStep:
