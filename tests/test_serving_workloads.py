@@ -146,3 +146,18 @@ def test_shipped_azure_conversation_trace_matches_its_readme():
     assert w.duration_s == pytest.approx(3501.7, abs=0.1)
     assert w.prompt_tokens.mean() == pytest.approx(1155, abs=1) and w.output_tokens.max() == 1000
     assert not math.isnan(w.mean_rate_per_s)
+
+
+def test_shipped_mooncake_trace_reads_with_jitter_inside_its_quanta():
+    from specsim.serving.simulate import data_dir
+    path = data_dir() / "traces/mooncake_fast25/conversation_trace.jsonl"
+    if not path.is_file():
+        pytest.skip(f"trace not present at {path} (set SPECSIM_DATA)")
+    raw = wl.read_mooncake(path)
+    w = wl.read_mooncake(path, rng=np.random.default_rng(0))
+    # README: 12,031 requests, 1,180 distinct timestamps ~3 s apart, input mean 12,035, output max 2,000
+    assert w.n_requests == 12031 and len(np.unique(raw.arrival_at_s)) == 1180
+    assert w.prompt_tokens.mean() == pytest.approx(12035, abs=1) and w.output_tokens.max() == 2000
+    assert np.all(np.diff(w.arrival_at_s) >= 0) and len(np.unique(w.arrival_at_s)) == 12031
+    # each request stays within its ~3 s quantum (both series are shifted to start at 0)
+    assert np.all(np.abs(w.arrival_at_s - raw.arrival_at_s) < 3.01)
