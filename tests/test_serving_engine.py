@@ -234,3 +234,35 @@ def test_sampled_acceptance_matches_the_model(acceptance):
     assert s["mean_acceptance_length"] == pytest.approx(1 + expected.sum(), abs=0.06)
     per_request = r.requests["n_accepted_tokens"] / (r.requests["n_draft_tokens"] / 4)
     assert np.allclose(per_request, expected.sum(), atol=0.15)  # each request's own stream agrees too
+
+
+def test_goodput_optimal_policy_in_the_engine_drafts_when_cheap_and_stops_when_not():
+    from specsim.serving.policies import GoodputOptimalK
+
+    def cost(mix):  # weights 10 ms; every verified token 0.5 ms (a compute-bound regime)
+        return 0.010 + 0.0005 * float(mix.q_lens.sum())
+
+    # by hand, one request, α = 0.8: τ(K) / (10.5 + 0.5 K) ms is 1/10.5 = 0.095 at K = 0,
+    # 2.952/12 = 0.246 at K = 3 and 3.362/12.5 = 0.269 at K = 4. The policy uses the windowed
+    # estimate of α, so allow the odd K = 3 when the window runs low.
+    alone = simulate(work([0.0], [4], [400]), config=EngineConfig(n_blocks=1000), cost=cost,
+                     policy=GoodputOptimalK(k_max=4), acceptance=0.8)
+    k = alone.steps["k"].iloc[1:]
+    assert (k >= 3).all() and (k == 4).mean() > 0.9
+    # 64 requests, α = 0.5, τ(K) = 2 − 0.5^K: 64 τ(K) / (10 + 32 (1 + K)) ms is 1.52 at K = 0,
+    # 1.30 at K = 1 and falls: K = 0
+    crowd = simulate(work([0.0] * 64, [4] * 64, [50] * 64), config=EngineConfig(n_blocks=10_000), cost=cost,
+                     policy=GoodputOptimalK(k_max=4), acceptance=0.5)
+    busy = crowd.steps[crowd.steps["n_running"] == 64]
+    assert len(busy) > 10 and (busy["k"] == 0).all()
+
+
+def test_acceptance_off_switch_in_the_engine_stays_off_but_probes():
+    from specsim.serving.policies import AcceptanceOffSwitch
+    policy = AcceptanceOffSwitch(k=4, min_acceptance_frac=0.5, min_window_tokens=16, probe_every_steps=50)
+    r = simulate(work([0.0], [4], [2000]), config=EngineConfig(n_blocks=1000, acceptance_window_steps=8),
+                 cost=const, policy=policy, acceptance=0.1)
+    drafting = r.steps["n_draft_tokens"] > 0
+    # acceptance 0.1 is far below 0.5: after the first window it drafts only to probe, about 1 in 51
+    assert drafting.iloc[1:5].all()  # iteration 0 is the prefill
+    assert 0.01 < drafting.iloc[20:].mean() < 0.03

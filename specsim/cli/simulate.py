@@ -1,7 +1,6 @@
 """`specsim simulate`: a scenario's workload through the serving simulator under each policy."""
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -16,13 +15,12 @@ def register(sub) -> None:
         description="Run the scenario's [workload] through the continuous-batching serving simulator under "
         "each policy of its [policies] table, at each arrival rate, and compare latency percentiles, "
         "throughput and goodput. Speedups are against the scenario's non-speculating policy.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("scenario", help="scenario name (e.g. llama-70b-h100-chat) or path to a TOML file")
     p.add_argument("--rates", help="comma-separated arrival rates in requests/s (default: the scenario's "
                    "[workload] rates, else the workload as given)")
     p.add_argument("--policies", help="comma-separated policy names from [policies] (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed for arrivals, lengths and acceptance")
+    p.add_argument("--seed", type=int, default=0, help="seed for arrivals, lengths and acceptance (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--out", help="folder for summary.csv, per-request CSVs and the plots")
     p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")

@@ -574,12 +574,13 @@ class _Engine:
             self.emitted[req] = emitted_after
             finished = emitted_after >= self.out[req]
             n_emit = int(add(emit))
-            # acceptance window
-            w = self.win[self.win_i]
-            self.win_sum -= w
-            w[0], w[1], w[2] = n_drafted, acc_tok, rejections
-            self.win_sum += w
-            self.win_i = (self.win_i + 1) % self.win.shape[0]
+            # acceptance window: the last `acceptance_window_steps` iterations that drafted
+            if n_drafted:
+                w = self.win[self.win_i]
+                self.win_sum -= w
+                w[0], w[1], w[2] = n_drafted, acc_tok, rejections
+                self.win_sum += w
+                self.win_i = (self.win_i + 1) % self.win.shape[0]
             self.steps_since_draft = 0 if n_drafted else self.steps_since_draft + 1
             log.append((start, duration, self.r_req.size, n_pf, n_dec, n_spec, k, int(add(mix.q_lens)), n_drafted,
                         acc_tok, n_emit, n_drafted - acc_tok, self.used_blocks, len(self.waiting), n_pre,

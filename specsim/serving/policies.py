@@ -44,7 +44,8 @@ class Observation:
     n_decoding: running sequences past their prefill that could speculate this iteration.
     n_waiting: requests queued for admission.
     window_draft_tokens / window_accepted_tokens / window_rejections: totals over the engine's
-    acceptance window (rejections: cycles that stopped at a rejected draft).
+    acceptance window, the last `acceptance_window_steps` iterations that drafted (rejections:
+    cycles that stopped at a rejected draft).
     steps_since_draft: iterations since the last one that drafted (0 if the last one did).
     alpha_prior: the acceptance rate the scenario states, used until the window has data.
     step_time_s: predicted duration of this iteration if every decoding sequence drafts k.
