@@ -161,3 +161,19 @@ def test_shipped_mooncake_trace_reads_with_jitter_inside_its_quanta():
     assert np.all(np.diff(w.arrival_at_s) >= 0) and len(np.unique(w.arrival_at_s)) == 12031
     # each request stays within its ~3 s quantum (both series are shifted to start at 0)
     assert np.all(np.abs(w.arrival_at_s - raw.arrival_at_s) < 3.01)
+
+
+def test_arrivals_and_lengths_come_from_separate_streams():
+    """SeedSequence(seed).spawn(3): arrivals [0], lengths [1], acceptance [2]; changing the length
+    distribution (or K, or the policy) leaves the arrival times unchanged."""
+    from specsim.scenario import Scenario
+    from specsim.serving.simulate import build_workload
+    raw = {"kind": "poisson", "n_requests": 50, "rate_per_s": 3.0, "prompt": {"kind": "fixed", "tokens": 10},
+           "output": {"kind": "uniform", "min": 1, "max": 9}}
+    a, _, _ = build_workload(Scenario(name="x"), raw, seed=4)
+    b, _, _ = build_workload(Scenario(name="x"), {**raw, "prompt": {"kind": "uniform", "min": 5, "max": 500}}, seed=4)
+    c, _, _ = build_workload(Scenario(name="x"), raw, seed=5)
+    assert np.array_equal(a.arrival_at_s, b.arrival_at_s) and np.array_equal(a.output_tokens, b.output_tokens)
+    assert not np.array_equal(a.arrival_at_s, c.arrival_at_s)
+    with pytest.raises(SpecError, match="unknown key 'rate'"):
+        build_workload(Scenario(name="x"), {**raw, "rate": 3.0}, seed=4)

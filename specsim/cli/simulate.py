@@ -50,7 +50,7 @@ def _table_text(table, crossovers: dict, scenario_name: str) -> str:
     for _, r in table.iterrows():
         rate = r["rate_per_s"]
         rows.append((
-            str(r["policy"]), "trace" if rate is None or (isinstance(rate, float) and math.isnan(rate)) else f"{rate:g}",
+            str(r["policy"]), "as given" if rate is None or (isinstance(rate, float) and math.isnan(rate)) else f"{rate:g}",
             _ms(r["tpot_p50_s"]), _ms(r["tpot_p99_s"]), _ms(r["ttft_p50_s"]), _ms(r["ttft_p99_s"]),
             f"{r['throughput_tokens_per_s']:.0f}", f"{r['goodput_requests_per_s']:.2f}",
             f"{100 * r['slo_attainment_frac']:.0f}", f"{r['batch_size_mean']:.1f}", f"{100 * r['kv_used_frac_mean']:.0f}",

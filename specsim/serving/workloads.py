@@ -222,8 +222,9 @@ def lengths_from_dict(raw, *, where: str) -> Lengths:
 def synthetic(*, arrivals: np.ndarray, prompt: Lengths, output: Lengths, rng_lengths: np.random.Generator,
               source: str = "synthetic") -> Workload:
     n = len(arrivals)
-    return Workload(arrival_at_s=np.asarray(arrivals, dtype=float), prompt_tokens=prompt.sample(rng_lengths, n),
-                    output_tokens=output.sample(rng_lengths, n), source=source)
+    rng_p, rng_o = rng_lengths.spawn(2)  # prompt and output lengths from their own child streams
+    return Workload(arrival_at_s=np.asarray(arrivals, dtype=float), prompt_tokens=prompt.sample(rng_p, n),
+                    output_tokens=output.sample(rng_o, n), source=source)
 
 
 def closed_loop(*, n_users: int, n_requests: int, prompt: Lengths, output: Lengths,
@@ -231,8 +232,9 @@ def closed_loop(*, n_users: int, n_requests: int, prompt: Lengths, output: Lengt
     """N users, each sending its next request think_time_s after its previous one completes."""
     if isinstance(n_users, bool) or not isinstance(n_users, (int, np.integer)) or n_users < 1:
         raise SpecError(f"workload: field 'n_users' = {n_users!r}: expected an integer >= 1")
-    return Workload(arrival_at_s=np.full(n_requests, np.nan), prompt_tokens=prompt.sample(rng_lengths, n_requests),
-                    output_tokens=output.sample(rng_lengths, n_requests), n_users=int(n_users),
+    rng_p, rng_o = rng_lengths.spawn(2)
+    return Workload(arrival_at_s=np.full(n_requests, np.nan), prompt_tokens=prompt.sample(rng_p, n_requests),
+                    output_tokens=output.sample(rng_o, n_requests), n_users=int(n_users),
                     think_time_s=float(think_time_s), source=f"closed loop of {n_users} users")
 
 
