@@ -443,6 +443,9 @@ def build_serving(s: Scenario, *, seed: int = 0, exact_cost: bool = False) -> Se
             raise SpecError(f"{where}: field 'drafter' missing: expected a drafter model id for method 'draft_model'")
         drafter = load_model(s.drafter)
         check_tokenizers(target, drafter, allow_cross_tokenizer=s.allow_cross_tokenizer)
+    if s.drafter_tp > s.tp:
+        raise SpecError(f"{where}: field 'drafter_tp' = {s.drafter_tp}: expected <= tp = {s.tp} (the drafter runs on "
+                        f"the target's devices)")
     eng = dict(s.section("engine"))
     reject_unknown_keys(f"{where} [engine]", eng, ENGINE_KEYS)
     drafter_options = eng.pop("drafter_options", None)
