@@ -188,7 +188,7 @@ def test_conservation_property(case, seed):
     assert (t.groupby("request")["at_s"].diff().dropna() >= 0).all()
     if rejected.any():  # documented reasons only
         assert set(req.loc[rejected, "reject_reason"]) <= {"larger than the whole KV cache",
-                                                           "prompt longer than the token budget without chunked prefill"}
+                                                           "prompt + output longer than the token budget without chunked prefill"}
     # same seed, same result
     again = simulate(w, config=cfg, cost=varying_cost, policy=policy, acceptance=alpha, seed=seed)
     assert again.requests.drop(columns=["status"]).equals(req.drop(columns=["status"]))

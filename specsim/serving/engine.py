@@ -3,8 +3,9 @@
 Per iteration (vLLM's scheduler, iteration-level batching):
 1. Requests that have arrived join the waiting queue (FCFS). A request that could never fit alone
    (its prompt + output + reserved speculative slots need more blocks than the cache minus the
-   watermark, or more tokens than max_model_len, or, without chunked prefill, a prompt longer than
-   the token budget) is rejected on arrival, counted, and never scheduled.
+   watermark, or more tokens than max_model_len, or, without chunked prefill, prompt + output more
+   than the token budget, since a recompute must prefill both in one iteration) is rejected on
+   arrival, counted in the results with its reason, and never scheduled.
 2. Running sequences are scheduled first, in admission order, against the token budget
    `max_num_batched_tokens`: a decode takes 1 + k_reserved tokens (its last token and the K slots
    it may draft; M for a tree of M nodes: draft tokens count against the budget), an unfinished prefill takes the
@@ -47,7 +48,7 @@ from .workloads import Workload
 STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED = 0, 1, 2
 STATUS_NAMES = ("done", "rejected", "unfinished")
 REJECT_REASONS = ("", "larger than the whole KV cache", "longer than max_model_len",
-                  "prompt longer than the token budget without chunked prefill")
+                  "prompt + output longer than the token budget without chunked prefill")
 
 
 class IterationMix:
@@ -430,10 +431,6 @@ class _Engine:
                 new_allot = np.minimum(plen_new, np.maximum(room - (np.cumsum(plen_new) - plen_new), 0))
                 allot = np.concatenate([allot, new_allot])
         return allot, n_pre
-
-    def _window_obs(self) -> tuple[int, int, int]:
-        s = self.win_sum
-        return int(s[0]), int(s[1]), int(s[2])
 
     def process(self, env: simpy.Environment):
         log = self.log
