@@ -154,3 +154,14 @@ def test_smollm2_greedy_and_speculation():
     m = measure(model, D.PromptLookupDrafter(k=4), [prompt], 24)
     assert m.greedy_match
     assert m.tokens_per_cycle > 1.0
+
+
+def test_cli_and_library_import_without_numba():
+    """numba stays inside specsim.decoder's kernels: the CLI module and the decoder's pure parts
+    import without it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specsim.cli.decoder, specsim.decoder.verify, specsim.decoder.sampling, "
+            "specsim.decoder.workloads, specsim.decoder.reference; assert 'numba' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

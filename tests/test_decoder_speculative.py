@@ -219,3 +219,16 @@ def test_prompt_lookup_finds_longest_earliest_match():
     draft = d.propose(ctx, SamplingParams(), np.random.default_rng(0))
     np.testing.assert_array_equal(draft.tokens, [7, 8, 9, 1])  # the 3-gram 5 6 7 matched at 0
     assert d.propose(np.array([1, 2, 3]), SamplingParams(), None).tree.n_nodes == 1  # no match
+
+
+def test_typical_acceptance_runs_on_a_tree(models, prompt):
+    """Medusa's rule at temperature 0 accepts exactly the argmax (p = 1 > min(eps, delta)), so it
+    reproduces greedy; above 0 it runs and is seeded (but is lossy, so no distribution claim)."""
+    target, _ = models
+    drafter = D.TreeDrafter(D.layer_skip(target, k=1, n_layers=2), TREE)
+    spec = G.generate_speculative(target, drafter, prompt, 20, mode="typical")
+    np.testing.assert_array_equal(spec.tokens, G.generate_plain(target, prompt, 20).tokens)
+    s = SamplingParams(temperature=0.7)
+    a = G.generate_speculative(target, drafter, prompt, 12, mode="typical", sampling=s, seed=1)
+    b = G.generate_speculative(target, drafter, prompt, 12, mode="typical", sampling=s, seed=1)
+    np.testing.assert_array_equal(a.tokens, b.tokens)

@@ -189,6 +189,15 @@ def rope(x, positions, inv_freq):
                 x[m, h, 2 * i + 1] = a * s + b * c
 
 
+@njit(**_JIT)
+def _dot(a, b):
+    # a (E,), b (E,): a fixed length, so the vectorized order is the same for every query
+    acc = np.float32(0.0)
+    for j in range(a.shape[0]):
+        acc += a[j] * b[j]
+    return acc
+
+
 @njit(parallel=True, **_JIT_ORDERED)
 def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
     # out (M, H, E) f32; scores (H, C) f32 scratch; q (M, H, E); k_cache, v_cache (G, C, E);
@@ -205,10 +214,7 @@ def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
                 if t >= n_shared and not mask[m, t - n_shared]:
                     s[t] = np.float32(-np.inf)
                     continue
-                acc = np.float32(0.0)
-                for j in range(e):
-                    acc += q[m, h, j] * k_cache[g, t, j]
-                s[t] = acc * scale
+                s[t] = _dot(q[m, h], k_cache[g, t]) * scale
                 top = max(top, s[t])
             total = np.float32(0.0)
             for t in range(n_shared + mask.shape[1]):

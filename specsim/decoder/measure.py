@@ -139,6 +139,7 @@ def format_report(m: Measurement, tokenizer=None) -> str:
         for mm in m.mismatches:
             lines.append(f"MISMATCH prompt {mm['prompt_index']} position {mm['position']}: plain {mm['plain_token']} "
                          f"vs speculative {mm['spec_token']}; plain top {mm['plain_top']}, speculative top {mm['spec_top']}")
-    if tokenizer is not None and m.outputs:
-        lines.append("first output: " + repr(tokenizer.decode(m.outputs[0]["speculative"]))[:400])
+    if tokenizer is not None:
+        for i, out in enumerate(m.outputs):
+            lines.append(f"output {i}: " + repr(tokenizer.decode(out["speculative"]))[:400])
     return "\n".join(lines)
