@@ -162,3 +162,20 @@ def test_shipped_scenario_under_memory_pressure_preempts_and_conserves():
     a = simulate(w2, config=setup.config, cost=setup.cost, policy=setup.policies["static_k4"], acceptance=setup.acceptance)
     b = simulate(w2, config=setup.config, cost=exact, policy=setup.policies["static_k4"], acceptance=setup.acceptance)
     assert np.allclose(a.requests["finish_at_s"], b.requests["finish_at_s"], rtol=0, atol=1e-9)
+
+
+def test_scenario_acceptance_model_keys(tmp_path):
+    path = _scenario(tmp_path, n=6)
+    text = path.read_text().replace('rates = [1.0, 4.0]', 'rates = [1.0, 4.0]\nacceptance_context_decay_per_token = 1e-6\n'
+                                    'acceptance_temperature_slope = 0.5')
+    path.write_text(text.replace('alpha = 0.8', 'alpha = 0.8\ntemperature = 0.4'))
+    setup = build_serving(load_scenario(str(path)))
+    m = setup.acceptance_model
+    # the temperature term is folded into the base rate: 0.8 e^(-0.5 x 0.4) = 0.655
+    assert m.alpha == pytest.approx(0.8 * 2.718281828459045 ** -0.2) and m.context_decay_per_token == 1e-6
+    from specsim.serving.simulate import sweep
+    table, _ = sweep(setup, rates=[2.0], policies=["static"])
+    assert table["n_done"].tolist() == [6]
+    path.write_text(text.replace("acceptance_temperature_slope = 0.5", "acceptance_temperature_slope = nan"))
+    with pytest.raises(SpecError, match="temperature_slope"):
+        build_serving(load_scenario(str(path)))

@@ -266,3 +266,21 @@ def test_acceptance_off_switch_in_the_engine_stays_off_but_probes():
     # acceptance 0.1 is far below 0.5: after the first window it drafts only to probe, about 1 in 51
     assert drafting.iloc[1:5].all()  # iteration 0 is the prefill
     assert 0.01 < drafting.iloc[20:].mean() < 0.03
+
+
+def test_acceptance_falling_with_context():
+    from specsim.acceptance import AcceptanceModel
+    cfg = EngineConfig(n_blocks=20_000, max_num_batched_tokens=1 << 20)
+    flat = AcceptanceModel(alpha=0.8)
+    w = work([0.0], [100], [2000])
+    a = simulate(w, config=cfg, cost=const, policy=StaticK(k=4), acceptance=0.8, seed=2)
+    b = simulate(w, config=cfg, cost=const, policy=StaticK(k=4), acceptance_model=flat, seed=2)
+    assert a.requests.drop(columns=["status"]).equals(b.requests.drop(columns=["status"]))  # no decay: same draws
+    # λ = 1e-5 per token: at about 100k tokens of context α = 0.8 e^-1 = 0.294; near 0 context 0.8
+    decay = AcceptanceModel(alpha=0.8, context_decay_per_token=1e-5)
+    long = simulate(work([0.0], [100_000], [2000]), config=cfg, cost=const, policy=StaticK(k=4),
+                    acceptance_model=decay, seed=2)
+    short = simulate(w, config=cfg, cost=const, policy=StaticK(k=4), acceptance_model=decay, seed=2)
+    # P(A >= 1) = α: about 0.29 (101k tokens: 0.8 e^-1.01) against about 0.79; ~600-900 cycles each
+    assert long.summary["acceptance_rate_per_position"][0] == pytest.approx(0.8 * np.exp(-1.01), abs=0.05)
+    assert short.summary["acceptance_rate_per_position"][0] == pytest.approx(0.8 * np.exp(-0.011), abs=0.05)

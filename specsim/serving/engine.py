@@ -247,7 +247,7 @@ class _Engine:
 
     def __init__(self, workload: Workload, config: EngineConfig, cost: Callable[[IterationMix], float], *,
                  policy, acceptance: np.ndarray, speculative: bool, keys: np.ndarray, record_tokens: bool,
-                 tree_size: int = 0):
+                 tree_size: int = 0, acceptance_factor: Callable[[np.ndarray], np.ndarray] | None = None):
         self.cfg = config
         self.cost = cost
         self.policy = policy
@@ -266,6 +266,7 @@ class _Engine:
         iid = acc.size > 0 and bool(np.all(self.acc == self.acc[0]))
         self.iid_alpha = float(self.acc[0]) if iid else None
         self.iid_log = math.log(self.iid_alpha) if iid and 0.0 < self.iid_alpha < 1.0 else None
+        self.acc_factor = acceptance_factor  # rates × factor(context) per sequence (AcceptanceModel.factor)
         self.keys = keys
         n = workload.n_requests
         self.n = n
@@ -527,7 +528,23 @@ class _Engine:
                 dks = dk[spec_rows]
                 n_drafted = int(add(dks)) if not self.tree else n_spec * (self.tree - 1)
                 kmax = int(dks.max())
-                if self.iid_log is not None:
+                if self.acc_factor is not None:
+                    # context-dependent rates: each sequence's rates scaled by factor(its context)
+                    f = np.asarray(self.acc_factor(ctx[spec_rows]), dtype=np.float64)
+                    if self.iid_alpha is not None:
+                        a_i = np.clip(self.iid_alpha * f, 0.0, 1.0)
+                        u = stream_uniforms(self.keys[r], self.counter[r], 1)[:, 0]
+                        self.counter[r] += np.uint64(1)
+                        with np.errstate(divide="ignore"):
+                            draws = np.floor(np.log1p(-u) / np.log(np.clip(a_i, 1e-300, 1.0 - 1e-16)))
+                        accepted = np.where(a_i >= 1.0, dks, np.minimum(np.where(a_i <= 0.0, 0, draws), dks)).astype(np.int64)
+                    else:
+                        u = stream_uniforms(self.keys[r], self.counter[r], kmax)
+                        self.counter[r] += dks.astype(np.uint64)
+                        ok = (u < np.clip(self.acc[None, :kmax] * f[:, None], 0.0, 1.0)) & (
+                            np.arange(kmax)[None, :] < dks[:, None])
+                        accepted = np.cumprod(ok, axis=1).sum(axis=1)
+                elif self.iid_log is not None:
                     # i.i.d. α: one uniform per cycle, A = min(⌊log(1 − U) / log α⌋, K) (inverse CDF of
                     # the truncated geometric: P(A >= j) = α^j)
                     u = stream_uniforms(self.keys[r], self.counter[r], 1)[:, 0]
@@ -619,21 +636,25 @@ def _at_least(hist: np.ndarray) -> np.ndarray:
 
 def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[IterationMix], float], *, policy,
                acceptance=(), speculative: bool = True, seed_seq: np.random.SeedSequence | None = None,
-               record_tokens: bool = False, until_s: float | None = None, tree_size: int = 0) -> EngineRun:
+               record_tokens: bool = False, until_s: float | None = None, tree_size: int = 0,
+               acceptance_factor: Callable[[np.ndarray], np.ndarray] | None = None) -> EngineRun:
     """Run one workload through the engine in a fresh simpy.Environment.
 
     acceptance: per-position conditional acceptance rates (α_1, α_2, ...; one value = i.i.d. α; the
     last value repeats). seed_seq: the acceptance SeedSequence (per-request streams are derived
     from it). until_s: stop the clock there (requests still in flight are 'unfinished').
     tree_size: M > 0 verifies a draft tree of M nodes (depth K) per speculating sequence: M tokens
-    of budget and M - 1 reserved slots each; acceptance is then the per-depth rate along the tree."""
+    of budget and M - 1 reserved slots each; acceptance is then the per-depth rate along the tree.
+    acceptance_factor(ctx) -> (n,) multiplies each drafting sequence's rates by a function of its
+    cached context (e.g. specsim.acceptance.AcceptanceModel.factor), clipped to [0, 1]."""
     seed_seq = seed_seq if seed_seq is not None else np.random.SeedSequence(0)
     keys = request_keys(seed_seq, workload.n_requests)
     acceptance = np.asarray(acceptance, dtype=float)
     if speculative and policy.k_reserved > 0 and acceptance.size == 0:
         raise SpecError("serving engine: speculation needs an acceptance rate (alpha, tau or per-position rates)")
     eng = _Engine(workload, config, cost, policy=policy, acceptance=acceptance,
-                  speculative=speculative, keys=keys, record_tokens=record_tokens, tree_size=tree_size)
+                  speculative=speculative, keys=keys, record_tokens=record_tokens, tree_size=tree_size,
+                  acceptance_factor=acceptance_factor)
     env = simpy.Environment()
     proc = env.process(eng.process(env))
     env.run(until=proc if until_s is None else until_s)

@@ -12,6 +12,9 @@ Scenario sections read here (unknown keys are refused):
             prompt = {kind = "fixed", tokens = 512}, output = {...}  (synthetic lengths), or
             lengths_from = "<trace>" to fit lognormals to a trace's columns
             acceptance_by_position = [a1, a2, ...]  (conditional per-position rates; else alpha/tau)
+            acceptance_context_decay_per_token, acceptance_reference_context_len,
+            acceptance_temperature_slope, acceptance_reference_temperature: an AcceptanceModel
+            (rates fall with each sequence's context; the scenario's temperature applies)
 [engine]    max_num_seqs, max_num_batched_tokens, chunked_prefill, block_size,
             gpu_memory_utilization, watermark_frac, max_model_len, acceptance_window_steps,
             activation_reserve_gb, n_blocks (override the computed capacity)
@@ -259,21 +262,29 @@ class SimulationResult:
 
 def simulate(workload: wl.Workload, *, config: EngineConfig, cost: Callable[[IterationMix], float], policy=None,
              acceptance=(), seed: int = 0, slo: SLO | None = None, record_tokens: bool = False,
-             until_s: float | None = None, rate_per_s: float | None = None, tree_size: int = 0) -> SimulationResult:
+             until_s: float | None = None, rate_per_s: float | None = None, tree_size: int = 0,
+             acceptance_model=None) -> SimulationResult:
     """Run `workload` through the continuous-batching engine under one gating policy.
 
     cost(mix) -> seconds is any callable (RooflineCost for the roofline model; tests pass
     `lambda mix: 0.01`). acceptance: α (i.i.d.) or per-position conditional rates; the acceptance
     stream is SeedSequence(seed).spawn(3)[2] (arrivals and lengths use [0] and [1], see
     `build_workload`), so changing the policy or K leaves the arrivals unchanged. tree_size: M > 0
-    verifies a draft tree of M nodes and depth K (see engine.run_engine)."""
+    verifies a draft tree of M nodes and depth K (see engine.run_engine). acceptance_model: a
+    specsim.acceptance.AcceptanceModel; its rates replace `acceptance` and fall with each sequence's
+    context (and the model's temperature term at its reference temperature)."""
     policy = policy if policy is not None else Never()
+    factor = None
+    if acceptance_model is not None:
+        acceptance = (acceptance_model.alpha,) if acceptance_model.alpha is not None else acceptance_model.conditional
+        factor = acceptance_model.factor
     streams = np.random.SeedSequence(seed).spawn(3)
     acc = np.atleast_1d(np.asarray(acceptance, dtype=float))
     if acc.size and (np.any(acc < 0) or np.any(acc > 1) or not np.all(np.isfinite(acc))):
         raise SpecError(f"simulate: acceptance rates {acc.tolist()} must lie in [0, 1]")
     run = run_engine(workload, config, cost, policy=policy, acceptance=acc, speculative=policy.k_reserved > 0,
-                     seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s, tree_size=tree_size)
+                     seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s, tree_size=tree_size,
+                     acceptance_factor=factor)
     slo = slo or SLO()
     req = requests_frame(run, slo)
     steps = steps_frame(run)
@@ -286,7 +297,9 @@ def simulate(workload: wl.Workload, *, config: EngineConfig, cost: Callable[[Ite
 # ---- scenario wiring ------------------------------------------------------------------------------
 
 WORKLOAD_KEYS = {"kind", "trace", "format", "window_s", "time_scale", "rates", "n_requests", "rate_per_s", "cv",
-                 "n_users", "think_time_s", "prompt", "output", "lengths_from", "acceptance_by_position", "jitter_s"}
+                 "n_users", "think_time_s", "prompt", "output", "lengths_from", "acceptance_by_position", "jitter_s",
+                 "acceptance_context_decay_per_token", "acceptance_reference_context_len",
+                 "acceptance_temperature_slope", "acceptance_reference_temperature"}
 ENGINE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "block_size", "gpu_memory_utilization",
                "watermark_frac", "max_model_len", "acceptance_window_steps", "activation_reserve_gb", "n_blocks",
                "drafter_options", "tree_size"}
@@ -341,6 +354,7 @@ class ServingSetup:
     rates: tuple
     seed: int
     tree_size: int = 0
+    acceptance_model: object = None
     synthetic: dict = field(default_factory=dict)
 
     def workload_at(self, rate_per_s: float | None) -> wl.Workload:
@@ -371,6 +385,30 @@ def _acceptance(s: Scenario, raw: dict) -> tuple:
     if s.tau is not None:
         return (alpha_from_tau(float(s.tau), s.k),)
     return ()
+
+
+def _acceptance_model(s: Scenario, raw: dict, acceptance: tuple):
+    """An AcceptanceModel when the [workload] gives a context or temperature dependence, else None.
+    The scenario's temperature is folded into the factor by moving the reference temperature."""
+    keys = ("acceptance_context_decay_per_token", "acceptance_reference_context_len",
+            "acceptance_temperature_slope", "acceptance_reference_temperature")
+    if not any(k in raw for k in keys) or not acceptance:
+        return None
+    from dataclasses import replace as _replace
+
+    from ..acceptance import AcceptanceModel
+    kw = {k[len("acceptance_"):]: raw[k] for k in keys if k in raw}
+    base = {"alpha": acceptance[0]} if len(acceptance) == 1 else {"conditional": acceptance}
+    try:
+        model = AcceptanceModel(**base, **kw)
+    except SpecError as exc:
+        raise SpecError(f"scenario {s.name!r} [workload]: {exc}") from None
+    # factor(L) at the scenario's temperature: exp(−λ (L − L_ref) − s (T − T_ref)); fold the constant
+    # temperature term into the base rates so the engine only passes contexts
+    t_factor = float(model.factor(model.reference_context_len, s.temperature))
+    if model.alpha is not None:
+        return _replace(model, alpha=min(1.0, model.alpha * t_factor), temperature_slope=0.0)
+    return _replace(model, conditional=tuple(min(1.0, c * t_factor) for c in model.conditional), temperature_slope=0.0)
 
 
 def build_workload(s: Scenario, raw: dict, *, seed: int) -> tuple[wl.Workload, str, dict]:
@@ -491,7 +529,8 @@ def build_serving(s: Scenario, *, seed: int = 0, exact_cost: bool = False) -> Se
         raise SpecError(f"{where} [workload]: field 'rates' = {rates!r}: expected a list of positive rates (req/s)")
     return ServingSetup(scenario=s, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
                         policies=policies, acceptance=acceptance, slo=slo, rates=tuple(float(r) for r in rates),
-                        seed=seed, synthetic=extra, tree_size=tree_size)
+                        seed=seed, synthetic=extra, tree_size=tree_size,
+                        acceptance_model=_acceptance_model(s, raw_w, acceptance))
 
 
 # ---- rate sweeps ----------------------------------------------------------------------------------
@@ -518,7 +557,7 @@ def sweep(setup: ServingSetup, *, rates=None, policies=None, progress=None) -> t
         for name in names:
             r = simulate(w, config=setup.config, cost=setup.cost, policy=setup.policies[name],
                          acceptance=setup.acceptance, seed=setup.seed, slo=setup.slo, rate_per_s=rate,
-                         tree_size=setup.tree_size)
+                         tree_size=setup.tree_size, acceptance_model=setup.acceptance_model)
             results[(name, rate)] = r
             row = {k: v for k, v in r.summary.items() if not isinstance(v, list)}
             row["policy"] = name
