@@ -101,8 +101,12 @@ def test_seed_cpu_scenario_best_tree_is_m_4_to_8_with_llama_cpp():
     df = run_sweep(load_scenario("scenarios/seed-7b-ddr5.toml"))
     d = df[df["is_tree"] & (df["stack"] == "llama.cpp") & (df["batch_size"] == 1) & (df["context_len"] == 256)
            & (df["method"] == "draft_model")]
-    for alpha, g in d.groupby("alpha"):
+    for alpha, g in d[d["hardware"] == "seed-ddr5-90gbs"].groupby("alpha"):
         assert 4 <= g.loc[g["speedup"].idxmax(), "tree_size"] <= 8, alpha
+    # The catalog's Ryzen 9 7950X profile lists 9.2 int8 TOP/s (ops:byte ≈ 100, against the seed's
+    # "low tens"), so its plateau is longer: narrow against the HBM part's ≥ 48, but up to 16.
+    for alpha, g in d[d["hardware"] == "ddr5-5600-2ch"].groupby("alpha"):
+        assert 4 <= g.loc[g["speedup"].idxmax(), "tree_size"] <= 16, alpha
 
 
 def test_seed_long_context_naive_against_fused(seed70):
