@@ -7,10 +7,13 @@ every batch size of a grid (`speculation.evaluate_grid`) and derive
 - the best K per batch-size band (a schedule: K shrinks as the batch grows, then 0),
 and render them as ready-to-paste configuration for the serving stacks that have the knob:
 
-- vLLM `--speculative-config` JSON: `num_speculative_tokens`, `disable_by_batch_size` ("disable
-  speculative decoding for new incoming requests when the number of enqueued requests is larger than
-  this value"). Semantics assumed: vLLM 0.6–0.11 (V0 spec-decode worker and V1 engine), where the
-  key lives inside the speculative config. vLLM has no per-batch-size K schedule in those versions.
+- vLLM `--speculative-config` JSON: `num_speculative_tokens`, `disable_by_batch_size`. vLLM's docs
+  word it "disable speculative decoding for new incoming requests when the number of enqueued
+  requests is larger than this value", but the V0 spec-decode worker
+  (`SpecDecodeWorker._should_disable_all_speculation`, vLLM 0.5–0.6) switches it off for the whole
+  step while `running_queue_size >= disable_by_batch_size`; we follow the code, as the serving
+  simulator's `DisableByBatchSize` policy does, so the value printed is the batch size at which
+  speculation goes off. vLLM has no per-batch-size K schedule in those versions.
 - SGLang server flags `--speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens`
   (SGLang 0.4–0.5). SGLang has no documented batch-size gate in those versions: the policy is printed
   for a router/front end to apply.
@@ -184,17 +187,17 @@ def stack_configs(policy: dict, *, drafter_model: str | None = None) -> dict:
             cfg["model"] = model
         cfg["num_speculative_tokens"] = int(k1)
         if policy["batch_off"] is not None:
-            cfg["disable_by_batch_size"] = int(policy["batch_off"]) - 1
+            cfg["disable_by_batch_size"] = int(policy["batch_off"])
         import json
         out["vllm"] = {
-            "semantics": "vLLM 0.6-0.11: --speculative-config JSON; disable_by_batch_size disables speculation for "
-                         "new requests when more than this many requests are enqueued; one K for all batch sizes "
-                         "(no per-batch schedule)",
+            "semantics": "vLLM 0.5-0.6 (V0 spec-decode worker) --speculative-config JSON: speculation is off for the "
+                         "whole step while the running batch holds >= disable_by_batch_size requests; one K for "
+                         "all batch sizes (no per-batch schedule)",
             "config": cfg,
             "command_line": f"--speculative-config '{json.dumps(cfg)}'",
         }
     elif k1:
-        out["vllm"] = {"semantics": "vLLM 0.6-0.11", "config": None,
+        out["vllm"] = {"semantics": "vLLM 0.5-0.6", "config": None,
                        "note": f"vLLM has no {method!r} drafter in the versions assumed"}
     # SGLang: the algorithm flags; no batch gate
     if method in SGLANG_ALGORITHM and k1:
