@@ -26,7 +26,7 @@ F16_LUT = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).a
 _JIT = dict(cache=True, fastmath=True, nogil=True)
 # Attention sums in order (no reassociation): a row masked out adds an exact 0, so a query's result
 # does not depend on how many masked rows the pass carries (tree verify vs plain decode).
-_JIT_ORDERED = dict(cache=True, fastmath={"nnan", "ninf", "nsz", "arcp", "contract", "afn"}, nogil=True)
+_JIT_ORDERED = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn"}, nogil=True)  # -inf marks masked rows
 
 
 @njit(**_JIT)
