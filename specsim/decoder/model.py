@@ -45,7 +45,7 @@ class Transformer:
             self._k = kernels
             self._n_threads = numba.get_num_threads()
             self._lut = kernels.F16_LUT
-            self._scratch = np.zeros((self._n_threads, 2 * max(c.d_model, c.n_ff)), np.float32)  # (T, 2K)
+            self._scratch = {}  # M -> kernels.new_scratch(T, M, max K)
             self._packed = {}
             for qt in [self.embedding, self.output] + [w for lw in self.layers for w in lw.values() if hasattr(w, "raw")]:
                 if qt.name not in self._packed:
@@ -54,11 +54,18 @@ class Transformer:
     # -- ops: the one place where the backend differs -------------------------------------------
     def _matmul(self, out, qt, x):
         if self.backend == "numba":
-            self._k.matmul(out, self._scratch, qt.type_name, self._packed[qt.name], x, self._lut)
+            m = x.shape[0]
+            scratch = self._scratch.get(m)
+            if scratch is None:
+                c = self.config
+                if len(self._scratch) > 16:
+                    self._scratch.clear()
+                scratch = self._scratch[m] = self._k.new_scratch(self._n_threads, m, max(c.d_model, c.n_ff))
+            self._k.matmul(out, scratch, qt.type_name, self._packed[qt.name], x, self._lut)
         else:
             w = self._dense.get(qt.name)
             if w is None:
-                w = self._dense[qt.name] = reference.dequantize(qt.type_name, qt.raw, qt.n_cols)
+                w = self._dense[qt.name] = reference.prepare(qt.type_name, qt.raw, qt.n_cols)
             reference.matmul(out, w, x)
 
     def _op(self, name):

@@ -30,9 +30,51 @@ def dequantize(type_name: str, raw: np.ndarray, n_cols: int) -> np.ndarray:
     return (d * q + _halves(blocks, 2)).reshape(n, n_cols)
 
 
-def matmul(out, w_dense, x):
-    # out (M, N); w_dense (N, K) f32 (dequantized once by the twin model); x (M, K)
-    out[:] = x @ w_dense.T
+def quantize_q8(x):
+    """Activations to Q8 per 32-block, as llama.cpp does before a quantized dot product:
+    x (M, K) f32 -> xq (M, K) i8 = rint(x / d), d (M, NB) f32 = max |x| / 127, s (M, NB) i32 = sum of xq."""
+    m, k = x.shape
+    xb = x.reshape(m, k // 32, 32)
+    d = np.abs(xb).max(axis=2) / np.float32(127.0)  # (M, NB) f32
+    inv = np.zeros_like(d)
+    np.divide(np.float32(1.0), d, out=inv, where=d > 0)
+    xq = np.rint(xb * inv[:, :, None]).astype(np.int8)  # (M, NB, 32)
+    return xq.reshape(m, k), d, xq.astype(np.int32).sum(axis=2)
+
+
+def prepare(type_name: str, raw: np.ndarray, n_cols: int):
+    """What the twin's `matmul` multiplies with: F32/F16 -> the float32 matrix (N, K); block types ->
+    (q (NB, 32, N) f32 holding the integers, d (NB, N) f32 scale, m (NB, N) f32 min or None), with
+    value = d * q (+ m): Q4_0's q is the nibble - 8, Q4_1's the nibble, Q8_0's the int8."""
+    if type_name in ("F32", "F16"):
+        return dequantize(type_name, raw, n_cols)
+    n = raw.shape[0]
+    bb = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[type_name]
+    blocks = raw.reshape(n, n_cols // 32, bb)
+    d = _halves(blocks, 0)[:, :, 0].T.copy()
+    if type_name == "Q8_0":
+        q = blocks[:, :, 2:].view(np.int8)
+    else:
+        qs = blocks[:, :, 2:] if type_name == "Q4_0" else blocks[:, :, 4:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=2).astype(np.int8)  # element j, then j + 16
+        q = q - np.int8(8) if type_name == "Q4_0" else q
+    mn = _halves(blocks, 2)[:, :, 0].T.copy() if type_name == "Q4_1" else None
+    return q.transpose(1, 2, 0).astype(np.float32), d, mn
+
+
+def matmul(out, w, x):
+    # out (M, N); w from `prepare`; x (M, K)
+    if isinstance(w, np.ndarray):
+        out[:] = x @ w.T  # float activations
+        return
+    q, d, mn = w  # (NB, 32, N), (NB, N), (NB, N)
+    xq, dx, sx = quantize_q8(x)
+    m, nb = dx.shape
+    isum = np.matmul(xq.reshape(m, nb, 32).transpose(1, 0, 2).astype(np.float32), q)  # (NB, M, N): exact integers
+    acc = (isum * (d[:, None, :] * dx.T[:, :, None])).sum(axis=0)  # sum over blocks of d * dx * isum
+    if mn is not None:
+        acc += (dx * sx.astype(np.float32)) @ mn  # sum over blocks of m * dx * sum(xq)
+    out[:] = acc
 
 
 def rmsnorm(out, x, weight, eps):
