@@ -13,7 +13,7 @@ from ..errors import SpecError
 
 # One module per subcommand family; each is imported lazily so `specsim predict` never pays for
 # numba or simpy.
-SUBCOMMAND_MODULES = ("predict", "catalogs", "sweep", "threshold", "replay", "decoder", "simulate")
+SUBCOMMAND_MODULES = ("predict", "catalogs", "sweep", "threshold", "replay", "simulate", "calibrate", "decoder")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,187 @@
+"""Calibration: fit how close to the roofline a real stack gets, from measured step times.
+
+The roofline (`roofline.step_cost`) is exact about bytes and FLOPs but has to be told the stack's
+achievable bandwidth and compute fractions and its fixed costs. Given measured forward-pass times
+(decode steps, verify passes, prefills) of known models on known hardware, we fit
+
+    bandwidth_frac, compute_frac ∈ (0, 1]     achievable fractions of the part's peaks
+    step_overhead_s, per_layer_overhead_s ≥ 0 fixed cost per pass and per layer
+    interconnect_latency_s ≥ 0                per all-reduce (only identifiable with tp > 1 rows)
+
+by least squares on log(predicted / measured) with scipy's bounded trust-region solver and a
+soft-L1 loss, so one odd measurement does not drag the fit. The result is a frozen `Calibration`
+(like scipy's OptimizeResult) carrying the fitted `Efficiency`, the per-row predictions before and
+after, and the errors — ready to save as a stack profile.
+
+Input rows: `hardware, target, tp, batch_size, q_len, ctx_len, logit_len, measured_time_s` (one
+forward pass each). `splitwise_rows` turns the Splitwise simulator's published profile
+(`perf_model.csv`: per-token decode time and prompt time, in ms, of Llama-2-70B and BLOOM-176B on
+DGX-A100/H100, tp 2–8) into such rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from .errors import SpecError, field_error
+from .hardware import Efficiency, load_hardware
+from .models import load_model
+from .roofline import mixed_step_cost
+
+ROW_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "ctx_len", "logit_len", "measured_time_s")
+PARAMETERS = ("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s", "interconnect_latency_s")
+# Splitwise names → catalog ids. The power-capped H100 rows are left out: no catalog part models the cap.
+SPLITWISE_HARDWARE = {"a100-80gb": "a100-sxm-80gb", "h100-80gb": "h100-sxm"}
+SPLITWISE_MODELS = {"llama2-70b": "llama-2-70b"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    efficiency: Efficiency
+    interconnect_latency_s: float
+    rows: pd.DataFrame  # the input rows plus predicted_before_s, predicted_after_s and relative errors
+    cost: float
+    n_rows: int
+    success: bool
+    message: str
+
+    def summary(self) -> dict:
+        before = self.rows["relative_error_before"].abs()
+        after = self.rows["relative_error_after"].abs()
+        return {
+            "n_rows": self.n_rows,
+            "bandwidth_frac": self.efficiency.bandwidth_frac, "compute_frac": self.efficiency.compute_frac,
+            "step_overhead_s": self.efficiency.step_overhead_s,
+            "per_layer_overhead_s": self.efficiency.per_layer_overhead_s,
+            "interconnect_latency_s": self.interconnect_latency_s,
+            "median_relative_error_before": float(before.median()), "median_relative_error_after": float(after.median()),
+            "p90_relative_error_after": float(after.quantile(0.9)), "worst_relative_error_after": float(after.max()),
+            "success": self.success, "message": self.message,
+        }
+
+
+def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.DataFrame:
+    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
+    if missing:
+        raise field_error(where, missing[0], None, f"a column (needed: {', '.join(ROW_COLUMNS)})")
+    if rows.empty:
+        raise SpecError(f"{where}: no rows to fit")
+    for col in ("tp", "batch_size", "q_len"):
+        bad = rows[~(rows[col] >= 1)]
+        if len(bad):
+            raise field_error(f"{where} row {bad.index[0]}", col, bad[col].iloc[0], "an integer >= 1")
+    for col in ("ctx_len", "logit_len"):
+        bad = rows[~(rows[col] >= 0)]
+        if len(bad):
+            raise field_error(f"{where} row {bad.index[0]}", col, bad[col].iloc[0], "an integer >= 0")
+    bad = rows[~(rows["measured_time_s"] > 0)]
+    if len(bad):
+        raise field_error(f"{where} row {bad.index[0]}", "measured_time_s", bad["measured_time_s"].iloc[0], "a time > 0 s")
+    return rows.reset_index(drop=True)
+
+
+def predict_rows(rows: pd.DataFrame, efficiency: Efficiency | None = None,
+                 interconnect_latency_s: float | None = None) -> np.ndarray:
+    """Roofline time of each row's forward pass (the hardware's own efficiency unless one is given)."""
+    out = np.empty(len(rows))
+    cache: dict = {}
+    for i, r in enumerate(rows.itertuples(index=False)):
+        key = (r.hardware, r.target)
+        if key not in cache:
+            cache[key] = (load_hardware(r.hardware), load_model(r.target))
+        hw, model = cache[key]
+        if interconnect_latency_s is not None:
+            hw = replace(hw, interconnect_latency_s=interconnect_latency_s)
+        b = int(r.batch_size)
+        out[i] = float(mixed_step_cost(model, hw, q_lens=np.full(b, int(r.q_len)), ctx_lens=np.full(b, int(r.ctx_len)),
+                                       logit_lens=np.full(b, int(r.logit_len)), tp=int(r.tp),
+                                       efficiency=efficiency).time_s)
+    return out
+
+
+def _unpack(theta) -> tuple[Efficiency, float]:
+    bw, comp, step_us, layer_us, lat_us = theta
+    return (Efficiency(bandwidth_frac=float(bw), compute_frac=float(comp), step_overhead_s=float(step_us) * 1e-6,
+                       per_layer_overhead_s=float(layer_us) * 1e-6), float(lat_us) * 1e-6)
+
+
+def fit_efficiency(rows: pd.DataFrame, *, fit: tuple[str, ...] = PARAMETERS) -> Calibration:
+    """Fit the parameters named in `fit` (others stay at the first row's hardware defaults) to the
+    measured times of `rows`, all of which must be on hardware of one kind (one stack)."""
+    rows = check_rows(rows)
+    unknown = [p for p in fit if p not in PARAMETERS]
+    if unknown:
+        raise field_error("fit_efficiency", "fit", unknown[0], f"parameters among {PARAMETERS}")
+    hw0 = load_hardware(rows["hardware"].iloc[0])
+    e0 = hw0.efficiency
+    # work in µs for the fixed costs so every parameter is of order 1..1e3
+    x0 = np.array([e0.bandwidth_frac, e0.compute_frac, e0.step_overhead_s * 1e6, e0.per_layer_overhead_s * 1e6,
+                   hw0.interconnect_latency_s * 1e6])
+    lo = np.array([0.05, 0.02, 0.0, 0.0, 0.0])
+    hi = np.array([1.0, 1.0, 1e6, 1e5, 1e5])
+    free = np.array([p in fit for p in PARAMETERS])
+    x0 = np.clip(x0, lo, hi)
+    measured = rows["measured_time_s"].to_numpy(dtype=float)
+
+    def residuals(z):
+        theta = x0.copy()
+        theta[free] = z
+        eff, lat = _unpack(theta)
+        return np.log(predict_rows(rows, eff, lat) / measured)
+
+    res = least_squares(residuals, x0[free], bounds=(lo[free], hi[free]), loss="soft_l1", f_scale=0.1,
+                        x_scale="jac")
+    theta = x0.copy()
+    theta[free] = res.x
+    eff, lat = _unpack(theta)
+    before = predict_rows(rows)
+    after = predict_rows(rows, eff, lat)
+    table = rows.copy()
+    table["predicted_before_s"] = before
+    table["predicted_after_s"] = after
+    table["relative_error_before"] = before / measured - 1.0
+    table["relative_error_after"] = after / measured - 1.0
+    return Calibration(efficiency=eff, interconnect_latency_s=lat, rows=table, cost=float(res.cost), n_rows=len(rows),
+                       success=bool(res.success), message=str(res.message))
+
+
+def splitwise_rows(path, *, hardware: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Rows from Splitwise's `perf_model.csv`, median of the repeated measurements of each
+    configuration: one decode row (per-token time; context = prompt + half the generated tokens, the
+    mean over the generation) and one prefill row (B prompts at once, logits for the last token of
+    each). Returns (rows, skipped) where `skipped` says which source rows were left out and why."""
+    try:
+        raw = pd.read_csv(path)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    needed = ("model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time", "token_time",
+              "tensor_parallel")
+    for col in needed:
+        if col not in raw.columns:
+            raise field_error(str(path), col, None, f"a column of Splitwise's perf_model.csv ({', '.join(needed)})")
+    skipped = []
+    for (m, h), n in raw.groupby(["model", "hardware"]).size().items():
+        if m not in SPLITWISE_MODELS:
+            skipped.append(f"{n} rows of {m} on {h}: model not in the catalog")
+        elif h not in SPLITWISE_HARDWARE:
+            skipped.append(f"{n} rows of {m} on {h}: no catalog part models this (power-capped) configuration")
+    raw = raw[raw["model"].isin(list(SPLITWISE_MODELS)) & raw["hardware"].isin(list(SPLITWISE_HARDWARE))]
+    if hardware is not None:
+        raw = raw[raw["hardware"].map(SPLITWISE_HARDWARE) == hardware]
+    keys = ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
+    med = raw.groupby(keys, as_index=False)[["prompt_time", "token_time"]].median()
+    common = {"hardware": med["hardware"].map(SPLITWISE_HARDWARE), "target": med["model"].map(SPLITWISE_MODELS),
+              "tp": med["tensor_parallel"].astype(int), "batch_size": med["batch_size"].astype(int)}
+    decode = pd.DataFrame({**common, "phase": "decode", "q_len": 1,
+                           "ctx_len": (med["prompt_size"] + med["token_size"] // 2).astype(int), "logit_len": 1,
+                           "measured_time_s": med["token_time"] / 1e3})
+    # the prefill of a configuration is measured once per (prompt, batch); keep one row of each
+    pre = med.drop_duplicates(["hardware", "tensor_parallel", "prompt_size", "batch_size"])
+    prefill = pd.DataFrame({"hardware": pre["hardware"].map(SPLITWISE_HARDWARE), "target": pre["model"].map(SPLITWISE_MODELS),
+                            "tp": pre["tensor_parallel"].astype(int), "batch_size": pre["batch_size"].astype(int),
+                            "phase": "prefill", "q_len": pre["prompt_size"].astype(int), "ctx_len": 0, "logit_len": 1,
+                            "measured_time_s": pre["prompt_time"] / 1e3})
+    return pd.concat([decode, prefill], ignore_index=True), skipped
