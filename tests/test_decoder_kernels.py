@@ -60,19 +60,75 @@ def test_matmul_kernel_matches_twin(type_name, m):
     assert _rel_err(out, twin) <= 1e-5  # float32 sums in another order (the Q8 activation integers are the same)
 
 
-def test_matmul_row_does_not_depend_on_m():
+def _quantized(type_name, rng, n, k):
+    return gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), getattr(gguf.GGMLQuantizationType, type_name))
+
+
+def test_quantize_q8_matches_twin():
+    """The kernel and the twin round activations to the same integers (IEEE float32 steps on both)."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((5, 96)) * np.array([1.0, 1e-3, 40.0])[:, None].repeat(32, 1).reshape(1, 96)).astype(np.float32)
+    x[1, 32:64] = 0.0  # an all-zero block: scale 0, values 0
+    x[2, 5] = 0.5 * np.abs(x[2, :32]).max() / 127 * 255  # land near a rounding tie
+    xq, xd, xs = np.zeros((5, 96), np.int8), np.zeros((5, 3), np.float32), np.zeros((5, 3), np.int32)
+    kernels.quantize_q8(xq, xd, xs, x)
+    tq, td, ts = reference.quantize_q8(x)
+    np.testing.assert_array_equal(xq, tq)
+    np.testing.assert_array_equal(xd, td)
+    np.testing.assert_array_equal(xs, ts)
+    assert np.abs(xq.astype(np.float32) * np.repeat(xd, 32, axis=1) - x).max() <= np.repeat(xd, 32, axis=1).max() / 2 * 1.0001
+
+
+@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
+def test_q8_activations_stay_close_to_float(type_name):
+    """Quantizing activations to Q8 (llama.cpp's scheme) costs well under 1 % against float activations."""
+    rng = np.random.default_rng(7)
+    raw = _quantized(type_name, rng, 64, 256)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    out = np.zeros((3, 64), np.float32)
+    kernels.matmul(out, kernels.new_scratch(2, 3, 256), type_name, kernels.pack(type_name, raw, 256), x, kernels.F16_LUT)
+    exact = x @ reference.dequantize(type_name, raw, 256).T
+    assert _rel_err(out, exact) <= 1e-2
+
+
+@pytest.mark.skipif(not kernels.HAVE_VNNI, reason="no AVX512-VNNI on this CPU")
+@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
+def test_vnni_row_dot_matches_plain_loop(type_name):
+    from numba import njit
+
+    vnni = {"Q4_1": kernels._dot_q4_1, "Q4_0": kernels._dot_q4_0, "Q8_0": kernels._dot_q8_0}[type_name]
+    plain = {"Q4_1": kernels._plain_q4_1, "Q4_0": kernels._plain_q4_0, "Q8_0": kernels._plain_q8_0}[type_name]
+
+    def rows_of(fn):
+        @njit
+        def rows(out, qs, d, mn, xq, xd, xs):
+            for r in range(qs.shape[0]):
+                out[r] = fn(qs[r], d[r], mn[r], xq, xd, xs, d.shape[1])
+        return rows
+
+    rng = np.random.default_rng(8)
+    packed = kernels.pack(type_name, _quantized(type_name, rng, 16, 160), 160)
+    mn = packed[2] if len(packed) == 3 else packed[1]
+    xq, xd, xs = reference.quantize_q8(rng.standard_normal((1, 160)).astype(np.float32))
+    a, b = np.zeros(16, np.float32), np.zeros(16, np.float32)
+    rows_of(vnni)(a, packed[0], packed[1], mn, xq[0], xd[0], xs[0])
+    rows_of(plain)(b, packed[0], packed[1], mn, xq[0], xd[0], xs[0])
+    assert _rel_err(a, b) <= 1e-6  # the same integers; float epilogue in another order
+
+
+@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
+def test_matmul_row_does_not_depend_on_m(type_name):
     """Row m of a pass over M tokens is bit-identical to a pass over that token alone: the verify
     pass reproduces the decode logits exactly (no near-tie flips from kernel shapes)."""
     rng = np.random.default_rng(3)
-    w = gguf.quants.quantize(rng.standard_normal((40, 64)).astype(np.float32), gguf.GGMLQuantizationType.Q4_1)
-    packed = kernels.pack("Q4_1", w, 64)
+    packed = kernels.pack(type_name, _quantized(type_name, rng, 40, 64), 64)
     x = rng.standard_normal((8, 64)).astype(np.float32)
     scratch = kernels.new_scratch(2, 8, 64)
     full = np.zeros((8, 40), np.float32)
-    kernels.matmul(full, scratch, "Q4_1", packed, x, kernels.F16_LUT)
+    kernels.matmul(full, scratch, type_name, packed, x, kernels.F16_LUT)
     for i in range(8):
         one = np.zeros((1, 40), np.float32)
-        kernels.matmul(one, scratch, "Q4_1", packed, x[i:i + 1], kernels.F16_LUT)
+        kernels.matmul(one, scratch, type_name, packed, x[i:i + 1], kernels.F16_LUT)
         np.testing.assert_array_equal(one[0], full[i])
 
 

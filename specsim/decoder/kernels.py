@@ -49,7 +49,7 @@ def _dot_rows(out, r, wf, x):
         out[m, r] = acc
 
 
-@njit(cache=True, nogil=True)  # no fast-math: IEEE float32 steps, so the twin rounds to the same integers
+@njit(cache=True, fastmath=False, nogil=True)  # explicit: a callee inherits fast-math; IEEE steps as the twin
 def quantize_q8(xq, xd, xs, x):
     # xq (>= M, >= K) i8; xd (>= M, >= NB) f32 block scale; xs (>= M, >= NB) i32 block sum of xq; x (M, K) f32
     for m in range(x.shape[0]):
@@ -119,6 +119,8 @@ def _vnni_row_dot(kind):
     acc (8,) f32 += lanes * (d * xd); Q4_1 adds m * (xd * xs) in a scalar. Result: acc's lanes summed in order."""
     @intrinsic
     def row_dot(typingctx, qs, d, mn, xq, xd, xs, nb):
+        if (xs.dtype, xd.dtype, d.dtype, mn.dtype, nb) != (types.int32, types.float32, types.uint16, types.uint16, types.int64):
+            return None
         sig = types.float32(qs, d, mn, xq, xd, xs, nb)
 
         def codegen(context, builder, signature, args):

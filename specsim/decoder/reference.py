@@ -39,7 +39,7 @@ def quantize_q8(x):
     inv = np.zeros_like(d)
     np.divide(np.float32(1.0), d, out=inv, where=d > 0)
     xq = np.rint(xb * inv[:, :, None]).astype(np.int8)  # (M, NB, 32)
-    return xq.reshape(m, k), d, xq.astype(np.int32).sum(axis=2)
+    return xq.reshape(m, k), d, xq.sum(axis=2, dtype=np.int32)
 
 
 def prepare(type_name: str, raw: np.ndarray, n_cols: int):
