@@ -93,27 +93,31 @@ def test_q8_activations_stay_close_to_float(type_name):
 
 @pytest.mark.skipif(not kernels.HAVE_VNNI, reason="no AVX512-VNNI on this CPU")
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
-def test_vnni_row_dot_matches_plain_loop(type_name):
+@pytest.mark.parametrize("k", [160, 192])  # an odd block count (a lone last block) and an even one
+def test_vnni_dot_matches_plain_loop(type_name, k):
+    """The AVX512-VNNI tiles against the plain numba loop (same integers, float epilogue in another
+    order), and a query row's result in a tile of 4 is bit-identical to the single-row call."""
     from numba import njit
 
-    vnni = {"Q4_1": kernels._dot_q4_1, "Q4_0": kernels._dot_q4_0, "Q8_0": kernels._dot_q8_0}[type_name]
-    plain = {"Q4_1": kernels._plain_q4_1, "Q4_0": kernels._plain_q4_0, "Q8_0": kernels._plain_q8_0}[type_name]
+    name = type_name.lower()
+    x4, x1, plain = (getattr(kernels, f"_{name}_x4"), getattr(kernels, f"_{name}_x1"), getattr(kernels, f"_plain_{name}"))
 
-    def rows_of(fn):
-        @njit
-        def rows(out, qs, d, mn, xq, xd, xs):
-            for r in range(qs.shape[0]):
-                out[r] = fn(qs[r], d[r], mn[r], xq, xd, xs, d.shape[1])
-        return rows
+    @njit
+    def run(o4, o1, op, qs, d, mn, xq, xd, xs):
+        for r in range(qs.shape[0]):
+            o4[0, r], o4[1, r], o4[2, r], o4[3, r] = x4(qs[r], d[r], mn[r], xq, xd, xs, 0, d.shape[1])
+            for m in range(xq.shape[0]):
+                o1[m, r] = x1(qs[r], d[r], mn[r], xq, xd, xs, m, d.shape[1])[0]
+                op[m, r] = plain(qs[r], d[r], mn[r], xq[m], xd[m], xs[m], d.shape[1])
 
     rng = np.random.default_rng(8)
-    packed = kernels.pack(type_name, _quantized(type_name, rng, 16, 160), 160)
+    packed = kernels.pack(type_name, _quantized(type_name, rng, 16, k), k)
     mn = packed[2] if len(packed) == 3 else packed[1]
-    xq, xd, xs = reference.quantize_q8(rng.standard_normal((1, 160)).astype(np.float32))
-    a, b = np.zeros(16, np.float32), np.zeros(16, np.float32)
-    rows_of(vnni)(a, packed[0], packed[1], mn, xq[0], xd[0], xs[0])
-    rows_of(plain)(b, packed[0], packed[1], mn, xq[0], xd[0], xs[0])
-    assert _rel_err(a, b) <= 1e-6  # the same integers; float epilogue in another order
+    xq, xd, xs = reference.quantize_q8(rng.standard_normal((5, k)).astype(np.float32))
+    o4, o1, op = np.zeros((4, 16), np.float32), np.zeros((5, 16), np.float32), np.zeros((5, 16), np.float32)
+    run(o4, o1, op, packed[0], packed[1], mn, xq, xd, xs)
+    np.testing.assert_array_equal(o4, o1[:4])
+    assert _rel_err(o1, op) <= 1e-6
 
 
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])

@@ -106,107 +106,189 @@ def _plain_q8_0(qs, d, mn, xq, xd, xs, nb):
     return acc
 
 
-# -- the same with AVX512-VNNI: LLVM IR, one vpdpbusd (u8 x i8, 4 products a lane) per 32-block -----------
-_I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
-_V16I8, _V32I8, _V8I32, _V8F32 = (ir.VectorType(_I8, 16), ir.VectorType(_I8, 32), ir.VectorType(_I32, 8),
-                                  ir.VectorType(_F32, 8))
+# -- the same with AVX512-VNNI: LLVM IR, one vpdpbusd (u8 x i8, 4 products a lane) per pair of blocks ----
+_I8, _I16, _I32, _I64, _F32, _HALF = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.HalfType()
+_V = ir.VectorType
+TILE = 4  # query rows per call of a `_vnni_dot` intrinsic: each weight block is unpacked once for all of them
 
 
-def _vnni_row_dot(kind):
-    """kind "q4_1", "q4_0" or "q8_0" -> an intrinsic with the `_plain_*` signature. Per block b:
-    w (32,) u8 = the nibbles (low then high) or the Q8_0 bytes + 128; lanes (8,) i32 = vpdpbusd(c, w, xq)
-    with c = (-8 or -128) * xs[b] in lane 0 (so the lane sum is exactly the plain integer sum s);
-    acc (8,) f32 += lanes * (d * xd); Q4_1 adds m * (xd * xs) in a scalar. Result: acc's lanes summed in order."""
+def _vnni_dot(kind, tm):
+    """kind "q4_1", "q4_0" or "q8_0", tm query rows -> an intrinsic
+    (qs (RB',) u8, d, mn (NB,) u16, xq (M, K) i8, xd (M, NB) f32, xs (M, NB) i32, m0, nb) -> tm float32s,
+    the row's dot products with query rows m0 .. m0 + tm - 1, each computed as by a tm = 1 call.
+    Per pair of blocks (b, b + 1; a lone last block is padded with zeros): w (64,) u8 = the nibbles, low
+    then high, of each block, or the Q8_0 bytes + 128; then for each query row t: lanes (16,) i32 =
+    vpdpbusd(c, w, xq[t]) with c = (-8 or -128) * xs[t, b] in lane 0 and xs[t, b + 1] in lane 8 (each block's
+    8 lanes sum exactly to the plain integer sum s); acc[t] (16,) f32 = fma(lanes, d * xd[t], acc[t]) (d * xd
+    repeated over each block's 8 lanes); Q4_1: macc[t] (2,) f32 = fma(m, xd[t] * xs[t], macc[t]).
+    Result: macc[t] then acc[t]'s lanes added in order."""
     @intrinsic
-    def row_dot(typingctx, qs, d, mn, xq, xd, xs, nb):
-        if (xs.dtype, xd.dtype, d.dtype, mn.dtype, nb) != (types.int32, types.float32, types.uint16, types.uint16, types.int64):
+    def dot(typingctx, qs, d, mn, xq, xd, xs, m0, nb):
+        if (xs.dtype, xd.dtype, d.dtype, mn.dtype, xq.ndim, m0, nb) != (
+                types.int32, types.float32, types.uint16, types.uint16, 2, types.int64, types.int64):
             return None
-        sig = types.float32(qs, d, mn, xq, xd, xs, nb)
+        sig = types.UniTuple(types.float32, tm)(qs, d, mn, xq, xd, xs, m0, nb)
 
         def codegen(context, builder, signature, args):
-            p_qs, p_d, p_m, p_xq, p_xd, p_xs = (context.make_array(t)(context, builder, a).data
-                                                for t, a in zip(signature.args[:6], args[:6]))
-            mod = builder.module
-            dp = cgutils.get_or_insert_function(mod, ir.FunctionType(_V8I32, [_V8I32] * 3), "llvm.x86.avx512.vpdpbusd.256")
-            fma = cgutils.get_or_insert_function(mod, ir.FunctionType(_V8F32, [_V8F32] * 3), "llvm.fma.v8f32")
-            half = lambda p, b: builder.fpext(builder.bitcast(builder.load(builder.gep(p, [b])), ir.HalfType()), _F32)  # noqa: E731
             c = lambda t, v: ir.Constant(t, v)  # noqa: E731
-            pre = builder.basic_block
-            loop, done = builder.append_basic_block("row_dot.loop"), builder.append_basic_block("row_dot.done")
-            builder.branch(loop)
+            arys = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args[:6], args[:6])]
+            p_qs, p_d, p_m = (a.data for a in arys[:3])
+
+            def rows(ary, ty):  # tm pointers to rows m0 + t of a 2-D array
+                stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
+                base = builder.bitcast(ary.data, _I8.as_pointer())
+                return [builder.bitcast(builder.gep(base, [builder.mul(builder.add(args[6], c(_I64, t)), stride)]),
+                                        ty.as_pointer()) for t in range(tm)]
+            p_xq, p_xd, p_xs = rows(arys[3], _I8), rows(arys[4], _F32), rows(arys[5], _I32)
+            mod = builder.module
+            dp = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 16), [_V(_I32, 16)] * 3),
+                                                "llvm.x86.avx512.vpdpbusd.512")
+            fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 16), [_V(_F32, 16)] * 3), "llvm.fma.v16f32")
+            fma2 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 2), [_V(_F32, 2)] * 3), "llvm.fma.v2f32")
+
+            def load(ptr, offset, ty, n, lone):  # n elements of ty at ptr + offset, or 1 and zeros when lone
+                p = builder.gep(ptr, [offset])
+                if not lone:
+                    return builder.load(builder.bitcast(p, _V(ty, n).as_pointer()), align=1)
+                v = builder.load(builder.bitcast(p, _V(ty, n // 2).as_pointer()), align=1)
+                return builder.shuffle_vector(v, c(_V(ty, n // 2), None), c(_V(_I32, n), list(range(n))))
+
+            def spread(v2, ty):  # (2,) -> (16,): element 0 over lanes 0-7, element 1 over lanes 8-15
+                return builder.shuffle_vector(v2, c(_V(ty, 2), None), c(_V(_I32, 16), [0] * 8 + [1] * 8))
+
+            def step(b, acc, macc, lone):  # blocks b, b + 1 (b alone when lone) into every row's accumulators
+                if kind == "q8_0":
+                    w = builder.xor(load(p_qs, builder.mul(b, c(_I64, 32)), _I8, 64, lone), c(_V(_I8, 64), [0x80] * 64))
+                else:
+                    q = load(p_qs, builder.mul(b, c(_I64, 16)), _I8, 32, lone)
+                    lo, hi = builder.and_(q, c(_V(_I8, 32), [15] * 32)), builder.lshr(q, c(_V(_I8, 32), [4] * 32))
+                    w = builder.shuffle_vector(lo, hi, c(_V(_I32, 64), [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]))
+                w = builder.bitcast(w, _V(_I32, 16))
+                dv = spread(builder.fpext(builder.bitcast(load(p_d, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2)), _F32)
+                if kind == "q4_1":
+                    mv = builder.fpext(builder.bitcast(load(p_m, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2))
+                acc2, macc2 = [], []
+                for t in range(tm):
+                    x = builder.bitcast(load(p_xq[t], builder.mul(b, c(_I64, 32)), _I8, 64, lone), _V(_I32, 16))
+                    xs2 = load(p_xs[t], b, _I32, 2, lone)
+                    xd2 = load(p_xd[t], b, _F32, 2, lone)
+                    init = c(_V(_I32, 16), None)
+                    if kind != "q4_1":
+                        corr = builder.mul(xs2, c(_V(_I32, 2), [-128 if kind == "q8_0" else -8] * 2))
+                        init = builder.shuffle_vector(corr, c(_V(_I32, 2), None), c(_V(_I32, 16), [0] + [2] * 7 + [1] + [2] * 7))
+                    lanes = builder.call(dp, [init, w, x])
+                    acc2.append(builder.call(fma16, [builder.sitofp(lanes, _V(_F32, 16)), builder.fmul(dv, spread(xd2, _F32)), acc[t]]))
+                    if kind == "q4_1":
+                        macc2.append(builder.call(fma2, [mv, builder.fmul(xd2, builder.sitofp(xs2, _V(_F32, 2))), macc[t]]))
+                    else:
+                        macc2.append(macc[t])
+                return acc2, macc2
+
+            def phis(block_vals):  # block_vals: [(basic block, acc list, macc list)] -> merged acc, macc
+                acc = [builder.phi(_V(_F32, 16)) for _ in range(tm)]
+                macc = [builder.phi(_V(_F32, 2)) for _ in range(tm)]
+                for bb, a, m in block_vals:
+                    for phi, v in zip(acc + macc, a + m):
+                        phi.add_incoming(v, bb)
+                return acc, macc
+
+            zero = ([c(_V(_F32, 16), None)] * tm, [c(_V(_F32, 2), None)] * tm)
+            nb, n_pairs = args[7], builder.ashr(args[7], c(_I64, 1))
+            entry = builder.basic_block
+            loop, after, lone, done = (builder.append_basic_block(f"vnni_dot.{n}") for n in ("loop", "after", "lone", "done"))
+            builder.cbranch(builder.icmp_signed(">", n_pairs, c(_I64, 0)), loop, after)
             builder.position_at_end(loop)
-            b, acc, macc = builder.phi(_I64), builder.phi(_V8F32), builder.phi(_F32)
-            if kind == "q8_0":
-                wp = builder.bitcast(builder.gep(p_qs, [builder.mul(b, c(_I64, 32))]), _V32I8.as_pointer())
-                w = builder.xor(builder.load(wp, align=1), c(_V32I8, [0x80] * 32))
-            else:
-                qp = builder.bitcast(builder.gep(p_qs, [builder.mul(b, c(_I64, 16))]), _V16I8.as_pointer())
-                q = builder.load(qp, align=1)
-                lo, hi = builder.and_(q, c(_V16I8, [15] * 16)), builder.lshr(q, c(_V16I8, [4] * 16))
-                w = builder.shuffle_vector(lo, hi, c(ir.VectorType(_I32, 32), list(range(32))))
-            xv = builder.load(builder.bitcast(builder.gep(p_xq, [builder.mul(b, c(_I64, 32))]), _V32I8.as_pointer()), align=1)
-            xs_b = builder.load(builder.gep(p_xs, [b]))
-            init = c(_V8I32, None)
-            if kind != "q4_1":
-                init = builder.insert_element(init, builder.mul(xs_b, c(_I32, -128 if kind == "q8_0" else -8)), c(_I32, 0))
-            lanes = builder.call(dp, [init, builder.bitcast(w, _V8I32), builder.bitcast(xv, _V8I32)])
-            xd_b = builder.load(builder.gep(p_xd, [b]))
-            s = builder.insert_element(c(_V8F32, None), builder.fmul(half(p_d, b), xd_b), c(_I32, 0))
-            s = builder.shuffle_vector(s, c(_V8F32, None), c(ir.VectorType(_I32, 8), [0] * 8))
-            acc2 = builder.call(fma, [builder.sitofp(lanes, _V8F32), s, acc])
-            macc2 = macc
-            if kind == "q4_1":
-                macc2 = builder.fadd(macc, builder.fmul(half(p_m, b), builder.fmul(xd_b, builder.sitofp(xs_b, _F32))))
-            b2 = builder.add(b, c(_I64, 1))
-            for phi, v0, v1 in ((b, c(_I64, 0), b2), (acc, c(_V8F32, None), acc2), (macc, c(_F32, 0.0), macc2)):
-                phi.add_incoming(v0, pre)
-                phi.add_incoming(v1, loop)
-            builder.cbranch(builder.icmp_signed("<", b2, args[6]), loop, done)
+            i = builder.phi(_I64)
+            acc, macc = phis([(entry, *zero)])
+            acc2, macc2 = step(builder.mul(i, c(_I64, 2)), acc, macc, False)
+            i2 = builder.add(i, c(_I64, 1))
+            i.add_incoming(c(_I64, 0), entry)
+            i.add_incoming(i2, builder.basic_block)
+            for phi, v in zip(acc + macc, acc2 + macc2):
+                phi.add_incoming(v, builder.basic_block)
+            loop_end = builder.basic_block
+            builder.cbranch(builder.icmp_signed("<", i2, n_pairs), loop, after)
+            builder.position_at_end(after)
+            acc, macc = phis([(entry, *zero), (loop_end, acc2, macc2)])
+            builder.cbranch(builder.icmp_signed("<", builder.mul(n_pairs, c(_I64, 2)), nb), lone, done)
+            builder.position_at_end(lone)
+            acc3, macc3 = step(builder.sub(nb, c(_I64, 1)), acc, macc, True)
+            lone_end = builder.basic_block
+            builder.branch(done)
             builder.position_at_end(done)
-            total = macc2
-            for i in range(8):
-                total = builder.fadd(total, builder.extract_element(acc2, c(_I32, i)))
-            return total
+            acc, macc = phis([(after, acc, macc), (lone_end, acc3, macc3)])
+            out = []
+            for t in range(tm):
+                total = builder.fadd(builder.extract_element(macc[t], c(_I32, 0)), builder.extract_element(macc[t], c(_I32, 1)))
+                for j in range(16):
+                    total = builder.fadd(total, builder.extract_element(acc[t], c(_I32, j)))
+                out.append(total)
+            return context.make_tuple(builder, signature.return_type, out)
 
         return sig, codegen
 
-    return row_dot
+    return dot
 
 
 _features = llvmlite.binding.get_host_cpu_features()
-HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512vl", False))
+HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False))
+
 if HAVE_VNNI:
-    _dot_q4_1, _dot_q4_0, _dot_q8_0 = (_vnni_row_dot(k) for k in ("q4_1", "q4_0", "q8_0"))
-else:
-    _dot_q4_1, _dot_q4_0, _dot_q8_0 = _plain_q4_1, _plain_q4_0, _plain_q8_0
+    _q4_1_x4, _q4_1_x1, _q4_0_x4, _q4_0_x1, _q8_0_x4, _q8_0_x1 = (
+        _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in (TILE, 1))
+else:  # the plain loop, one query row at a time, behind the same signatures (not cached: closures)
+    def _plain_tile(row_dot, tm):
+        @njit(cache=False, fastmath=True, nogil=True)
+        def dot(qs, d, mn, xq, xd, xs, m0, nb):
+            if tm == 1:
+                return (row_dot(qs, d, mn, xq[m0], xd[m0], xs[m0], nb),)
+            return (row_dot(qs, d, mn, xq[m0], xd[m0], xs[m0], nb), row_dot(qs, d, mn, xq[m0 + 1], xd[m0 + 1], xs[m0 + 1], nb),
+                    row_dot(qs, d, mn, xq[m0 + 2], xd[m0 + 2], xs[m0 + 2], nb), row_dot(qs, d, mn, xq[m0 + 3], xd[m0 + 3], xs[m0 + 3], nb))
+        return dot
+    _q4_1_x4, _q4_1_x1, _q4_0_x4, _q4_0_x1, _q8_0_x4, _q8_0_x1 = (
+        _plain_tile(f, t) for f in (_plain_q4_1, _plain_q4_0, _plain_q8_0) for t in (TILE, 1))
+
+# The block matmuls: quantize x, then every weight row against tiles of TILE query rows (the weight
+# block is unpacked once per tile) and single rows for the rest. fastmath=False: the float epilogue
+# is emitted in a fixed order, so a query row's result is the same in any tile and for any M.
+_JIT_EXACT = dict(cache=True, fastmath=False, nogil=True)
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **_JIT_EXACT)
 def matmul_q4_1(out, xq, xd, xs, qs, dq, mq, x):
     # out (M, N) f32; xq, xd, xs: Q8 scratch (`quantize_q8`); qs (N, K/2) u8: byte j of block b holds
     # element j (low nibble) and j + 16 (high nibble); dq, mq (N, NB) u16 float16 scale and min; x (M, K) f32
     quantize_q8(xq, xd, xs, x)
+    n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
     for r in prange(qs.shape[0]):
-        for m in range(x.shape[0]):
-            out[m, r] = _dot_q4_1(qs[r], dq[r], mq[r], xq[m], xd[m], xs[m], dq.shape[1])
+        for m in range(0, n_tiled, TILE):
+            out[m, r], out[m + 1, r], out[m + 2, r], out[m + 3, r] = _q4_1_x4(qs[r], dq[r], mq[r], xq, xd, xs, m, nb)
+        for m in range(n_tiled, n_q):
+            out[m, r] = _q4_1_x1(qs[r], dq[r], mq[r], xq, xd, xs, m, nb)[0]
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **_JIT_EXACT)
 def matmul_q4_0(out, xq, xd, xs, qs, dq, x):
     # out (M, N) f32; xq, xd, xs: Q8 scratch; qs (N, K/2) u8 as Q4_1; dq (N, NB) u16; x (M, K) f32
     quantize_q8(xq, xd, xs, x)
+    n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
     for r in prange(qs.shape[0]):
-        for m in range(x.shape[0]):
-            out[m, r] = _dot_q4_0(qs[r], dq[r], dq[r], xq[m], xd[m], xs[m], dq.shape[1])
+        for m in range(0, n_tiled, TILE):
+            out[m, r], out[m + 1, r], out[m + 2, r], out[m + 3, r] = _q4_0_x4(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)
+        for m in range(n_tiled, n_q):
+            out[m, r] = _q4_0_x1(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)[0]
 
 
-@njit(parallel=True, **_JIT)
+@njit(parallel=True, **_JIT_EXACT)
 def matmul_q8_0(out, xq, xd, xs, qs, dq, x):
     # out (M, N) f32; xq, xd, xs: Q8 scratch; qs (N, K) i8; dq (N, NB) u16 float16 scales; x (M, K) f32
     quantize_q8(xq, xd, xs, x)
+    n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
     for r in prange(qs.shape[0]):
-        for m in range(x.shape[0]):
-            out[m, r] = _dot_q8_0(qs[r], dq[r], dq[r], xq[m], xd[m], xs[m], dq.shape[1])
+        for m in range(0, n_tiled, TILE):
+            out[m, r], out[m + 1, r], out[m + 2, r], out[m + 3, r] = _q8_0_x4(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)
+        for m in range(n_tiled, n_q):
+            out[m, r] = _q8_0_x1(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)[0]
 
 
 @njit(**_JIT)
