@@ -71,7 +71,10 @@ def test_quantize_q8_matches_twin():
     x[1, 32:64] = 0.0  # an all-zero block: scale 0, values 0
     x[2, 5] = 0.5 * np.abs(x[2, :32]).max() / 127 * 255  # land near a rounding tie
     xq, xd, xs = np.zeros((5, 96), np.int8), np.zeros((5, 3), np.float32), np.zeros((5, 3), np.int32)
-    kernels.quantize_q8(xq, xd, xs, x)
+    xd8, sx = np.zeros((5, 24), np.float32), np.zeros((5, 3), np.float32)
+    kernels.quantize_q8(xq, xd, xs, xd8, sx, x)
+    np.testing.assert_array_equal(xd8, np.repeat(xd, 8, axis=1))
+    np.testing.assert_array_equal(sx, xd * xs.astype(np.float32))
     tq, td, ts = reference.quantize_q8(x)
     np.testing.assert_array_equal(xq, tq)
     np.testing.assert_array_equal(xd, td)
@@ -94,20 +97,20 @@ def test_q8_activations_stay_close_to_float(type_name):
 @pytest.mark.skipif(not kernels.HAVE_VNNI, reason="no AVX512-VNNI on this CPU")
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
 @pytest.mark.parametrize("k", [160, 192])  # an odd block count (a lone last block) and an even one
-def test_vnni_dot_matches_plain_loop(type_name, k):
+def test_vnni_tiles_match_plain_loop(type_name, k):
     """The AVX512-VNNI tiles against the plain numba loop (same integers, float epilogue in another
     order), and a query row's result in a tile of 4 is bit-identical to the single-row call."""
     from numba import njit
 
     name = type_name.lower()
-    x4, x1, plain = (getattr(kernels, f"_{name}_x4"), getattr(kernels, f"_{name}_x1"), getattr(kernels, f"_plain_{name}"))
+    tile, one, plain = (getattr(kernels, f"_{name}_tile"), getattr(kernels, f"_{name}_one"), getattr(kernels, f"_plain_{name}"))
 
     @njit
-    def run(o4, o1, op, qs, d, mn, xq, xd, xs):
+    def run(o4, o1, op, qs, d, mn, xq, xd, xs, xd8, sx):
         for r in range(qs.shape[0]):
-            o4[0, r], o4[1, r], o4[2, r], o4[3, r] = x4(qs[r], d[r], mn[r], xq, xd, xs, 0, d.shape[1])
+            tile(o4, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, 0, d.shape[1])
             for m in range(xq.shape[0]):
-                o1[m, r] = x1(qs[r], d[r], mn[r], xq, xd, xs, m, d.shape[1])[0]
+                one(o1, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, m, d.shape[1])
                 op[m, r] = plain(qs[r], d[r], mn[r], xq[m], xd[m], xs[m], d.shape[1])
 
     rng = np.random.default_rng(8)
@@ -115,7 +118,7 @@ def test_vnni_dot_matches_plain_loop(type_name, k):
     mn = packed[2] if len(packed) == 3 else packed[1]
     xq, xd, xs = reference.quantize_q8(rng.standard_normal((5, k)).astype(np.float32))
     o4, o1, op = np.zeros((4, 16), np.float32), np.zeros((5, 16), np.float32), np.zeros((5, 16), np.float32)
-    run(o4, o1, op, packed[0], packed[1], mn, xq, xd, xs)
+    run(o4, o1, op, packed[0], packed[1], mn, xq, xd, xs, np.repeat(xd, 8, axis=1), xd * xs.astype(np.float32))
     np.testing.assert_array_equal(o4, o1[:4])
     assert _rel_err(o1, op) <= 1e-6
 

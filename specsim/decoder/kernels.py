@@ -50,8 +50,10 @@ def _dot_rows(out, r, wf, x):
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # explicit: a callee inherits fast-math; IEEE steps as the twin
-def quantize_q8(xq, xd, xs, x):
-    # xq (>= M, >= K) i8; xd (>= M, >= NB) f32 block scale; xs (>= M, >= NB) i32 block sum of xq; x (M, K) f32
+def quantize_q8(xq, xd, xs, xd8, sx, x):
+    # xq (>= M, >= K) i8; xd (>= M, >= NB) f32 block scale; xs (>= M, >= NB) i32 block sum of xq;
+    # xd8 (>= M, >= K/4) f32: xd repeated 8 times (a block's lanes in the VNNI dot); sx (>= M, >= NB) f32 = xd * xs;
+    # x (M, K) f32
     for m in range(x.shape[0]):
         for b in range(x.shape[1] // 32):
             amax = np.float32(0.0)
@@ -66,6 +68,8 @@ def quantize_q8(xq, xd, xs, x):
                 s += q
             xd[m, b] = d
             xs[m, b] = s
+            sx[m, b] = d * np.float32(s)
+            xd8[m, b * 8:b * 8 + 8] = d
 
 
 # -- one weight row . one Q8 activation row, plain numba (any CPU) ------------------------------------
@@ -79,7 +83,7 @@ def _plain_q4_1(qs, d, mn, xq, xd, xs, nb):
         for j in range(16):
             q = np.int32(qs[b * 16 + j])
             s += (q & np.int32(15)) * np.int32(xq[b * 32 + j]) + (q >> np.int32(4)) * np.int32(xq[b * 32 + 16 + j])
-        acc += F16_LUT[d[b]] * xd[b] * np.float32(s) + F16_LUT[mn[b]] * (xd[b] * np.float32(xs[b]))
+        acc += F16_LUT[d[b]] * xd[b] * np.float32(s) + F16_LUT[mn[b]] * (xd[b] * np.float32(xs[b]))  # m * sx
     return acc
 
 
@@ -109,91 +113,93 @@ def _plain_q8_0(qs, d, mn, xq, xd, xs, nb):
 # -- the same with AVX512-VNNI: LLVM IR, one vpdpbusd (u8 x i8, 4 products a lane) per pair of blocks ----
 _I8, _I16, _I32, _I64, _F32, _HALF = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.HalfType()
 _V = ir.VectorType
-TILE = 4  # query rows per call of a `_vnni_dot` intrinsic: each weight block is unpacked once for all of them
+TILE = 4  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
 
 
 def _vnni_dot(kind, tm):
     """kind "q4_1", "q4_0" or "q8_0", tm query rows -> an intrinsic
-    (qs (RB',) u8, d, mn (NB,) u16, xq (M, K) i8, xd (M, NB) f32, xs (M, NB) i32, m0, nb) -> tm float32s,
-    the row's dot products with query rows m0 .. m0 + tm - 1, each computed as by a tm = 1 call.
+    (out (M, N), r, qs (RB',) u8, d, mn (NB,) u16, xq (M, K) i8, xd (M, NB), xs (M, NB) i32, xd8 (M, K/4),
+    sx (M, NB), m0, nb) writing out[m0 + t, r] for t < tm, each computed as by a tm = 1 call (xd unused).
     Per pair of blocks (b, b + 1; a lone last block is padded with zeros): w (64,) u8 = the nibbles, low
     then high, of each block, or the Q8_0 bytes + 128; then for each query row t: lanes (16,) i32 =
     vpdpbusd(c, w, xq[t]) with c = (-8 or -128) * xs[t, b] in lane 0 and xs[t, b + 1] in lane 8 (each block's
-    8 lanes sum exactly to the plain integer sum s); acc[t] (16,) f32 = fma(lanes, d * xd[t], acc[t]) (d * xd
-    repeated over each block's 8 lanes); Q4_1: macc[t] (2,) f32 = fma(m, xd[t] * xs[t], macc[t]).
-    Result: macc[t] then acc[t]'s lanes added in order."""
+    8 lanes sum exactly to the plain integer sum s); acc[t] (16,) f32 = fma(lanes, d * xd8[t], acc[t]) (d
+    repeated over each block's 8 lanes); Q4_1: macc[t] (2,) f32 = fma(m, sx[t], macc[t]).
+    Result: acc[t] halved by adding its upper half to its lower until one lane is left, plus macc[t][0] + macc[t][1]."""
     @intrinsic
-    def dot(typingctx, qs, d, mn, xq, xd, xs, m0, nb):
-        if (xs.dtype, xd.dtype, d.dtype, mn.dtype, xq.ndim, m0, nb) != (
-                types.int32, types.float32, types.uint16, types.uint16, 2, types.int64, types.int64):
+    def dot(typingctx, out, r, qs, d, mn, xq, xd, xs, xd8, sx, m0, nb):
+        if (out.dtype, xs.dtype, xd8.dtype, sx.dtype, d.dtype, mn.dtype, out.ndim, xq.ndim, xs.ndim, xd8.ndim,
+                sx.ndim) != (types.float32, types.int32, types.float32, types.float32, types.uint16, types.uint16,
+                             2, 2, 2, 2, 2) or not all(isinstance(i, types.Integer) for i in (r, m0, nb)):
             return None
-        sig = types.UniTuple(types.float32, tm)(qs, d, mn, xq, xd, xs, m0, nb)
+        sig = types.void(out, r, qs, d, mn, xq, xd, xs, xd8, sx, m0, nb)
 
         def codegen(context, builder, signature, args):
             c = lambda t, v: ir.Constant(t, v)  # noqa: E731
-            arys = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args[:6], args[:6])]
-            p_qs, p_d, p_m = (a.data for a in arys[:3])
+            arys = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else None
+                    for t, a in zip(signature.args, args)]
+            args = list(args)
+            for i in (1, 10, 11):  # r, m0, nb as int64
+                args[i] = context.cast(builder, args[i], signature.args[i], types.int64)
 
-            def rows(ary, ty):  # tm pointers to rows m0 + t of a 2-D array
-                stride = cgutils.unpack_tuple(builder, ary.strides, 2)[0]
+            def rows(ary, ty, t0, col=None):  # pointers to rows m0 + t (element col when given) of a 2-D array
+                s0, s1 = cgutils.unpack_tuple(builder, ary.strides, 2)
                 base = builder.bitcast(ary.data, _I8.as_pointer())
-                return [builder.bitcast(builder.gep(base, [builder.mul(builder.add(args[6], c(_I64, t)), stride)]),
-                                        ty.as_pointer()) for t in range(tm)]
-            p_xq, p_xd, p_xs = rows(arys[3], _I8), rows(arys[4], _F32), rows(arys[5], _I32)
+                off = lambda t: builder.mul(builder.add(args[10], c(_I64, t)), s0)  # noqa: E731
+                if col is not None:
+                    off = (lambda f: lambda t: builder.add(f(t), builder.mul(col, s1)))(off)
+                return [builder.bitcast(builder.gep(base, [off(t)]), ty.as_pointer()) for t in range(t0)]
+            p_qs, p_d, p_m = (a.data for a in arys[2:5])
+            p_xq, p_xs, p_xd8, p_sx = rows(arys[5], _I8, tm), rows(arys[7], _I32, tm), rows(arys[8], _F32, tm), rows(arys[9], _F32, tm)
+            p_out = rows(arys[0], _F32, tm, col=args[1])
             mod = builder.module
             dp = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 16), [_V(_I32, 16)] * 3),
                                                 "llvm.x86.avx512.vpdpbusd.512")
             fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 16), [_V(_F32, 16)] * 3), "llvm.fma.v16f32")
             fma2 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 2), [_V(_F32, 2)] * 3), "llvm.fma.v2f32")
 
-            def load(ptr, offset, ty, n, lone):  # n elements of ty at ptr + offset, or 1 and zeros when lone
+            def load(ptr, offset, ty, n, lone):  # n elements of ty at ptr + offset, or n / 2 and zeros when lone
                 p = builder.gep(ptr, [offset])
                 if not lone:
                     return builder.load(builder.bitcast(p, _V(ty, n).as_pointer()), align=1)
                 v = builder.load(builder.bitcast(p, _V(ty, n // 2).as_pointer()), align=1)
                 return builder.shuffle_vector(v, c(_V(ty, n // 2), None), c(_V(_I32, n), list(range(n))))
 
-            def spread(v2, ty):  # (2,) -> (16,): element 0 over lanes 0-7, element 1 over lanes 8-15
-                return builder.shuffle_vector(v2, c(_V(ty, 2), None), c(_V(_I32, 16), [0] * 8 + [1] * 8))
-
             def step(b, acc, macc, lone):  # blocks b, b + 1 (b alone when lone) into every row's accumulators
                 if kind == "q8_0":
                     w = builder.xor(load(p_qs, builder.mul(b, c(_I64, 32)), _I8, 64, lone), c(_V(_I8, 64), [0x80] * 64))
-                else:
+                else:  # (the padding of a lone block adds 0: its activations are 0)
                     q = load(p_qs, builder.mul(b, c(_I64, 16)), _I8, 32, lone)
                     lo, hi = builder.and_(q, c(_V(_I8, 32), [15] * 32)), builder.lshr(q, c(_V(_I8, 32), [4] * 32))
                     w = builder.shuffle_vector(lo, hi, c(_V(_I32, 64), [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]))
                 w = builder.bitcast(w, _V(_I32, 16))
-                dv = spread(builder.fpext(builder.bitcast(load(p_d, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2)), _F32)
+                d2 = builder.fpext(builder.bitcast(load(p_d, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2))
+                dv = builder.shuffle_vector(d2, c(_V(_F32, 2), None), c(_V(_I32, 16), [0] * 8 + [1] * 8))
                 if kind == "q4_1":
                     mv = builder.fpext(builder.bitcast(load(p_m, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2))
                 acc2, macc2 = [], []
                 for t in range(tm):
                     x = builder.bitcast(load(p_xq[t], builder.mul(b, c(_I64, 32)), _I8, 64, lone), _V(_I32, 16))
-                    xs2 = load(p_xs[t], b, _I32, 2, lone)
-                    xd2 = load(p_xd[t], b, _F32, 2, lone)
                     init = c(_V(_I32, 16), None)
                     if kind != "q4_1":
-                        corr = builder.mul(xs2, c(_V(_I32, 2), [-128 if kind == "q8_0" else -8] * 2))
+                        corr = builder.mul(load(p_xs[t], b, _I32, 2, lone), c(_V(_I32, 2), [-128 if kind == "q8_0" else -8] * 2))
                         init = builder.shuffle_vector(corr, c(_V(_I32, 2), None), c(_V(_I32, 16), [0] + [2] * 7 + [1] + [2] * 7))
-                    lanes = builder.call(dp, [init, w, x])
-                    acc2.append(builder.call(fma16, [builder.sitofp(lanes, _V(_F32, 16)), builder.fmul(dv, spread(xd2, _F32)), acc[t]]))
-                    if kind == "q4_1":
-                        macc2.append(builder.call(fma2, [mv, builder.fmul(xd2, builder.sitofp(xs2, _V(_F32, 2))), macc[t]]))
-                    else:
-                        macc2.append(macc[t])
+                    lanes = builder.sitofp(builder.call(dp, [init, w, x]), _V(_F32, 16))
+                    scale = builder.fmul(dv, load(p_xd8[t], builder.mul(b, c(_I64, 8)), _F32, 16, lone))
+                    acc2.append(builder.call(fma16, [lanes, scale, acc[t]]))
+                    macc2.append(builder.call(fma2, [mv, load(p_sx[t], b, _F32, 2, lone), macc[t]]) if kind == "q4_1" else macc[t])
                 return acc2, macc2
 
-            def phis(block_vals):  # block_vals: [(basic block, acc list, macc list)] -> merged acc, macc
+            def phis(incoming):  # [(basic block, acc list, macc list)] -> merged acc, macc
                 acc = [builder.phi(_V(_F32, 16)) for _ in range(tm)]
                 macc = [builder.phi(_V(_F32, 2)) for _ in range(tm)]
-                for bb, a, m in block_vals:
+                for bb, a, m in incoming:
                     for phi, v in zip(acc + macc, a + m):
                         phi.add_incoming(v, bb)
                 return acc, macc
 
             zero = ([c(_V(_F32, 16), None)] * tm, [c(_V(_F32, 2), None)] * tm)
-            nb, n_pairs = args[7], builder.ashr(args[7], c(_I64, 1))
+            nb, n_pairs = args[11], builder.ashr(args[11], c(_I64, 1))
             entry = builder.basic_block
             loop, after, lone, done = (builder.append_basic_block(f"vnni_dot.{n}") for n in ("loop", "after", "lone", "done"))
             builder.cbranch(builder.icmp_signed(">", n_pairs, c(_I64, 0)), loop, after)
@@ -202,11 +208,11 @@ def _vnni_dot(kind, tm):
             acc, macc = phis([(entry, *zero)])
             acc2, macc2 = step(builder.mul(i, c(_I64, 2)), acc, macc, False)
             i2 = builder.add(i, c(_I64, 1))
-            i.add_incoming(c(_I64, 0), entry)
-            i.add_incoming(i2, builder.basic_block)
-            for phi, v in zip(acc + macc, acc2 + macc2):
-                phi.add_incoming(v, builder.basic_block)
             loop_end = builder.basic_block
+            i.add_incoming(c(_I64, 0), entry)
+            i.add_incoming(i2, loop_end)
+            for phi, v in zip(acc + macc, acc2 + macc2):
+                phi.add_incoming(v, loop_end)
             builder.cbranch(builder.icmp_signed("<", i2, n_pairs), loop, after)
             builder.position_at_end(after)
             acc, macc = phis([(entry, *zero), (loop_end, acc2, macc2)])
@@ -217,13 +223,15 @@ def _vnni_dot(kind, tm):
             builder.branch(done)
             builder.position_at_end(done)
             acc, macc = phis([(after, acc, macc), (lone_end, acc3, macc3)])
-            out = []
             for t in range(tm):
-                total = builder.fadd(builder.extract_element(macc[t], c(_I32, 0)), builder.extract_element(macc[t], c(_I32, 1)))
-                for j in range(16):
-                    total = builder.fadd(total, builder.extract_element(acc[t], c(_I32, j)))
-                out.append(total)
-            return context.make_tuple(builder, signature.return_type, out)
+                v, n = acc[t], 16
+                while n > 1:  # fixed pairwise order
+                    n //= 2
+                    half = lambda k: builder.shuffle_vector(v, v, c(_V(_I32, n), list(range(k, k + n))))  # noqa: E731
+                    v = builder.fadd(half(0), half(n))
+                m_sum = builder.fadd(builder.extract_element(macc[t], c(_I32, 0)), builder.extract_element(macc[t], c(_I32, 1)))
+                builder.store(builder.fadd(builder.extract_element(v, c(_I32, 0)), m_sum), p_out[t])
+            return context.get_dummy_value()
 
         return sig, codegen
 
@@ -232,20 +240,17 @@ def _vnni_dot(kind, tm):
 
 _features = llvmlite.binding.get_host_cpu_features()
 HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False))
-
 if HAVE_VNNI:
-    _q4_1_x4, _q4_1_x1, _q4_0_x4, _q4_0_x1, _q8_0_x4, _q8_0_x1 = (
+    _q4_1_tile, _q4_1_one, _q4_0_tile, _q4_0_one, _q8_0_tile, _q8_0_one = (
         _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in (TILE, 1))
-else:  # the plain loop, one query row at a time, behind the same signatures (not cached: closures)
+else:  # the plain loop, one query row at a time, behind the same signature (not cached: closures)
     def _plain_tile(row_dot, tm):
         @njit(cache=False, fastmath=True, nogil=True)
-        def dot(qs, d, mn, xq, xd, xs, m0, nb):
-            if tm == 1:
-                return (row_dot(qs, d, mn, xq[m0], xd[m0], xs[m0], nb),)
-            return (row_dot(qs, d, mn, xq[m0], xd[m0], xs[m0], nb), row_dot(qs, d, mn, xq[m0 + 1], xd[m0 + 1], xs[m0 + 1], nb),
-                    row_dot(qs, d, mn, xq[m0 + 2], xd[m0 + 2], xs[m0 + 2], nb), row_dot(qs, d, mn, xq[m0 + 3], xd[m0 + 3], xs[m0 + 3], nb))
+        def dot(out, r, qs, d, mn, xq, xd, xs, xd8, sx, m0, nb):
+            for m in range(m0, m0 + tm):
+                out[m, r] = row_dot(qs, d, mn, xq[m], xd[m], xs[m], nb)
         return dot
-    _q4_1_x4, _q4_1_x1, _q4_0_x4, _q4_0_x1, _q8_0_x4, _q8_0_x1 = (
+    _q4_1_tile, _q4_1_one, _q4_0_tile, _q4_0_one, _q8_0_tile, _q8_0_one = (
         _plain_tile(f, t) for f in (_plain_q4_1, _plain_q4_0, _plain_q8_0) for t in (TILE, 1))
 
 # The block matmuls: quantize x, then every weight row against tiles of TILE query rows (the weight
@@ -255,40 +260,40 @@ _JIT_EXACT = dict(cache=True, fastmath=False, nogil=True)
 
 
 @njit(parallel=True, **_JIT_EXACT)
-def matmul_q4_1(out, xq, xd, xs, qs, dq, mq, x):
-    # out (M, N) f32; xq, xd, xs: Q8 scratch (`quantize_q8`); qs (N, K/2) u8: byte j of block b holds
+def matmul_q4_1(out, xq, xd, xs, xd8, sx, qs, dq, mq, x):
+    # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (N, K/2) u8: byte j of block b holds
     # element j (low nibble) and j + 16 (high nibble); dq, mq (N, NB) u16 float16 scale and min; x (M, K) f32
-    quantize_q8(xq, xd, xs, x)
+    quantize_q8(xq, xd, xs, xd8, sx, x)
     n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
     for r in prange(qs.shape[0]):
         for m in range(0, n_tiled, TILE):
-            out[m, r], out[m + 1, r], out[m + 2, r], out[m + 3, r] = _q4_1_x4(qs[r], dq[r], mq[r], xq, xd, xs, m, nb)
+            _q4_1_tile(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
         for m in range(n_tiled, n_q):
-            out[m, r] = _q4_1_x1(qs[r], dq[r], mq[r], xq, xd, xs, m, nb)[0]
+            _q4_1_one(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
 
 
 @njit(parallel=True, **_JIT_EXACT)
-def matmul_q4_0(out, xq, xd, xs, qs, dq, x):
-    # out (M, N) f32; xq, xd, xs: Q8 scratch; qs (N, K/2) u8 as Q4_1; dq (N, NB) u16; x (M, K) f32
-    quantize_q8(xq, xd, xs, x)
+def matmul_q4_0(out, xq, xd, xs, xd8, sx, qs, dq, x):
+    # out (M, N) f32; xq .. sx: Q8 scratch; qs (N, K/2) u8 as Q4_1; dq (N, NB) u16; x (M, K) f32
+    quantize_q8(xq, xd, xs, xd8, sx, x)
     n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
     for r in prange(qs.shape[0]):
         for m in range(0, n_tiled, TILE):
-            out[m, r], out[m + 1, r], out[m + 2, r], out[m + 3, r] = _q4_0_x4(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)
+            _q4_0_tile(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
         for m in range(n_tiled, n_q):
-            out[m, r] = _q4_0_x1(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)[0]
+            _q4_0_one(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
 
 
 @njit(parallel=True, **_JIT_EXACT)
-def matmul_q8_0(out, xq, xd, xs, qs, dq, x):
-    # out (M, N) f32; xq, xd, xs: Q8 scratch; qs (N, K) i8; dq (N, NB) u16 float16 scales; x (M, K) f32
-    quantize_q8(xq, xd, xs, x)
+def matmul_q8_0(out, xq, xd, xs, xd8, sx, qs, dq, x):
+    # out (M, N) f32; xq .. sx: Q8 scratch; qs (N, K) i8; dq (N, NB) u16 float16 scales; x (M, K) f32
+    quantize_q8(xq, xd, xs, xd8, sx, x)
     n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
     for r in prange(qs.shape[0]):
         for m in range(0, n_tiled, TILE):
-            out[m, r], out[m + 1, r], out[m + 2, r], out[m + 3, r] = _q8_0_x4(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)
+            _q8_0_tile(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
         for m in range(n_tiled, n_q):
-            out[m, r] = _q8_0_x1(qs[r], dq[r], dq[r], xq, xd, xs, m, nb)[0]
+            _q8_0_one(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
 
 
 @njit(**_JIT)
@@ -345,20 +350,20 @@ def pack(type_name: str, raw: np.ndarray, n_cols: int) -> tuple:
 
 def new_scratch(n_threads: int, m: int, k: int) -> tuple:
     """Scratch for `matmul` over up to M query rows of width up to K: (f32 (T, 2K) for F16/F32 rows,
-    then the Q8 activations: xq (M, K) i8, xd (M, K/32) f32, xs (M, K/32) i32)."""
-    return (np.zeros((n_threads, 2 * k), np.float32), np.zeros((m, k), np.int8),
-            np.zeros((m, k // 32), np.float32), np.zeros((m, k // 32), np.int32))
+    then the Q8 activations: xq (M, K) i8, xd (M, K/32) f32, xs (M, K/32) i32, xd8 (M, K/4) f32, sx (M, K/32) f32)."""
+    return (np.zeros((n_threads, 2 * k), np.float32), np.zeros((m, k), np.int8), np.zeros((m, k // 32), np.float32),
+            np.zeros((m, k // 32), np.int32), np.zeros((m, k // 4), np.float32), np.zeros((m, k // 32), np.float32))
 
 
 def matmul(out, scratch, type_name, packed, x, lut):
     """Dispatch on the tensor type. out (M, N); scratch from `new_scratch`; packed from `pack`; x (M, K)."""
-    f, xq, xd, xs = scratch
+    f, q8 = scratch[0], scratch[1:]
     if type_name == "Q4_1":
-        matmul_q4_1(out, xq, xd, xs, packed[0], packed[1], packed[2], x)
+        matmul_q4_1(out, *q8, packed[0], packed[1], packed[2], x)
     elif type_name == "Q4_0":
-        matmul_q4_0(out, xq, xd, xs, packed[0], packed[1], x)
+        matmul_q4_0(out, *q8, packed[0], packed[1], x)
     elif type_name == "Q8_0":
-        matmul_q8_0(out, xq, xd, xs, packed[0], packed[1], x)
+        matmul_q8_0(out, *q8, packed[0], packed[1], x)
     elif type_name == "F16":
         matmul_f16(out, f, packed[0], x, lut)
     else:
