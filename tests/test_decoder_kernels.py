@@ -99,27 +99,30 @@ def test_q8_activations_stay_close_to_float(type_name):
 @pytest.mark.parametrize("k", [160, 192])  # an odd block count (a lone last block) and an even one
 def test_vnni_tiles_match_plain_loop(type_name, k):
     """The AVX512-VNNI tiles against the plain numba loop (same integers, float epilogue in another
-    order), and a query row's result in a tile of 4 is bit-identical to the single-row call."""
+    order), and a query row's result in a tile of 8 or 4 is bit-identical to the single-row call."""
     from numba import njit
 
     name = type_name.lower()
-    tile, one, plain = (getattr(kernels, f"_{name}_tile"), getattr(kernels, f"_{name}_one"), getattr(kernels, f"_plain_{name}"))
+    t8, t4, t1 = (getattr(kernels, f"_{name}_{t}") for t in ("t8", "t4", "t1"))
+    plain = getattr(kernels, f"_plain_{name}")
 
     @njit
-    def run(o4, o1, op, qs, d, mn, xq, xd, xs, xd8, sx):
+    def run(o8, o4, o1, op, qs, d, mn, xq, xd, xs, xd8, sx):
         for r in range(qs.shape[0]):
-            tile(o4, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, 0, d.shape[1])
+            t8(o8, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, 1, d.shape[1])
+            t4(o4, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, 2, d.shape[1])
             for m in range(xq.shape[0]):
-                one(o1, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, m, d.shape[1])
+                t1(o1, r, qs[r], d[r], mn[r], xq, xd, xs, xd8, sx, m, d.shape[1])
                 op[m, r] = plain(qs[r], d[r], mn[r], xq[m], xd[m], xs[m], d.shape[1])
 
     rng = np.random.default_rng(8)
     packed = kernels.pack(type_name, _quantized(type_name, rng, 16, k), k)
     mn = packed[2] if len(packed) == 3 else packed[1]
-    xq, xd, xs = reference.quantize_q8(rng.standard_normal((5, k)).astype(np.float32))
-    o4, o1, op = np.zeros((4, 16), np.float32), np.zeros((5, 16), np.float32), np.zeros((5, 16), np.float32)
-    run(o4, o1, op, packed[0], packed[1], mn, xq, xd, xs, np.repeat(xd, 8, axis=1), xd * xs.astype(np.float32))
-    np.testing.assert_array_equal(o4, o1[:4])
+    xq, xd, xs = reference.quantize_q8(rng.standard_normal((9, k)).astype(np.float32))
+    o8, o4, o1, op = (np.zeros((9, 16), np.float32) for _ in range(4))
+    run(o8, o4, o1, op, packed[0], packed[1], mn, xq, xd, xs, np.repeat(xd, 8, axis=1), xd * xs.astype(np.float32))
+    np.testing.assert_array_equal(o8[1:9], o1[1:9])  # rows 1 .. 8 in a tile of 8
+    np.testing.assert_array_equal(o4[2:6], o1[2:6])  # rows 2 .. 5 in a tile of 4
     assert _rel_err(o1, op) <= 1e-6
 
 

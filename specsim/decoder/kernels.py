@@ -113,7 +113,7 @@ def _plain_q8_0(qs, d, mn, xq, xd, xs, nb):
 # -- the same with AVX512-VNNI: LLVM IR, one vpdpbusd (u8 x i8, 4 products a lane) per pair of blocks ----
 _I8, _I16, _I32, _I64, _F32, _HALF = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.HalfType()
 _V = ir.VectorType
-TILE = 4  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
+TILES = (8, 4, 1)  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
 
 
 def _vnni_dot(kind, tm):
@@ -241,8 +241,8 @@ def _vnni_dot(kind, tm):
 _features = llvmlite.binding.get_host_cpu_features()
 HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False))
 if HAVE_VNNI:
-    _q4_1_tile, _q4_1_one, _q4_0_tile, _q4_0_one, _q8_0_tile, _q8_0_one = (
-        _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in (TILE, 1))
+    _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
+        _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in TILES)
 else:  # the plain loop, one query row at a time, behind the same signature (not cached: closures)
     def _plain_tile(row_dot, tm):
         @njit(cache=False, fastmath=True, nogil=True)
@@ -250,10 +250,10 @@ else:  # the plain loop, one query row at a time, behind the same signature (not
             for m in range(m0, m0 + tm):
                 out[m, r] = row_dot(qs, d, mn, xq[m], xd[m], xs[m], nb)
         return dot
-    _q4_1_tile, _q4_1_one, _q4_0_tile, _q4_0_one, _q8_0_tile, _q8_0_one = (
-        _plain_tile(f, t) for f in (_plain_q4_1, _plain_q4_0, _plain_q8_0) for t in (TILE, 1))
+    _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
+        _plain_tile(f, t) for f in (_plain_q4_1, _plain_q4_0, _plain_q8_0) for t in TILES)
 
-# The block matmuls: quantize x, then every weight row against tiles of TILE query rows (the weight
+# The block matmuls: quantize x, then every weight row against tiles of 8, then 4 query rows (the weight
 # block is unpacked once per tile) and single rows for the rest. fastmath=False: the float epilogue
 # is emitted in a fixed order, so a query row's result is the same in any tile and for any M.
 _JIT_EXACT = dict(cache=True, fastmath=False, nogil=True)
@@ -264,36 +264,45 @@ def matmul_q4_1(out, xq, xd, xs, xd8, sx, qs, dq, mq, x):
     # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (N, K/2) u8: byte j of block b holds
     # element j (low nibble) and j + 16 (high nibble); dq, mq (N, NB) u16 float16 scale and min; x (M, K) f32
     quantize_q8(xq, xd, xs, xd8, sx, x)
-    n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
+    n_q, nb, n8 = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % 8
+    n4 = n_q - n_q % 4
     for r in prange(qs.shape[0]):
-        for m in range(0, n_tiled, TILE):
-            _q4_1_tile(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
-        for m in range(n_tiled, n_q):
-            _q4_1_one(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(0, n8, 8):
+            _q4_1_t8(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(n8, n4, 4):
+            _q4_1_t4(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(n4, n_q):
+            _q4_1_t1(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
 
 
 @njit(parallel=True, **_JIT_EXACT)
 def matmul_q4_0(out, xq, xd, xs, xd8, sx, qs, dq, x):
     # out (M, N) f32; xq .. sx: Q8 scratch; qs (N, K/2) u8 as Q4_1; dq (N, NB) u16; x (M, K) f32
     quantize_q8(xq, xd, xs, xd8, sx, x)
-    n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
+    n_q, nb, n8 = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % 8
+    n4 = n_q - n_q % 4
     for r in prange(qs.shape[0]):
-        for m in range(0, n_tiled, TILE):
-            _q4_0_tile(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
-        for m in range(n_tiled, n_q):
-            _q4_0_one(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(0, n8, 8):
+            _q4_0_t8(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(n8, n4, 4):
+            _q4_0_t4(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(n4, n_q):
+            _q4_0_t1(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
 
 
 @njit(parallel=True, **_JIT_EXACT)
 def matmul_q8_0(out, xq, xd, xs, xd8, sx, qs, dq, x):
     # out (M, N) f32; xq .. sx: Q8 scratch; qs (N, K) i8; dq (N, NB) u16 float16 scales; x (M, K) f32
     quantize_q8(xq, xd, xs, xd8, sx, x)
-    n_q, nb, n_tiled = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % TILE
+    n_q, nb, n8 = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % 8
+    n4 = n_q - n_q % 4
     for r in prange(qs.shape[0]):
-        for m in range(0, n_tiled, TILE):
-            _q8_0_tile(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
-        for m in range(n_tiled, n_q):
-            _q8_0_one(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(0, n8, 8):
+            _q8_0_t8(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(n8, n4, 4):
+            _q8_0_t4(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+        for m in range(n4, n_q):
+            _q8_0_t1(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
 
 
 @njit(**_JIT)
