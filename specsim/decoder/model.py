@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import SpecError
 from . import reference
-from .gguf_model import GGUFModel
+from .gguf_model import GGUFModel, QTensor
 from .kv_cache import KVCache
 
 
@@ -38,6 +38,11 @@ class Transformer:
         self.weight_bytes_per_pass = sum(
             qt.n_bytes for qt in {id(w): w for lw in self.layers for w in lw.values() if hasattr(w, "raw")}.values()
         ) + self.output.n_bytes  # the matrices every full forward pass streams (norms and embedding rows aside)
+        # matrices that read the same input, stacked by rows into one matmul (one kernel call, one
+        # quantization of the input) where they share a type: each output row is computed as before
+        self.fused = [dict(qkv=_stack(f"blk.{i}.attn_qkv", [lw["attn_q"], lw["attn_k"], lw["attn_v"]]),
+                           gate_up=_stack(f"blk.{i}.ffn_gate_up", [lw["ffn_gate"], lw["ffn_up"]]))
+                      for i, lw in enumerate(self.layers)]
         if backend == "numba":
             from . import kernels
             import numba
@@ -47,7 +52,8 @@ class Transformer:
             self._lut = kernels.F16_LUT
             self._scratch = {}  # M -> kernels.new_scratch(T, M, max K)
             self._packed = {}
-            for qt in [self.embedding, self.output] + [w for lw in self.layers for w in lw.values() if hasattr(w, "raw")]:
+            fused = [w for f in self.fused for w in f.values() if w is not None]
+            for qt in [self.embedding, self.output] + [w for lw in self.layers for w in lw.values() if hasattr(w, "raw")] + fused:
                 if qt.name not in self._packed:
                     self._packed[qt.name] = kernels.pack(qt.type_name, qt.raw, qt.n_cols)
 
@@ -81,10 +87,10 @@ class Transformer:
         if ws is None:
             c = self.config
             f32 = lambda *s: np.zeros(s, np.float32)  # noqa: E731
-            ws = dict(x=f32(m, c.d_model), xn=f32(m, c.d_model), q=f32(m, c.n_head * c.head_dim),
-                      k=f32(m, c.n_kv_head * c.head_dim), v=f32(m, c.n_kv_head * c.head_dim),
-                      att=f32(m, c.n_head * c.head_dim), o=f32(m, c.d_model), gate=f32(m, c.n_ff),
-                      up=f32(m, c.n_ff), act=f32(m, c.n_ff), down=f32(m, c.d_model),
+            nq, nk = c.n_head * c.head_dim, c.n_kv_head * c.head_dim
+            ws = dict(x=f32(m, c.d_model), xn=f32(m, c.d_model), qkv=f32(m, nq + 2 * nk), q=f32(m, nq),
+                      k=f32(m, nk), v=f32(m, nk), att=f32(m, nq), o=f32(m, c.d_model), gate_up=f32(m, 2 * c.n_ff),
+                      gate=f32(m, c.n_ff), up=f32(m, c.n_ff), act=f32(m, c.n_ff), down=f32(m, c.d_model),
                       logits=f32(m, c.n_vocab), scores=f32(c.n_head, capacity))
             if len(self._work) > 16:
                 self._work.clear()
@@ -123,11 +129,16 @@ class Transformer:
         x[:] = self.embed(tokens)
         e, g = c.head_dim, c.n_kv_head
         for li in range(n_layers):
-            lw = self.layers[li]
+            lw, fw = self.layers[li], self.fused[li]
             rms(ws["xn"], x, lw["attn_norm"], c.rms_eps)
-            self._matmul(ws["q"], lw["attn_q"], ws["xn"])
-            self._matmul(ws["k"], lw["attn_k"], ws["xn"])
-            self._matmul(ws["v"], lw["attn_v"], ws["xn"])
+            if fw["qkv"] is not None:  # one matmul, then contiguous copies for the kernels that follow
+                self._matmul(ws["qkv"], fw["qkv"], ws["xn"])
+                nq, nk = ws["q"].shape[1], ws["k"].shape[1]
+                ws["q"][:], ws["k"][:], ws["v"][:] = ws["qkv"][:, :nq], ws["qkv"][:, nq:nq + nk], ws["qkv"][:, nq + nk:]
+            else:
+                self._matmul(ws["q"], lw["attn_q"], ws["xn"])
+                self._matmul(ws["k"], lw["attn_k"], ws["xn"])
+                self._matmul(ws["v"], lw["attn_v"], ws["xn"])
             q = ws["q"].reshape(m, c.n_head, e)
             k = ws["k"].reshape(m, g, e)
             rope(q, positions, self.inv_freq)
@@ -138,8 +149,12 @@ class Transformer:
             self._matmul(ws["o"], lw["attn_output"], ws["att"])
             x += ws["o"]
             rms(ws["xn"], x, lw["ffn_norm"], c.rms_eps)
-            self._matmul(ws["gate"], lw["ffn_gate"], ws["xn"])
-            self._matmul(ws["up"], lw["ffn_up"], ws["xn"])
+            if fw["gate_up"] is not None:
+                self._matmul(ws["gate_up"], fw["gate_up"], ws["xn"])
+                ws["gate"][:], ws["up"][:] = ws["gate_up"][:, :c.n_ff], ws["gate_up"][:, c.n_ff:]
+            else:
+                self._matmul(ws["gate"], lw["ffn_gate"], ws["xn"])
+                self._matmul(ws["up"], lw["ffn_up"], ws["xn"])
             swiglu(ws["act"], ws["gate"], ws["up"])
             self._matmul(ws["down"], lw["ffn_down"], ws["act"])
             x += ws["down"]
@@ -153,3 +168,11 @@ class Transformer:
         tokens = np.asarray(tokens, dtype=np.int64)
         pos = cache.length + np.arange(tokens.size)
         return self.forward(cache, tokens, pos, n_layers=n_layers)[-1].copy()
+
+
+def _stack(name: str, tensors: list) -> QTensor | None:
+    """Matrices of one type and input width stacked by rows (N1 + N2 + ..., RB), or None."""
+    if len({(t.type_name, t.n_cols) for t in tensors}) != 1:
+        return None
+    return QTensor(name=name, type_name=tensors[0].type_name, n_rows=sum(t.n_rows for t in tensors),
+                   n_cols=tensors[0].n_cols, raw=np.concatenate([t.raw for t in tensors], axis=0))
