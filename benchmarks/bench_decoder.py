@@ -88,8 +88,16 @@ def main(argv=None) -> int:
     res["weight_bytes_per_step"] = model.weight_bytes_per_pass
     res["decode_bandwidth_frac"] = model.weight_bytes_per_pass / step_s / bw
 
-    # the weight stream alone: every matrix of a step through its matmul kernel, M = 1
-    mats = [w for lw in model.layers for w in lw.values() if hasattr(w, "raw")] + [model.output]
+    # the weight stream alone: every matrix of a step through its matmul kernel, M = 1, as `forward`
+    # calls them (q/k/v and gate/up stacked where they share a type)
+    mats = []
+    for lw, fw in zip(model.layers, model.fused):
+        mats += [fw["qkv"]] if fw["qkv"] is not None else [lw["attn_q"], lw["attn_k"], lw["attn_v"]]
+        mats += [lw["attn_output"]]
+        mats += [fw["gate_up"]] if fw["gate_up"] is not None else [lw["ffn_gate"], lw["ffn_up"]]
+        mats += [lw["ffn_down"]]
+    mats += [model.output]
+    assert sum(w.n_bytes for w in mats) == model.weight_bytes_per_pass
     xs = {k: np.random.default_rng(0).standard_normal((1, k)).astype(np.float32) for k in {w.n_cols for w in mats}}
     outs = {w.name: np.zeros((1, w.n_rows), np.float32) for w in mats}
 
