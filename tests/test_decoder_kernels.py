@@ -126,6 +126,32 @@ def test_vnni_tiles_match_plain_loop(type_name, k):
     assert _rel_err(o1, op) <= 1e-6
 
 
+def test_plain_loops_match_twin(tmp_path):
+    """Without AVX512-VNNI the block matmuls run plain numba loops: the same checks, in a fresh process
+    (SPECSIM_DECODER_PLAIN=1, its own numba cache)."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, gguf
+from specsim.decoder import kernels, reference
+assert not kernels.HAVE_VNNI
+rng = np.random.default_rng(9)
+for t in ("Q8_0", "Q4_0", "Q4_1"):
+    raw = gguf.quants.quantize(rng.standard_normal((37, 96)).astype(np.float32), getattr(gguf.GGMLQuantizationType, t))
+    x = rng.standard_normal((9, 96)).astype(np.float32)
+    out, twin, one = np.zeros((9, 37), np.float32), np.zeros((9, 37), np.float32), np.zeros((1, 37), np.float32)
+    kernels.matmul(out, kernels.new_scratch(2, 9, 96), t, kernels.pack(t, raw, 96), x, kernels.F16_LUT)
+    reference.matmul(twin, reference.prepare(t, raw, 96), x)
+    assert np.abs(out - twin).max() <= 1e-5 * np.abs(twin).max(), t
+    kernels.matmul(one, kernels.new_scratch(2, 1, 96), t, kernels.pack(t, raw, 96), x[4:5], kernels.F16_LUT)
+    assert (one[0] == out[4]).all(), t
+"""
+    env = dict(os.environ, SPECSIM_DECODER_PLAIN="1", NUMBA_CACHE_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+
+
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
 def test_matmul_row_does_not_depend_on_m(type_name):
     """Row m of a pass over M tokens is bit-identical to a pass over that token alone: the verify

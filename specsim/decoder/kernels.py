@@ -22,6 +22,7 @@ converted once into the thread's scratch row, then dotted with each of the M que
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import llvmlite.binding
@@ -239,7 +240,8 @@ def _vnni_dot(kind, tm):
 
 
 _features = llvmlite.binding.get_host_cpu_features()
-HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False))
+HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False)
+                 and not os.environ.get("SPECSIM_DECODER_PLAIN"))  # set: the plain loops (tests them on any CPU)
 if HAVE_VNNI:
     _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
         _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in TILES)
