@@ -11,13 +11,14 @@ Dimension legend (every shape comment below uses these letters)
 
 Conventions: outputs first; no allocation inside a kernel (scratch comes in); no random draws.
 Block-quantized matrices (Q4_0, Q4_1, Q8_0) multiply activations quantized to Q8 as in llama.cpp
-(`quantize_q8`: per 32-block, int8 values and a float32 scale, once per token per matrix): each
+(`quantize_q8`: per 32-block, int8 values and a float32 scale, once per pass per matrix): each
 block's dot product is an exact int32 sum of weight ints times activation ints, then the float
-epilogue d * dx * sum (+ m * dx * sum(xq) for Q4_1). On a CPU with AVX512-VNNI the row dot is one
-`vpdpbusd` per block (`_vnni_row_dot`, LLVM IR); elsewhere a plain numba loop with the same integers.
-Row m's result is computed by the same arithmetic in the same order whatever M is, so a verify pass
-reproduces the single-token logits exactly. F16/F32 matrices keep float activations: a row is
-converted once into the thread's scratch row, then dotted with each of the M query rows.
+epilogue d * dx * sum (+ m * dx * sum(xq) for Q4_1). On a CPU with AVX512-VNNI (`_vnni_dot`, LLVM IR)
+one 512-bit vpdpbusd covers a pair of blocks, and each unpacked pair is used for a tile of 8 or 4
+query rows; elsewhere (or with SPECSIM_DECODER_PLAIN=1) a plain numba loop computes the same integers.
+Row m's result is computed by the same arithmetic in the same order whatever M is and whichever tile
+holds it, so a verify pass reproduces the single-token logits exactly. F16/F32 matrices keep float
+activations: a row is converted once into the thread's scratch row, then dotted with each query row.
 """
 from __future__ import annotations
 
