@@ -18,7 +18,10 @@ def register(subparsers) -> None:
 
     r = sub.add_parser("run", help="measure speculative decoding on prompts")
     _model_args(r)
-    r.add_argument("--drafter", choices=("prompt-lookup", "layer-skip", "draft-model", "tree"), default="prompt-lookup")
+    r.add_argument("--drafter", choices=("prompt-lookup", "layer-skip", "draft-model", "tree"), default="prompt-lookup",
+                   help="prompt-lookup: n-gram match against the context; layer-skip: the target's first --layers "
+                        "layers + LM head; draft-model: a second GGUF (--draft-model); tree: top-k per depth into "
+                        "--tree, verified in one pass with the tree mask")
     r.add_argument("-k", type=int, default=4, help="draft length (chain drafters)")
     r.add_argument("--min-n", type=int, default=1, help="prompt lookup: shortest n-gram")
     r.add_argument("--max-n", type=int, default=3, help="prompt lookup: longest n-gram")
@@ -26,19 +29,26 @@ def register(subparsers) -> None:
     r.add_argument("--draft-model", type=Path, default=None, help="draft model GGUF (drafter draft-model)")
     r.add_argument("--tree", default="0;1;0,0;1,0;0,0,0",
                    help="tree drafter topology as Medusa choices, ';'-separated rank paths (default %(default)s)")
-    r.add_argument("--tree-base", choices=("layer-skip", "draft-model"), default="layer-skip")
-    r.add_argument("--verify", choices=("greedy", "rejection", "onehot", "typical"), default="greedy")
-    r.add_argument("--temperature", type=float, default=0.0)
-    r.add_argument("--top-k", type=int, default=0)
-    r.add_argument("--top-p", type=float, default=1.0)
+    r.add_argument("--tree-base", choices=("layer-skip", "draft-model"), default="layer-skip",
+                   help="which model proposes the tree drafter's top-k candidates")
+    r.add_argument("--verify", choices=("greedy", "rejection", "onehot", "typical"), default="greedy",
+                   help="greedy: exact match of the target's argmax; rejection: accept with min(1, p/q), resample "
+                        "from norm(max(0, p - q)) (exact); onehot: a one-hot draft, accept with p(x), on rejection "
+                        "zero p(x) and try the next sibling (exact, as vLLM treats n-gram and tree drafts); typical: "
+                        "Medusa's typical acceptance (fast, NOT distribution-exact above temperature 0)")
+    r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature for target and drafter (0 = greedy)")
+    r.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens before sampling (0 = all)")
+    r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = all)")
     src = r.add_mutually_exclusive_group()
     src.add_argument("--prompt-file", type=Path, help="a text file; prompts separated by a line '---'")
-    src.add_argument("--workload", choices=("code-edit", "prose"), default="code-edit")
-    r.add_argument("--n-prompts", type=int, default=3)
+    src.add_argument("--workload", choices=("code-edit", "prose"), default="code-edit",
+                     help="named, seeded prompt sets: code-edit (a Python standard-library file and an instruction "
+                          "to repeat it with a change) or prose (passages of the public-domain corpora)")
+    r.add_argument("--n-prompts", type=int, default=3, help="prompts taken from the workload")
     r.add_argument("--tokens", type=int, default=128, help="new tokens per prompt")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="seed of the workload choice and of every request's random stream")
     r.add_argument("--raw", action="store_true", help="do not wrap prompts in the chat template")
-    r.add_argument("--stop-at-eos", action="store_true")
+    r.add_argument("--stop-at-eos", action="store_true", help="stop a prompt's generation at the end-of-sequence token")
     r.add_argument("--json", type=Path, help="write the measurement as JSON here")
     r.add_argument("--out", type=Path, help="write measurement.json and report.txt into this folder")
     r.set_defaults(func=_run)
@@ -47,9 +57,9 @@ def register(subparsers) -> None:
     _model_args(b)
     b.add_argument("--m", default="1,2,4,8,16,32,64", help="comma-separated M values")
     b.add_argument("--contexts", default="128,512,2048", help="comma-separated context lengths")
-    b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--json", type=Path)
-    b.add_argument("--out", type=Path)
+    b.add_argument("--repeats", type=int, default=3, help="timed repeats per point (the best is kept)")
+    b.add_argument("--json", type=Path, help="write the table as JSON here")
+    b.add_argument("--out", type=Path, help="write bench.json and a report into this folder")
     b.set_defaults(func=_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
