@@ -451,13 +451,25 @@ def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
                         out[m, h, j] += p * v_cache[g, t, j]
 
 
-@njit(**_JIT)
-def swiglu(out, gate, up):
-    # out (M, F) f32; gate (M, F); up (M, F): out = silu(gate) * up
+@njit(cache=True, fastmath=False, nogil=True)  # no reassociation: it would undo the two-part ln 2
+def swiglu(out, bits, gate, up):
+    # out (M, F) f32; bits (>= M, >= F) i32 scratch; gate (M, F); up (M, F): out = silu(gate) * up
     for m in range(gate.shape[0]):
+        bm, om, gm = bits[m], out[m], gate[m]
+        for j in range(gate.shape[1]):  # exp(-g) = 2^n e^r, r = -g - n ln 2 (Cody-Waite), e^r a polynomial
+            x = min(max(-gm[j], np.float32(-87.0)), np.float32(88.0))  # (Cephes expf): the loop vectorizes
+            n = np.rint(x * np.float32(1.44269504))
+            r = x - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
+            p = np.float32(1.9875691500e-4) * r + np.float32(1.3981999507e-3)
+            p = p * r + np.float32(8.3334519073e-3)
+            p = p * r + np.float32(4.1665795894e-2)
+            p = p * r + np.float32(1.6666665459e-1)
+            p = p * r + np.float32(5.0000001201e-1)
+            om[j] = p * r * r + r + np.float32(1.0)
+            bm[j] = (np.int32(n) + np.int32(127)) << np.int32(23)  # the float32 bits of 2^n
+        two_n = bm.view(np.float32)
         for j in range(gate.shape[1]):
-            g = gate[m, j]
-            out[m, j] = g / (np.float32(1.0) + np.exp(-g)) * up[m, j]
+            om[j] = gm[j] * up[m, j] / (np.float32(1.0) + om[j] * two_n[j])
 
 
 @njit(parallel=True, **_JIT)

@@ -91,6 +91,7 @@ class Transformer:
             ws = dict(x=f32(m, c.d_model), xn=f32(m, c.d_model), qkv=f32(m, nq + 2 * nk), q=f32(m, nq),
                       k=f32(m, nk), v=f32(m, nk), att=f32(m, nq), o=f32(m, c.d_model), gate_up=f32(m, 2 * c.n_ff),
                       gate=f32(m, c.n_ff), up=f32(m, c.n_ff), act=f32(m, c.n_ff), down=f32(m, c.d_model),
+                      bits=np.zeros((m, c.n_ff), np.int32),
                       logits=f32(m, c.n_vocab), scores=f32(c.n_head, capacity))
             if len(self._work) > 16:
                 self._work.clear()
@@ -155,7 +156,7 @@ class Transformer:
             else:
                 self._matmul(ws["gate"], lw["ffn_gate"], ws["xn"])
                 self._matmul(ws["up"], lw["ffn_up"], ws["xn"])
-            swiglu(ws["act"], ws["gate"], ws["up"])
+            swiglu(ws["act"], ws["bits"], ws["gate"], ws["up"])
             self._matmul(ws["down"], lw["ffn_down"], ws["act"])
             x += ws["down"]
         cache.length = start + m

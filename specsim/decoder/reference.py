@@ -109,6 +109,6 @@ def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
         out[:, h, :] = (p / p.sum(axis=1, keepdims=True)) @ v
 
 
-def swiglu(out, gate, up):
-    # out (M, F); gate (M, F); up (M, F)
+def swiglu(out, bits, gate, up):
+    # out (M, F); bits unused (the kernel's scratch); gate (M, F); up (M, F)
     out[:] = gate / (1.0 + np.exp(-gate)) * up
