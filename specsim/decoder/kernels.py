@@ -115,6 +115,7 @@ def _plain_q8_0(qs, d, mn, xq, xd, xs, nb):
 # -- the same with AVX512-VNNI: LLVM IR, one vpdpbusd (u8 x i8, 4 products a lane) per pair of blocks ----
 _I8, _I16, _I32, _I64, _F32, _HALF = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.HalfType()
 _V = ir.VectorType
+PF = 4  # rows ahead whose quant bytes each row dot prefetches (measured: ~10 % more weight stream than none)
 TILES = (8, 4, 1)  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
 
 
@@ -200,6 +201,21 @@ def _vnni_dot(kind, tm):
                         phi.add_incoming(v, bb)
                 return acc, macc
 
+            # prefetch the quant bytes PF rows ahead (rows are contiguous; a prefetch past the end is harmless)
+            pf = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0")
+            row_bytes = builder.mul(args[11], c(_I64, 32 if kind == "q8_0" else 16))
+            pf_base = builder.gep(builder.bitcast(p_qs, _I8.as_pointer()), [builder.mul(row_bytes, c(_I64, PF))])
+            pf_pre = builder.basic_block
+            pf_loop, pf_done = builder.append_basic_block("vnni_dot.pf"), builder.append_basic_block("vnni_dot.pf_done")
+            builder.branch(pf_loop)
+            builder.position_at_end(pf_loop)
+            o = builder.phi(_I64)
+            builder.call(pf, [builder.gep(pf_base, [o]), c(_I32, 0), c(_I32, 3), c(_I32, 1)])
+            o2 = builder.add(o, c(_I64, 64))
+            o.add_incoming(c(_I64, 0), pf_pre)
+            o.add_incoming(o2, pf_loop)
+            builder.cbranch(builder.icmp_signed("<", o2, row_bytes), pf_loop, pf_done)
+            builder.position_at_end(pf_done)
             zero = ([c(_V(_F32, 16), None)] * tm, [c(_V(_F32, 2), None)] * tm)
             nb, n_pairs = args[11], builder.ashr(args[11], c(_I64, 1))
             entry = builder.basic_block
