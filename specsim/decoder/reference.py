@@ -1,7 +1,12 @@
 """Plain numpy twins of the kernels in `kernels.py`: slow, obviously correct, same signatures
 (outputs first). The dequantizers are also checked against `gguf.quants.dequantize` in the tests.
 Block-quantized matrices multiply activations quantized to Q8 per 32-block as in llama.cpp
-(`quantize_q8`), the same algorithm as the kernels: exact integer block sums, then the float scales."""
+(`quantize_q8`), the same algorithm as the kernels: exact integer block sums, then the float scales.
+Rounding to int8 is discontinuous: a last-bit difference upstream (float sums in another order) can move
+an activation across a rounding boundary. The tiny test models agree to 1e-4 in logits; on the 30-layer
+SmolLM2-135M prompt of the benchmark the kernels and the twin differ by 2.6e-2 of the largest logit (same
+top 5 tokens), and Q8 activations move logits by 3.7e-2 against float activations (2.4e-6 between the
+float kernels and their twin before this change)."""
 from __future__ import annotations
 
 import numpy as np
