@@ -197,9 +197,45 @@ def test_small_kernels_match_twins():
     mask = rng.random((m, 7)) < 0.5
     mask[:, 0] = True  # every query sees at least one masked row
     o1, o2 = np.zeros((m, h, e), np.float32), np.zeros((m, h, e), np.float32)
-    kernels.attention(o1, np.zeros((h, c), np.float32), q, kc, vc, 10, mask)
+    kernels.attention(o1, np.zeros((g, m * h // g, c + 2), np.float32), q, kc, vc, 10, mask)
     reference.attention(o2, None, q, kc, vc, 10, mask)
     assert _rel_err(o1, o2) <= 1e-5
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_attention_row_does_not_depend_on_m(n_threads):
+    """Fused attention: a query's output is bit-identical whether it runs alone or with other queries,
+    under any thread count (so with any split of a kv head's rows), and a chain query run as a decode
+    step (its predecessors in the shared rows) matches its row in the verify pass."""
+    import numba
+
+    rng = np.random.default_rng(5)
+    m, h, g, e, n_shared = 9, 9, 3, 64, 70  # SmolLM2's head shape; keys cross several tiles
+    c = n_shared + m
+    q = rng.standard_normal((m, h, e)).astype(np.float32)
+    kc = rng.standard_normal((g, c, e)).astype(np.float32)
+    vc = rng.standard_normal((g, c, e)).astype(np.float32)
+    causal = np.tril(np.ones((m, m), bool))
+    tree = causal & (rng.random((m, m)) < 0.6) | np.eye(m, dtype=bool)
+    saved = numba.get_num_threads()
+    try:
+        kernels.set_threads(n_threads)
+        for mask in (causal, tree):
+            full = np.zeros((m, h, e), np.float32)
+            kernels.attention(full, np.zeros((g, m * h // g, c + 2), np.float32), q, kc, vc, n_shared, mask)
+            twin = np.zeros_like(full)
+            reference.attention(twin, None, q, kc, vc, n_shared, mask)
+            assert _rel_err(full, twin) <= 1e-5
+            for i in range(m):
+                one = np.zeros((1, h, e), np.float32)
+                kernels.attention(one, np.zeros((g, h // g, c + 2), np.float32), q[i:i + 1], kc, vc, n_shared, mask[i:i + 1])
+                np.testing.assert_array_equal(one[0], full[i])
+                if mask is causal:  # the decode step of token i: rows [0, n_shared + i) shared, itself new
+                    kernels.attention(one, np.zeros((g, h // g, c + 2), np.float32), q[i:i + 1], kc, vc,
+                                      n_shared + i, np.ones((1, 1), bool))
+                    np.testing.assert_array_equal(one[0], full[i])
+    finally:
+        kernels.set_threads(saved)
 
 
 @pytest.mark.parametrize("tied", [False, True])

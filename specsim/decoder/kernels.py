@@ -7,6 +7,7 @@ Dimension legend (every shape comment below uses these letters)
   T    worker threads; each owns one row of a scratch buffer
   D    model width;  F  feed-forward width;  H  query heads;  G  key/value heads;  E  head dim
   C    KV-cache capacity (slots);  W  cache rows seen through the mask (the new or tree rows)
+  R    attention rows of one kv head: M * H/G (query m, head g * H/G + i is row m * H/G + i)
   LUT  65536: float16 bit pattern -> float32
 
 Conventions: outputs first; no allocation inside a kernel (scratch comes in); no random draws.
@@ -28,7 +29,7 @@ import os
 import numpy as np
 import llvmlite.binding
 from llvmlite import ir
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
@@ -436,35 +437,89 @@ def _dot(a, b):
     return acc
 
 
+TK = 32  # keys per tile of the score pass: a tile (8 KB at E = 64) stays in L1 while every query row uses it
+
+
+@njit(**_JIT_ORDERED)
+def _group_scores(s, q, k, g, r0, r1, n_shared, mask, scale):
+    # s (R, >= n_rows + 2) f32, R = M * (H/G): row r = m * (H/G) + i is query m, head g * (H/G) + i;
+    # rows [r0, r1) only; column -2 gets each row's max; q (M, H, E); k (C, E) the keys of kv head g; mask (M, W)
+    group, top, n_rows = s.shape[0] // q.shape[0], s.shape[1] - 2, n_shared + mask.shape[1]
+    for t0 in range(0, n_rows, TK):  # each tile of keys is read once, for every query row
+        for r in range(r0, r1):
+            m, sr = r // group, s[r]
+            qr = q[m, g * group + r % group]
+            mx = sr[top] if t0 > 0 else np.float32(-np.inf)
+            for t in range(t0, min(t0 + TK, n_rows)):
+                if t < n_shared or mask[m, t - n_shared]:
+                    sr[t] = _dot(qr, k[t]) * scale
+                    mx = max(mx, sr[t])
+                else:
+                    sr[t] = np.float32(-np.inf)
+            sr[top] = mx
+
+
+@njit(**_JIT_ORDERED)
+def _softmax_rows(s, r0, r1, n_rows):
+    # s (R, >= n_rows + 2), rows [r0, r1): columns [0, n_rows) scores -> exp(score - max); column -1 the
+    # reciprocal of their sum, summed in ascending key order (a masked key adds an exact 0)
+    top = s.shape[1] - 2
+    for r in range(r0, r1):
+        row, mx, total = s[r], s[r, top], np.float32(0.0)
+        for t in range(n_rows):
+            row[t] = np.exp(row[t] - mx)
+            total += row[t]
+        row[top + 1] = np.float32(1.0) / total
+
+
+RB = 8  # query rows per sub-block of the value pass: their output rows (2 KB at E = 64) stay in L1
+
+
+@njit(**_JIT_ORDERED)
+def _group_values(out, s, v, g, r0, r1, n_rows):
+    # out (M, H, E); s (R, >= n_rows + 2) from `_softmax_rows`, rows [r0, r1); v (C, E) the values of kv head g
+    group, inv = s.shape[0] // out.shape[0], s.shape[1] - 1
+    for r in range(r0, r1):
+        out[r // group, g * group + r % group, :] = 0.0
+    for t0 in range(0, n_rows, TK):  # each tile of values is read once, for every row
+        for rb in range(r0, r1, RB):
+            for t in range(t0, min(t0 + TK, n_rows)):  # rows inner: independent sums, each in key order
+                m, h = rb // group, g * group + rb % group  # query and head of row r
+                for r in range(rb, min(rb + RB, r1)):
+                    p = s[r, t] * s[r, inv]
+                    if p != 0.0:
+                        for j in range(v.shape[1]):
+                            out[m, h, j] += p * v[t, j]
+                    h += 1
+                    if h == (g + 1) * group:
+                        m, h = m + 1, g * group
+
+
 @njit(parallel=True, **_JIT_ORDERED)
+def _attention(out, scores, q, k_cache, v_cache, n_shared, mask, n_b):
+    # as `attention`; n_b: row blocks per kv head
+    n_g, n_rows, group = k_cache.shape[0], n_shared + mask.shape[1], q.shape[1] // k_cache.shape[0]
+    rows, scale = q.shape[0] * group, np.float32(1.0 / math.sqrt(q.shape[2]))
+    for u in prange(n_g * n_b):
+        g, b = u // n_b, u % n_b
+        r0, r1 = b * rows // n_b, (b + 1) * rows // n_b
+        s = scores[g, :rows]  # (R, >= n_rows + 2)
+        _group_scores(s, q, k_cache[g], g, r0, r1, n_shared, mask, scale)
+        _softmax_rows(s, r0, r1, n_rows)
+        _group_values(out, s, v_cache[g], g, r0, r1, n_rows)
+
+
 def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
-    # out (M, H, E) f32; scores (H, C) f32 scratch; q (M, H, E); k_cache, v_cache (G, C, E);
-    # n_shared: cache rows [0, n_shared) seen by every query; mask (M, W) bool: query m sees row n_shared + w
-    n_q, n_head, e = q.shape
-    group = n_head // k_cache.shape[0]
-    scale = np.float32(1.0 / math.sqrt(e))
-    for h in prange(n_head):
-        g = h // group
-        s = scores[h]
-        for m in range(n_q):
-            top = np.float32(-np.inf)
-            for t in range(n_shared + mask.shape[1]):
-                if t >= n_shared and not mask[m, t - n_shared]:
-                    s[t] = np.float32(-np.inf)
-                    continue
-                s[t] = _dot(q[m, h], k_cache[g, t]) * scale
-                top = max(top, s[t])
-            total = np.float32(0.0)
-            for t in range(n_shared + mask.shape[1]):
-                s[t] = np.exp(s[t] - top)
-                total += s[t]
-            for j in range(e):
-                out[m, h, j] = 0.0
-            for t in range(n_shared + mask.shape[1]):
-                p = s[t] / total
-                if p != 0.0:
-                    for j in range(e):
-                        out[m, h, j] += p * v_cache[g, t, j]
+    """out (M, H, E) f32; scores (G, >= M * H/G, >= n_shared + W + 2) f32 scratch; q (M, H, E);
+    k_cache, v_cache (G, C, E); n_shared: cache rows [0, n_shared) seen by every query;
+    mask (M, W) bool: query m sees row n_shared + w.
+    Fused: per kv head, the scores of all M * H/G query rows (keys outer), a softmax per row, then the
+    values (values outer). The rows of a kv head are split into B blocks so that the G * B work items
+    share the T threads evenly (B = T / gcd(G, T)): DRAM gives each key and value once, the other
+    blocks of its kv head find it in the shared L3. A row's arithmetic is the same whatever M, B and
+    the other rows are."""
+    n_g, n_t = k_cache.shape[0], get_num_threads()
+    _attention(out, scores, q, k_cache, v_cache, n_shared, mask, max(1, min(q.shape[0] * q.shape[1] // n_g, n_t // math.gcd(n_g, n_t))))
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # no reassociation: it would undo the two-part ln 2

@@ -92,7 +92,8 @@ class Transformer:
                       k=f32(m, nk), v=f32(m, nk), att=f32(m, nq), o=f32(m, c.d_model), gate_up=f32(m, 2 * c.n_ff),
                       gate=f32(m, c.n_ff), up=f32(m, c.n_ff), act=f32(m, c.n_ff), down=f32(m, c.d_model),
                       bits=np.zeros((m, c.n_ff), np.int32),
-                      logits=f32(m, c.n_vocab), scores=f32(c.n_head, capacity))
+                      logits=f32(m, c.n_vocab),
+                      scores=f32(c.n_kv_head, m * (c.n_head // c.n_kv_head), capacity + 2))  # attention scratch
             if len(self._work) > 16:
                 self._work.clear()
             self._work[key] = ws

@@ -100,18 +100,25 @@ def rope(x, positions, inv_freq):
 
 
 def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
-    # out (M, H, E); scores unused; q (M, H, E); k_cache, v_cache (G, C, E); mask (M, W) bool
+    """out (M, H, E); scores unused (the kernel's scratch); q (M, H, E); k_cache, v_cache (G, C, E);
+    mask (M, W) bool. As the fused kernel: per kv head g, the R = M * H/G query rows that share its
+    keys (row m * H/G + i: query m, head g * H/G + i) are scored against all keys at once, softmaxed
+    per row (masked keys weigh exactly 0), then multiplied by the values. The kernel sums each row's
+    dot products, softmax total and weighted values in ascending key order; the twin leaves the order
+    to numpy, so the two agree to rounding (1e-5 relative), not bit for bit."""
     n_q, n_head, e = q.shape
-    group = n_head // k_cache.shape[0]
+    n_kv = k_cache.shape[0]
+    group = n_head // n_kv
     n_rows = n_shared + mask.shape[1]
     visible = np.concatenate([np.ones((n_q, n_shared), bool), mask], axis=1)  # (M, n_rows)
-    for h in range(n_head):
-        k = k_cache[h // group, :n_rows]  # (n_rows, E)
-        v = v_cache[h // group, :n_rows]
-        s = q[:, h, :] @ k.T / np.sqrt(e)  # (M, n_rows)
+    visible = np.repeat(visible, group, axis=0)  # (R, n_rows): row m * group + i
+    for g in range(n_kv):
+        qg = q[:, g * group:(g + 1) * group, :].reshape(n_q * group, e)  # (R, E)
+        s = qg @ k_cache[g, :n_rows].T / np.sqrt(e)  # (R, n_rows)
         s = np.where(visible, s, -np.inf)
         p = np.exp(s - s.max(axis=1, keepdims=True))
-        out[:, h, :] = (p / p.sum(axis=1, keepdims=True)) @ v
+        p /= p.sum(axis=1, keepdims=True)
+        out[:, g * group:(g + 1) * group, :] = (p @ v_cache[g, :n_rows]).reshape(n_q, group, e)
 
 
 def swiglu(out, bits, gate, up):
