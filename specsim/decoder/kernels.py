@@ -459,15 +459,39 @@ def _group_scores(s, q, k, g, r0, r1, n_shared, mask, scale):
             sr[top] = mx
 
 
+@njit(cache=True, fastmath=False, nogil=True)  # IEEE steps: the vector body and the tail give the same bits
+def _exp_row(row, mx, n):
+    # row (>= n,) f32: row[t] = exp(row[t] - mx) for t < n; 0 below -87 (a masked key's -inf: an exact 0).
+    # exp(x) = 2^k e^r as in `swiglu` (Cephes expf), 2^k (k in [-126, 0]) a product of exact powers of two
+    for t in range(n):
+        x = max(row[t] - mx, np.float32(-87.0))
+        k = np.rint(x * np.float32(1.44269504))
+        r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
+        p = np.float32(1.9875691500e-4) * r + np.float32(1.3981999507e-3)
+        p = p * r + np.float32(8.3334519073e-3)
+        p = p * r + np.float32(4.1665795894e-2)
+        p = p * r + np.float32(1.6666665459e-1)
+        p = p * r + np.float32(5.0000001201e-1)
+        e, a = p * r * r + r + np.float32(1.0), np.int32(-k)
+        e *= np.float32(2.0 ** -1) if a & 1 else np.float32(1.0)
+        e *= np.float32(2.0 ** -2) if a & 2 else np.float32(1.0)
+        e *= np.float32(2.0 ** -4) if a & 4 else np.float32(1.0)
+        e *= np.float32(2.0 ** -8) if a & 8 else np.float32(1.0)
+        e *= np.float32(2.0 ** -16) if a & 16 else np.float32(1.0)
+        e *= np.float32(2.0 ** -32) if a & 32 else np.float32(1.0)
+        e *= np.float32(2.0 ** -64) if a & 64 else np.float32(1.0)
+        row[t] = e if row[t] - mx > np.float32(-87.0) else np.float32(0.0)
+
+
 @njit(**_JIT_ORDERED)
 def _softmax_rows(s, r0, r1, n_rows):
     # s (R, >= n_rows + 2), rows [r0, r1): columns [0, n_rows) scores -> exp(score - max); column -1 the
     # reciprocal of their sum, summed in ascending key order (a masked key adds an exact 0)
     top = s.shape[1] - 2
     for r in range(r0, r1):
-        row, mx, total = s[r], s[r, top], np.float32(0.0)
+        row, total = s[r], np.float32(0.0)
+        _exp_row(row, s[r, top], n_rows)
         for t in range(n_rows):
-            row[t] = np.exp(row[t] - mx)
             total += row[t]
         row[top + 1] = np.float32(1.0) / total
 
@@ -483,8 +507,9 @@ def _group_values(out, s, v, g, r0, r1, n_rows):
         out[r // group, g * group + r % group, :] = 0.0
     for t0 in range(0, n_rows, TK):  # each tile of values is read once, for every row
         for rb in range(r0, r1, RB):
+            mb, hb = rb // group, g * group + rb % group  # query and head of row rb
             for t in range(t0, min(t0 + TK, n_rows)):  # rows inner: independent sums, each in key order
-                m, h = rb // group, g * group + rb % group  # query and head of row r
+                m, h = mb, hb  # query and head of row r
                 for r in range(rb, min(rb + RB, r1)):
                     p = s[r, t] * s[r, inv]
                     if p != 0.0:
@@ -496,30 +521,30 @@ def _group_values(out, s, v, g, r0, r1, n_rows):
 
 
 @njit(parallel=True, **_JIT_ORDERED)
-def _attention(out, scores, q, k_cache, v_cache, n_shared, mask, n_b):
-    # as `attention`; n_b: row blocks per kv head
+def _attention(out, scores, q, k_cache, v_cache, n_shared, mask, n_c):
+    # as `attention`; n_c: chunks of the G * R rows (kv head major), one per thread
     n_g, n_rows, group = k_cache.shape[0], n_shared + mask.shape[1], q.shape[1] // k_cache.shape[0]
     rows, scale = q.shape[0] * group, np.float32(1.0 / math.sqrt(q.shape[2]))
-    for u in prange(n_g * n_b):
-        g, b = u // n_b, u % n_b
-        r0, r1 = b * rows // n_b, (b + 1) * rows // n_b
-        s = scores[g, :rows]  # (R, >= n_rows + 2)
-        _group_scores(s, q, k_cache[g], g, r0, r1, n_shared, mask, scale)
-        _softmax_rows(s, r0, r1, n_rows)
-        _group_values(out, s, v_cache[g], g, r0, r1, n_rows)
+    for c in prange(n_c):
+        lo, hi = c * n_g * rows // n_c, (c + 1) * n_g * rows // n_c  # rows [lo, hi) of all kv heads
+        for g in range(lo // rows, min(n_g, (hi + rows - 1) // rows)):
+            r0, r1 = max(lo - g * rows, 0), min(hi - g * rows, rows)
+            s = scores[g, :rows]  # (R, >= n_rows + 2)
+            _group_scores(s, q, k_cache[g], g, r0, r1, n_shared, mask, scale)
+            _softmax_rows(s, r0, r1, n_rows)
+            _group_values(out, s, v_cache[g], g, r0, r1, n_rows)
 
 
 def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
     """out (M, H, E) f32; scores (G, >= M * H/G, >= n_shared + W + 2) f32 scratch; q (M, H, E);
     k_cache, v_cache (G, C, E); n_shared: cache rows [0, n_shared) seen by every query;
     mask (M, W) bool: query m sees row n_shared + w.
-    Fused: per kv head, the scores of all M * H/G query rows (keys outer), a softmax per row, then the
-    values (values outer). The rows of a kv head are split into B blocks so that the G * B work items
-    share the T threads evenly (B = T / gcd(G, T)): DRAM gives each key and value once, the other
-    blocks of its kv head find it in the shared L3. A row's arithmetic is the same whatever M, B and
-    the other rows are."""
-    n_g, n_t = k_cache.shape[0], get_num_threads()
-    _attention(out, scores, q, k_cache, v_cache, n_shared, mask, max(1, min(q.shape[0] * q.shape[1] // n_g, n_t // math.gcd(n_g, n_t))))
+    Fused: per kv head, the scores of all R = M * H/G query rows (keys outer), a softmax per row, then
+    the values (values outer). The G * R rows, kv head major, are cut into T equal chunks, one per
+    thread: a thread reads each key and value of a kv head once for all its rows of that head, and a
+    kv head is read by two threads only where a chunk boundary cuts it. A row's arithmetic is the
+    same whatever M, T and the other rows are."""
+    _attention(out, scores, q, k_cache, v_cache, n_shared, mask, get_num_threads())
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # no reassociation: it would undo the two-part ln 2

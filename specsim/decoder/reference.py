@@ -104,8 +104,9 @@ def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
     mask (M, W) bool. As the fused kernel: per kv head g, the R = M * H/G query rows that share its
     keys (row m * H/G + i: query m, head g * H/G + i) are scored against all keys at once, softmaxed
     per row (masked keys weigh exactly 0), then multiplied by the values. The kernel sums each row's
-    dot products, softmax total and weighted values in ascending key order; the twin leaves the order
-    to numpy, so the two agree to rounding (1e-5 relative), not bit for bit."""
+    softmax total and weighted values in ascending key order and takes exp as a polynomial (Cephes
+    expf, as `swiglu`); the twin leaves the order to numpy and uses np.exp, so the two agree to
+    rounding (1e-5 relative), not bit for bit."""
     n_q, n_head, e = q.shape
     n_kv = k_cache.shape[0]
     group = n_head // n_kv
