@@ -501,20 +501,30 @@ RB = 8  # query rows per sub-block of the value pass: their output rows (2 KB at
 
 @njit(**_JIT_ORDERED)
 def _group_values(out, s, v, g, r0, r1, n_rows):
-    # out (M, H, E); s (R, >= n_rows + 2) from `_softmax_rows`, rows [r0, r1); v (C, E) the values of kv head g
+    # out (M, H, E); s (R, >= n_rows + 2) from `_softmax_rows`, rows [r0, r1); v (C, E) the values of kv head g.
+    # Keys go in pairs: o + p0 v0 + p1 v1 is two fused multiply-adds in key order, the bits of two single
+    # steps, with one load and store of o; a pair with a zero weight goes as single steps (0 is skipped)
     group, inv = s.shape[0] // out.shape[0], s.shape[1] - 1
     for r in range(r0, r1):
         out[r // group, g * group + r % group, :] = 0.0
     for t0 in range(0, n_rows, TK):  # each tile of values is read once, for every row
+        t1 = min(t0 + TK, n_rows)
         for rb in range(r0, r1, RB):
             mb, hb = rb // group, g * group + rb % group  # query and head of row rb
-            for t in range(t0, min(t0 + TK, n_rows)):  # rows inner: independent sums, each in key order
+            for t in range(t0, t1, 2):  # rows inner: independent sums, each in key order
                 m, h = mb, hb  # query and head of row r
                 for r in range(rb, min(rb + RB, r1)):
-                    p = s[r, t] * s[r, inv]
-                    if p != 0.0:
+                    p0 = s[r, t] * s[r, inv]
+                    p1 = s[r, t + 1] * s[r, inv] if t + 1 < t1 else np.float32(0.0)
+                    if p0 != 0.0 and p1 != 0.0:
                         for j in range(v.shape[1]):
-                            out[m, h, j] += p * v[t, j]
+                            out[m, h, j] = out[m, h, j] + p0 * v[t, j] + p1 * v[t + 1, j]
+                    else:
+                        for tt in range(t, min(t + 2, t1)):
+                            p = p0 if tt == t else p1
+                            if p != 0.0:
+                                for j in range(v.shape[1]):
+                                    out[m, h, j] += p * v[tt, j]
                     h += 1
                     if h == (g + 1) * group:
                         m, h = m + 1, g * group
