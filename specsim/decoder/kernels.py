@@ -14,9 +14,12 @@ Conventions: outputs first; no allocation inside a kernel (scratch comes in); no
 Block-quantized matrices (Q4_0, Q4_1, Q8_0) multiply activations quantized to Q8 as in llama.cpp
 (`quantize_q8`: per 32-block, int8 values and a float32 scale, once per pass per matrix): each
 block's dot product is an exact int32 sum of weight ints times activation ints, then the float
-epilogue d * dx * sum (+ m * dx * sum(xq) for Q4_1). On a CPU with AVX512-VNNI (`_vnni_dot`, LLVM IR)
-one 512-bit vpdpbusd covers a pair of blocks, and each unpacked pair is used for a tile of 8 or 4
-query rows; elsewhere (or with SPECSIM_DECODER_PLAIN=1) a plain numba loop computes the same integers.
+epilogue acc = fma(sum, d * dx, acc) (+ fma(m, dx * sum(xq), acc) for Q4_1), blocks in order. `pack`
+interleaves the weight rows in groups of 16, so that on a CPU with AVX512-VNNI (`_vnni_dot`, LLVM IR)
+each int32 lane of a vpdpbusd is one output row: a block is 8 vpdpbusd (4 elements of 16 rows each,
+times a broadcast of 4 activation bytes), one convert and one fma, and there is no horizontal sum at
+all. Each loaded and unpacked block serves a tile of 8 or 4 query rows; elsewhere (or with
+SPECSIM_DECODER_PLAIN=1) a plain numba loop computes the same integers and the same epilogue order.
 Row m's result is computed by the same arithmetic in the same order whatever M is and whichever tile
 holds it, so a verify pass reproduces the single-token logits exactly. F16/F32 matrices keep float
 activations: a row is converted once into the thread's scratch row, then dotted with each query row.
@@ -39,6 +42,9 @@ _JIT = dict(cache=True, fastmath=True, nogil=True)
 # Attention sums in order (no reassociation): a row masked out adds an exact 0, so a query's result
 # does not depend on how many masked rows the pass carries (tree verify vs plain decode).
 _JIT_ORDERED = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn"}, nogil=True)  # -inf marks masked rows
+# Block matmuls: no fast-math, so each output's float epilogue runs in the fixed order written (any tile, any M)
+_JIT_EXACT = dict(cache=True, fastmath=False, nogil=True)
+_JIT_EXACT_PLAIN = _JIT_EXACT
 
 
 @njit(**_JIT)
@@ -53,9 +59,9 @@ def _dot_rows(out, r, wf, x):
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # explicit: a callee inherits fast-math; IEEE steps as the twin
-def quantize_q8(xq, xd, xs, xd8, sx, x):
+def quantize_q8(xq, xd, xs, sx, x):
     # xq (>= M, >= K) i8; xd (>= M, >= NB) f32 block scale; xs (>= M, >= NB) i32 block sum of xq;
-    # xd8 (>= M, >= K/4) f32: xd repeated 8 times (a block's lanes in the VNNI dot); sx (>= M, >= NB) f32 = xd * xs;
+    # sx (>= M, >= NB) f32 = xd * xs (Q4_1's min term);
     # x (M, K) f32
     for m in range(x.shape[0]):
         for b in range(x.shape[1] // 32):
@@ -72,184 +78,197 @@ def quantize_q8(xq, xd, xs, xd8, sx, x):
             xd[m, b] = d
             xs[m, b] = s
             sx[m, b] = d * np.float32(s)
-            xd8[m, b * 8:b * 8 + 8] = d
 
 
-# -- one weight row . one Q8 activation row, plain numba (any CPU) ------------------------------------
-# qs: the row's quant bytes; d, mn (NB,) u16 float16 scale and min; xq (>= K,) i8; xd (>= NB,) f32;
-# xs (>= NB,) i32; nb blocks. Value of a weight: Q4_1 d * q + m, Q4_0 d * (q - 8), Q8_0 d * q.
-@njit(**_JIT)
-def _plain_q4_1(qs, d, mn, xq, xd, xs, nb):
+# -- 16 weight rows (a group, interleaved by `pack`) . one Q8 activation row ----------------------------
+# Layout of group g (weight rows 16 g .. 16 g + 15, lane l = row 16 g + l): per block b, chunk c of four
+# elements (4 c .. 4 c + 3): Q4 qs[b * 256 + k * 64 + l * 4 + j] = the row's block byte 4 k + j (low nibble
+# element 4 k + j = chunk k, high nibble element 16 + 4 k + j = chunk k + 4); Q8_0 qs[b * 512 + c * 64 + l * 4 + j]
+# = element 4 c + j; d, mn [b * 16 + l]. Each lane's result: acc = 0; per block in order
+# acc = fma(float(s), d * xd, acc) (s the exact integer block sum, Q4_0's -8 * sum(xq) included), then
+# Q4_1: acc = fma(m, sx, acc), sx = xd * sum(xq). No horizontal sums: a lane is one output.
+GROUP = 16  # weight rows per group: the 16 int32 lanes of a vpdpbusd
+
+
+@njit(**_JIT_EXACT_PLAIN)
+def _plain_q4_1(qs, d, mn, xq, xd, xs, nb, l):
     acc = np.float32(0.0)
     for b in range(nb):
         s = np.int32(0)
-        for j in range(16):
-            q = np.int32(qs[b * 16 + j])
-            s += (q & np.int32(15)) * np.int32(xq[b * 32 + j]) + (q >> np.int32(4)) * np.int32(xq[b * 32 + 16 + j])
-        acc += F16_LUT[d[b]] * xd[b] * np.float32(s) + F16_LUT[mn[b]] * (xd[b] * np.float32(xs[b]))  # m * sx
+        for k in range(4):
+            for j in range(4):
+                q = np.int32(qs[b * 256 + k * 64 + l * 4 + j])
+                s += (q & np.int32(15)) * np.int32(xq[b * 32 + 4 * k + j]) + (q >> np.int32(4)) * np.int32(xq[b * 32 + 16 + 4 * k + j])
+        acc = acc + np.float32(s) * (F16_LUT[d[b * 16 + l]] * xd[b])
+        acc = acc + F16_LUT[mn[b * 16 + l]] * (xd[b] * np.float32(xs[b]))  # m * sx
     return acc
 
 
-@njit(**_JIT)
-def _plain_q4_0(qs, d, mn, xq, xd, xs, nb):
+@njit(**_JIT_EXACT_PLAIN)
+def _plain_q4_0(qs, d, mn, xq, xd, xs, nb, l):
     acc = np.float32(0.0)
     for b in range(nb):
         s = np.int32(-8) * xs[b]
-        for j in range(16):
-            q = np.int32(qs[b * 16 + j])
-            s += (q & np.int32(15)) * np.int32(xq[b * 32 + j]) + (q >> np.int32(4)) * np.int32(xq[b * 32 + 16 + j])
-        acc += F16_LUT[d[b]] * xd[b] * np.float32(s)
+        for k in range(4):
+            for j in range(4):
+                q = np.int32(qs[b * 256 + k * 64 + l * 4 + j])
+                s += (q & np.int32(15)) * np.int32(xq[b * 32 + 4 * k + j]) + (q >> np.int32(4)) * np.int32(xq[b * 32 + 16 + 4 * k + j])
+        acc = acc + np.float32(s) * (F16_LUT[d[b * 16 + l]] * xd[b])
     return acc
 
 
-@njit(**_JIT)
-def _plain_q8_0(qs, d, mn, xq, xd, xs, nb):
+@njit(**_JIT_EXACT_PLAIN)
+def _plain_q8_0(qs, d, mn, xq, xd, xs, nb, l):
     acc = np.float32(0.0)
     for b in range(nb):
         s = np.int32(0)
-        for j in range(32):
-            s += np.int32(qs[b * 32 + j]) * np.int32(xq[b * 32 + j])
-        acc += F16_LUT[d[b]] * xd[b] * np.float32(s)
+        for c in range(8):
+            for j in range(4):
+                s += np.int32(qs[b * 512 + c * 64 + l * 4 + j]) * np.int32(xq[b * 32 + 4 * c + j])
+        acc = acc + np.float32(s) * (F16_LUT[d[b * 16 + l]] * xd[b])
     return acc
 
 
-# -- the same with AVX512-VNNI: LLVM IR, one vpdpbusd (u8 x i8, 4 products a lane) per pair of blocks ----
+# -- the same with AVX512-VNNI: LLVM IR, 8 vpdpbusd (u8 x i8, 4 products a lane) per block and query row ----
 _I8, _I16, _I32, _I64, _F32, _HALF = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.HalfType()
 _V = ir.VectorType
-PF = 4  # rows ahead whose quant bytes each row dot prefetches (measured: ~10 % more weight stream than none)
 TILES = (8, 4, 1)  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
 
 
 def _vnni_dot(kind, tm):
     """kind "q4_1", "q4_0" or "q8_0", tm query rows -> an intrinsic
-    (out (M, N), r, qs (RB',) u8, d, mn (NB,) u16, xq (M, K) i8, xd (M, NB), xs (M, NB) i32, xd8 (M, K/4),
-    sx (M, NB), m0, nb) writing out[m0 + t, r] for t < tm, each computed as by a tm = 1 call (xd unused).
-    Per pair of blocks (b, b + 1; a lone last block is padded with zeros): w (64,) u8 = the nibbles, low
-    then high, of each block, or the Q8_0 bytes + 128; then for each query row t: lanes (16,) i32 =
-    vpdpbusd(c, w, xq[t]) with c = (-8 or -128) * xs[t, b] in lane 0 and xs[t, b + 1] in lane 8 (each block's
-    8 lanes sum exactly to the plain integer sum s); acc[t] (16,) f32 = fma(lanes, d * xd8[t], acc[t]) (d
-    repeated over each block's 8 lanes); Q4_1: macc[t] (2,) f32 = fma(m, sx[t], macc[t]).
-    Result: acc[t] halved by adding its upper half to its lower until one lane is left, plus macc[t][0] + macc[t][1]."""
+    (out (M, N), g, qs, d, mn: group g as `pack` lays it out, xq (M, K) i8, xd (M, NB) f32, xs (M, NB) i32,
+    sx (M, NB) f32, m0, nb, nv) writing out[m0 + t, 16 g + l] for t < tm and lanes l < nv, each lane
+    computed as by the plain loop's order and as by a tm = 1 call. Per block b: w[c] (64,) u8 = chunk c of
+    the 16 rows (nibbles, or the Q8_0 bytes + 128); per query row t: s (16,) i32 = c0 + sum over c of
+    vpdpbusd(w[c], broadcast of xq[t] elements 4 c .. 4 c + 3) (c0 = -8 or -128 times sum(xq[t, block b]),
+    exact integers, so how the 8 products are chained does not change a bit); acc[t] = fma(float(s),
+    d * xd[t, b], acc[t]); Q4_1: acc[t] = fma(m, sx[t, b], acc[t])."""
     @intrinsic
-    def dot(typingctx, out, r, qs, d, mn, xq, xd, xs, xd8, sx, m0, nb):
-        if (out.dtype, xs.dtype, xd8.dtype, sx.dtype, d.dtype, mn.dtype, out.ndim, xq.ndim, xs.ndim, xd8.ndim,
-                sx.ndim) != (types.float32, types.int32, types.float32, types.float32, types.uint16, types.uint16,
-                             2, 2, 2, 2, 2) or not all(isinstance(i, types.Integer) for i in (r, m0, nb)):
+    def dot(typingctx, out, g, qs, d, mn, xq, xd, xs, sx, m0, nb, nv):
+        if (out.dtype, xd.dtype, xs.dtype, sx.dtype, d.dtype, mn.dtype, out.ndim, xq.ndim, xd.ndim, xs.ndim,
+                sx.ndim) != (types.float32, types.float32, types.int32, types.float32, types.uint16, types.uint16,
+                             2, 2, 2, 2, 2) or not all(isinstance(i, types.Integer) for i in (g, m0, nb, nv)):
             return None
-        sig = types.void(out, r, qs, d, mn, xq, xd, xs, xd8, sx, m0, nb)
+        sig = types.void(out, g, qs, d, mn, xq, xd, xs, sx, m0, nb, nv)
 
         def codegen(context, builder, signature, args):
             c = lambda t, v: ir.Constant(t, v)  # noqa: E731
             arys = [context.make_array(t)(context, builder, a) if isinstance(t, types.Array) else None
                     for t, a in zip(signature.args, args)]
             args = list(args)
-            for i in (1, 10, 11):  # r, m0, nb as int64
+            for i in (1, 9, 10, 11):  # g, m0, nb, nv as int64
                 args[i] = context.cast(builder, args[i], signature.args[i], types.int64)
 
-            def rows(ary, ty, t0, col=None):  # pointers to rows m0 + t (element col when given) of a 2-D array
+            def rows(ary, ty, col=None):  # pointers to rows m0 + t (element col when given) of a 2-D array
                 s0, s1 = cgutils.unpack_tuple(builder, ary.strides, 2)
                 base = builder.bitcast(ary.data, _I8.as_pointer())
-                off = lambda t: builder.mul(builder.add(args[10], c(_I64, t)), s0)  # noqa: E731
-                if col is not None:
-                    off = (lambda f: lambda t: builder.add(f(t), builder.mul(col, s1)))(off)
-                return [builder.bitcast(builder.gep(base, [off(t)]), ty.as_pointer()) for t in range(t0)]
-            p_qs, p_d, p_m = (a.data for a in arys[2:5])
-            p_xq, p_xs, p_xd8, p_sx = rows(arys[5], _I8, tm), rows(arys[7], _I32, tm), rows(arys[8], _F32, tm), rows(arys[9], _F32, tm)
-            p_out = rows(arys[0], _F32, tm, col=args[1])
+                out = []
+                for t in range(tm):
+                    off = builder.mul(builder.add(args[9], c(_I64, t)), s0)
+                    if col is not None:
+                        off = builder.add(off, builder.mul(col, s1))
+                    out.append(builder.bitcast(builder.gep(base, [off]), ty.as_pointer()))
+                return out
+            p_qs = builder.bitcast(arys[2].data, _I8.as_pointer())
+            p_d, p_m = arys[3].data, arys[4].data
+            p_xq, p_xd, p_xs, p_sx = rows(arys[5], _I32), rows(arys[6], _F32), rows(arys[7], _I32), rows(arys[8], _F32)
+            p_out = rows(arys[0], _F32, col=builder.mul(args[1], c(_I64, GROUP)))
             mod = builder.module
             dp = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 16), [_V(_I32, 16)] * 3),
                                                 "llvm.x86.avx512.vpdpbusd.512")
             fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 16), [_V(_F32, 16)] * 3), "llvm.fma.v16f32")
-            fma2 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 2), [_V(_F32, 2)] * 3), "llvm.fma.v2f32")
 
-            def load(ptr, offset, ty, n, lone):  # n elements of ty at ptr + offset, or n / 2 and zeros when lone
-                p = builder.gep(ptr, [offset])
-                if not lone:
-                    return builder.load(builder.bitcast(p, _V(ty, n).as_pointer()), align=1)
-                v = builder.load(builder.bitcast(p, _V(ty, n // 2).as_pointer()), align=1)
-                return builder.shuffle_vector(v, c(_V(ty, n // 2), None), c(_V(_I32, n), list(range(n))))
+            def vload(ptr, offset, ty, n):
+                return builder.load(builder.bitcast(builder.gep(ptr, [offset]), _V(ty, n).as_pointer()), align=1)
 
-            def step(b, acc, macc, lone):  # blocks b, b + 1 (b alone when lone) into every row's accumulators
+            def bcast(v, ty):
+                one = builder.insert_element(c(_V(ty, 16), None), v, c(_I32, 0))
+                return builder.shuffle_vector(one, c(_V(ty, 16), None), c(_V(_I32, 16), [0] * 16))
+
+            def halves(ptr, b):  # 16 float16 at ptr + 16 b -> (16,) f32
+                return builder.fpext(builder.bitcast(vload(ptr, builder.mul(b, c(_I64, 16)), _I16, 16), _V(_HALF, 16)), _V(_F32, 16))
+
+            n_chains = {8: 1, 4: 2, 1: 4}.get(tm, 1)  # independent vpdpbusd chains per row (integers: same sums)
+
+            def step(b, acc):
+                w = []
                 if kind == "q8_0":
-                    w = builder.xor(load(p_qs, builder.mul(b, c(_I64, 32)), _I8, 64, lone), c(_V(_I8, 64), [0x80] * 64))
-                else:  # (the padding of a lone block adds 0: its activations are 0)
-                    q = load(p_qs, builder.mul(b, c(_I64, 16)), _I8, 32, lone)
-                    lo, hi = builder.and_(q, c(_V(_I8, 32), [15] * 32)), builder.lshr(q, c(_V(_I8, 32), [4] * 32))
-                    w = builder.shuffle_vector(lo, hi, c(_V(_I32, 64), [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)]))
-                w = builder.bitcast(w, _V(_I32, 16))
-                d2 = builder.fpext(builder.bitcast(load(p_d, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2))
-                dv = builder.shuffle_vector(d2, c(_V(_F32, 2), None), c(_V(_I32, 16), [0] * 8 + [1] * 8))
+                    for ch in range(8):
+                        q = vload(p_qs, builder.add(builder.mul(b, c(_I64, 512)), c(_I64, ch * 64)), _I8, 64)
+                        w.append(builder.bitcast(builder.xor(q, c(_V(_I8, 64), [0x80] * 64)), _V(_I32, 16)))
+                else:
+                    lo, hi = [], []
+                    for k in range(4):
+                        q = vload(p_qs, builder.add(builder.mul(b, c(_I64, 256)), c(_I64, k * 64)), _I8, 64)
+                        lo.append(builder.bitcast(builder.and_(q, c(_V(_I8, 64), [15] * 64)), _V(_I32, 16)))
+                        hi.append(builder.bitcast(builder.lshr(q, c(_V(_I8, 64), [4] * 64)), _V(_I32, 16)))
+                    w = lo + hi
+                dv = halves(p_d, b)
                 if kind == "q4_1":
-                    mv = builder.fpext(builder.bitcast(load(p_m, b, _I16, 2, lone), _V(_HALF, 2)), _V(_F32, 2))
-                acc2, macc2 = [], []
+                    mv = halves(p_m, b)
+                acc2 = []
                 for t in range(tm):
-                    x = builder.bitcast(load(p_xq[t], builder.mul(b, c(_I64, 32)), _I8, 64, lone), _V(_I32, 16))
-                    init = c(_V(_I32, 16), None)
+                    xs8 = builder.mul(b, c(_I64, 8))
+                    zero = c(_V(_I32, 16), [0] * 16)
+                    chains = [zero] * n_chains
                     if kind != "q4_1":
-                        corr = builder.mul(load(p_xs[t], b, _I32, 2, lone), c(_V(_I32, 2), [-128 if kind == "q8_0" else -8] * 2))
-                        init = builder.shuffle_vector(corr, c(_V(_I32, 2), None), c(_V(_I32, 16), [0] + [2] * 7 + [1] + [2] * 7))
-                    lanes = builder.sitofp(builder.call(dp, [init, w, x]), _V(_F32, 16))
-                    scale = builder.fmul(dv, load(p_xd8[t], builder.mul(b, c(_I64, 8)), _F32, 16, lone))
-                    acc2.append(builder.call(fma16, [lanes, scale, acc[t]]))
-                    macc2.append(builder.call(fma2, [mv, load(p_sx[t], b, _F32, 2, lone), macc[t]]) if kind == "q4_1" else macc[t])
-                return acc2, macc2
+                        xsb = builder.load(builder.gep(p_xs[t], [b]))
+                        chains[0] = bcast(builder.mul(xsb, c(_I32, -128 if kind == "q8_0" else -8)), _I32)
+                    for ch in range(8):
+                        xv = bcast(builder.load(builder.gep(p_xq[t], [builder.add(xs8, c(_I64, ch))]), align=1), _I32)
+                        chains[ch % n_chains] = builder.call(dp, [chains[ch % n_chains], w[ch], xv])
+                    s = chains[0]
+                    for ch in chains[1:]:
+                        s = builder.add(s, ch)
+                    scale = builder.fmul(dv, bcast(builder.load(builder.gep(p_xd[t], [b])), _F32))
+                    a = builder.call(fma16, [builder.sitofp(s, _V(_F32, 16)), scale, acc[t]])
+                    if kind == "q4_1":
+                        a = builder.call(fma16, [mv, bcast(builder.load(builder.gep(p_sx[t], [b])), _F32), a])
+                    acc2.append(a)
+                return acc2
 
-            def phis(incoming):  # [(basic block, acc list, macc list)] -> merged acc, macc
-                acc = [builder.phi(_V(_F32, 16)) for _ in range(tm)]
-                macc = [builder.phi(_V(_F32, 2)) for _ in range(tm)]
-                for bb, a, m in incoming:
-                    for phi, v in zip(acc + macc, a + m):
-                        phi.add_incoming(v, bb)
-                return acc, macc
-
-            # prefetch the quant bytes PF rows ahead (rows are contiguous; a prefetch past the end is harmless)
-            pf = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch.p0")
-            row_bytes = builder.mul(args[11], c(_I64, 32 if kind == "q8_0" else 16))
-            pf_base = builder.gep(builder.bitcast(p_qs, _I8.as_pointer()), [builder.mul(row_bytes, c(_I64, PF))])
-            pf_pre = builder.basic_block
-            pf_loop, pf_done = builder.append_basic_block("vnni_dot.pf"), builder.append_basic_block("vnni_dot.pf_done")
-            builder.branch(pf_loop)
-            builder.position_at_end(pf_loop)
-            o = builder.phi(_I64)
-            builder.call(pf, [builder.gep(pf_base, [o]), c(_I32, 0), c(_I32, 3), c(_I32, 1)])
-            o2 = builder.add(o, c(_I64, 64))
-            o.add_incoming(c(_I64, 0), pf_pre)
-            o.add_incoming(o2, pf_loop)
-            builder.cbranch(builder.icmp_signed("<", o2, row_bytes), pf_loop, pf_done)
-            builder.position_at_end(pf_done)
-            zero = ([c(_V(_F32, 16), None)] * tm, [c(_V(_F32, 2), None)] * tm)
-            nb, n_pairs = args[11], builder.ashr(args[11], c(_I64, 1))
+            nb = args[10]
             entry = builder.basic_block
-            loop, after, lone, done = (builder.append_basic_block(f"vnni_dot.{n}") for n in ("loop", "after", "lone", "done"))
-            builder.cbranch(builder.icmp_signed(">", n_pairs, c(_I64, 0)), loop, after)
+            loop, done = builder.append_basic_block("vnni_dot.loop"), builder.append_basic_block("vnni_dot.done")
+            zero_acc = c(_V(_F32, 16), [0.0] * 16)
+            builder.cbranch(builder.icmp_signed(">", nb, c(_I64, 0)), loop, done)
             builder.position_at_end(loop)
             i = builder.phi(_I64)
-            acc, macc = phis([(entry, *zero)])
-            acc2, macc2 = step(builder.mul(i, c(_I64, 2)), acc, macc, False)
+            acc = [builder.phi(_V(_F32, 16)) for _ in range(tm)]
+            acc2 = step(i, acc)
             i2 = builder.add(i, c(_I64, 1))
             loop_end = builder.basic_block
             i.add_incoming(c(_I64, 0), entry)
             i.add_incoming(i2, loop_end)
-            for phi, v in zip(acc + macc, acc2 + macc2):
+            for phi, v in zip(acc, acc2):
+                phi.add_incoming(zero_acc, entry)
                 phi.add_incoming(v, loop_end)
-            builder.cbranch(builder.icmp_signed("<", i2, n_pairs), loop, after)
-            builder.position_at_end(after)
-            acc, macc = phis([(entry, *zero), (loop_end, acc2, macc2)])
-            builder.cbranch(builder.icmp_signed("<", builder.mul(n_pairs, c(_I64, 2)), nb), lone, done)
-            builder.position_at_end(lone)
-            acc3, macc3 = step(builder.sub(nb, c(_I64, 1)), acc, macc, True)
-            lone_end = builder.basic_block
-            builder.branch(done)
+            builder.cbranch(builder.icmp_signed("<", i2, nb), loop, done)
             builder.position_at_end(done)
-            acc, macc = phis([(after, acc, macc), (lone_end, acc3, macc3)])
+            res = [builder.phi(_V(_F32, 16)) for _ in range(tm)]
+            for phi, v in zip(res, acc2):
+                phi.add_incoming(zero_acc, entry)
+                phi.add_incoming(v, loop_end)
+            nv = builder.trunc(args[11], _I32)
+            mask = builder.icmp_signed("<", c(_V(_I32, 16), list(range(16))), bcast(nv, _I32))
+            full, part, end = (builder.append_basic_block(f"vnni_dot.{n}") for n in ("full", "part", "end"))
+            builder.cbranch(builder.icmp_signed(">=", args[11], c(_I64, GROUP)), full, part)
+            builder.position_at_end(full)
             for t in range(tm):
-                v, n = acc[t], 16
-                while n > 1:  # fixed pairwise order
-                    n //= 2
-                    half = lambda k: builder.shuffle_vector(v, v, c(_V(_I32, n), list(range(k, k + n))))  # noqa: E731
-                    v = builder.fadd(half(0), half(n))
-                m_sum = builder.fadd(builder.extract_element(macc[t], c(_I32, 0)), builder.extract_element(macc[t], c(_I32, 1)))
-                builder.store(builder.fadd(builder.extract_element(v, c(_I32, 0)), m_sum), p_out[t])
+                builder.store(res[t], builder.bitcast(p_out[t], _V(_F32, 16).as_pointer()), align=4)
+            builder.branch(end)
+            builder.position_at_end(part)  # the last group of a matrix whose N is not a multiple of 16
+            for t in range(tm):
+                for l in range(GROUP):
+                    yes, nxt = builder.append_basic_block(f"vnni_dot.st{t}_{l}"), builder.append_basic_block(f"vnni_dot.nx{t}_{l}")
+                    builder.cbranch(builder.extract_element(mask, c(_I32, l)), yes, nxt)
+                    builder.position_at_end(yes)
+                    builder.store(builder.extract_element(res[t], c(_I32, l)), builder.gep(p_out[t], [c(_I64, l)]))
+                    builder.branch(nxt)
+                    builder.position_at_end(nxt)
+            builder.branch(end)
+            builder.position_at_end(end)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -263,66 +282,69 @@ HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw"
 if HAVE_VNNI:
     _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
         _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in TILES)
-else:  # the plain loop, one query row at a time, behind the same signature (not cached: closures)
+else:  # the plain loop, one query row and one lane at a time, behind the same signature (not cached: closures)
     def _plain_tile(row_dot, tm):
-        @njit(cache=False, fastmath=True, nogil=True)
-        def dot(out, r, qs, d, mn, xq, xd, xs, xd8, sx, m0, nb):
+        @njit(cache=False, fastmath=False, nogil=True)
+        def dot(out, g, qs, d, mn, xq, xd, xs, sx, m0, nb, nv):
             for m in range(m0, m0 + tm):
-                out[m, r] = row_dot(qs, d, mn, xq[m], xd[m], xs[m], nb)
+                for l in range(nv):
+                    out[m, g * GROUP + l] = row_dot(qs, d, mn, xq[m], xd[m], xs[m], nb, l)
         return dot
     _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
         _plain_tile(f, t) for f in (_plain_q4_1, _plain_q4_0, _plain_q8_0) for t in TILES)
 
-# The block matmuls: quantize x, then every weight row against tiles of 8, then 4 query rows (the weight
-# block is unpacked once per tile) and single rows for the rest. fastmath=False: the float epilogue
-# is emitted in a fixed order, so a query row's result is the same in any tile and for any M.
-_JIT_EXACT = dict(cache=True, fastmath=False, nogil=True)
+# The block matmuls: quantize x, then every group of 16 weight rows against tiles of 8, then 4 query rows
+# (each weight block is loaded and unpacked once per tile) and single rows for the rest. A query row's
+# result is the same in any tile and for any M (the same per-lane operations in the same order).
 
 
 @njit(parallel=True, **_JIT_EXACT)
-def matmul_q4_1(out, xq, xd, xs, xd8, sx, qs, dq, mq, x):
-    # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (N, K/2) u8: byte j of block b holds
-    # element j (low nibble) and j + 16 (high nibble); dq, mq (N, NB) u16 float16 scale and min; x (M, K) f32
-    quantize_q8(xq, xd, xs, xd8, sx, x)
-    n_q, nb, n8 = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % 8
+def matmul_q4_1(out, xq, xd, xs, sx, qs, dq, mq, x):
+    # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (NG, NB * 256) u8, dq, mq (NG, NB * 16) u16
+    # float16 scale and min: groups of 16 rows as `pack` lays them out (NG = ceil(N / 16)); x (M, K) f32
+    quantize_q8(xq, xd, xs, sx, x)
+    n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
     n4 = n_q - n_q % 4
-    for r in prange(qs.shape[0]):
+    for g in prange(qs.shape[0]):
+        nv = min(GROUP, n - g * GROUP)
         for m in range(0, n8, 8):
-            _q4_1_t8(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q4_1_t8(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
         for m in range(n8, n4, 4):
-            _q4_1_t4(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q4_1_t4(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
         for m in range(n4, n_q):
-            _q4_1_t1(out, r, qs[r], dq[r], mq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q4_1_t1(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
 
 
 @njit(parallel=True, **_JIT_EXACT)
-def matmul_q4_0(out, xq, xd, xs, xd8, sx, qs, dq, x):
-    # out (M, N) f32; xq .. sx: Q8 scratch; qs (N, K/2) u8 as Q4_1; dq (N, NB) u16; x (M, K) f32
-    quantize_q8(xq, xd, xs, xd8, sx, x)
-    n_q, nb, n8 = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % 8
+def matmul_q4_0(out, xq, xd, xs, sx, qs, dq, x):
+    # out (M, N) f32; xq .. sx: Q8 scratch; qs (NG, NB * 256) u8 as Q4_1; dq (NG, NB * 16) u16; x (M, K) f32
+    quantize_q8(xq, xd, xs, sx, x)
+    n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
     n4 = n_q - n_q % 4
-    for r in prange(qs.shape[0]):
+    for g in prange(qs.shape[0]):
+        nv = min(GROUP, n - g * GROUP)
         for m in range(0, n8, 8):
-            _q4_0_t8(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q4_0_t8(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
         for m in range(n8, n4, 4):
-            _q4_0_t4(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q4_0_t4(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
         for m in range(n4, n_q):
-            _q4_0_t1(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q4_0_t1(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
 
 
 @njit(parallel=True, **_JIT_EXACT)
-def matmul_q8_0(out, xq, xd, xs, xd8, sx, qs, dq, x):
-    # out (M, N) f32; xq .. sx: Q8 scratch; qs (N, K) i8; dq (N, NB) u16 float16 scales; x (M, K) f32
-    quantize_q8(xq, xd, xs, xd8, sx, x)
-    n_q, nb, n8 = x.shape[0], dq.shape[1], x.shape[0] - x.shape[0] % 8
+def matmul_q8_0(out, xq, xd, xs, sx, qs, dq, x):
+    # out (M, N) f32; xq .. sx: Q8 scratch; qs (NG, NB * 512) i8; dq (NG, NB * 16) u16; x (M, K) f32
+    quantize_q8(xq, xd, xs, sx, x)
+    n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
     n4 = n_q - n_q % 4
-    for r in prange(qs.shape[0]):
+    for g in prange(qs.shape[0]):
+        nv = min(GROUP, n - g * GROUP)
         for m in range(0, n8, 8):
-            _q8_0_t8(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q8_0_t8(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
         for m in range(n8, n4, 4):
-            _q8_0_t4(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q8_0_t4(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
         for m in range(n4, n_q):
-            _q8_0_t1(out, r, qs[r], dq[r], dq[r], xq, xd, xs, xd8, sx, m, nb)
+            _q8_0_t1(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
 
 
 @njit(**_JIT)
@@ -360,28 +382,39 @@ def matmul_f32(out, scratch, w, x):
 
 
 def pack(type_name: str, raw: np.ndarray, n_cols: int) -> tuple:
-    """GGUF bytes (N, RB) -> the arrays the matmul kernels read (same bytes, split by field so the
-    inner loops run over contiguous memory): Q4_x (qs (N, K/2) u8, d (N, NB) u16, m (N, NB) u16),
-    Q8_0 (qs (N, K) i8, d (N, NB) u16), F16 (w (N, K) u16,), F32 (w (N, K) f32,)."""
+    """GGUF bytes (N, RB) -> the arrays the matmul kernels read. F16 (w (N, K) u16,), F32 (w (N, K) f32,).
+    Block types: rows in groups of 16 (the last padded with zero rows), interleaved so that one 64-byte load
+    holds four elements of a block for each of the 16 rows (see the layout above `_plain_q4_1`):
+    Q4_x (qs (NG, NB * 256) u8, d (NG, NB * 16) u16, m (NG, NB * 16) u16), Q8_0 (qs (NG, NB * 512) i8, d)."""
     if type_name in ("F32", "F16"):
         return (raw,)
     n, nb = raw.shape[0], n_cols // 32
     bb = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[type_name]
-    blocks = raw.reshape(n, nb, bb)
-    d = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.uint16).reshape(n, nb)
+    ng = -(-n // GROUP)
+    blocks = np.zeros((ng * GROUP, nb, bb), np.uint8)
+    blocks[:n] = raw.reshape(n, nb, bb)
+
+    def halves(off):  # (NG, NB * 16) u16: [g, b * 16 + l] of row 16 g + l
+        h = np.ascontiguousarray(blocks[:, :, off:off + 2]).view(np.uint16).reshape(ng, GROUP, nb)
+        return np.ascontiguousarray(h.transpose(0, 2, 1)).reshape(ng, nb * GROUP)
+
+    def chunks(q):  # (NG * 16, NB, B) bytes -> (NG, NB * 16 * B): [g, b, chunk of 4 bytes, l, 4]
+        nc = q.shape[2] // 4
+        q = q.reshape(ng, GROUP, nb, nc, 4).transpose(0, 2, 3, 1, 4)
+        return np.ascontiguousarray(q).reshape(ng, nb * nc * GROUP * 4)
+    d = halves(0)
     if type_name == "Q8_0":
-        return (np.ascontiguousarray(blocks[:, :, 2:]).view(np.int8).reshape(n, n_cols), d)
+        return (chunks(blocks[:, :, 2:]).view(np.int8), d)
     if type_name == "Q4_0":
-        return (np.ascontiguousarray(blocks[:, :, 2:]).reshape(n, n_cols // 2), d, d)
-    m = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.uint16).reshape(n, nb)
-    return (np.ascontiguousarray(blocks[:, :, 4:]).reshape(n, n_cols // 2), d, m)
+        return (chunks(blocks[:, :, 2:]), d, d)
+    return (chunks(blocks[:, :, 4:]), d, halves(2))
 
 
 def new_scratch(n_threads: int, m: int, k: int) -> tuple:
     """Scratch for `matmul` over up to M query rows of width up to K: (f32 (T, 2K) for F16/F32 rows,
-    then the Q8 activations: xq (M, K) i8, xd (M, K/32) f32, xs (M, K/32) i32, xd8 (M, K/4) f32, sx (M, K/32) f32)."""
+    then the Q8 activations: xq (M, K) i8, xd (M, K/32) f32, xs (M, K/32) i32, sx (M, K/32) f32)."""
     return (np.zeros((n_threads, 2 * k), np.float32), np.zeros((m, k), np.int8), np.zeros((m, k // 32), np.float32),
-            np.zeros((m, k // 32), np.int32), np.zeros((m, k // 4), np.float32), np.zeros((m, k // 32), np.float32))
+            np.zeros((m, k // 32), np.int32), np.zeros((m, k // 32), np.float32))
 
 
 def matmul(out, scratch, type_name, packed, x, lut):

@@ -78,9 +78,12 @@ def matmul(out, w, x):
     xq, dx, sx = quantize_q8(x)
     m, nb = dx.shape
     isum = np.matmul(xq.reshape(m, nb, 32).transpose(1, 0, 2).astype(np.float32), q)  # (NB, M, N): exact integers
-    acc = (isum * (d[:, None, :] * dx.T[:, :, None])).sum(axis=0)  # sum over blocks of d * dx * isum
-    if mn is not None:
-        acc += (dx * sx.astype(np.float32)) @ mn  # sum over blocks of m * dx * sum(xq)
+    sxf = dx * sx.astype(np.float32)  # (M, NB)
+    acc = np.zeros((m, q.shape[2]), np.float32)
+    for b in range(nb):  # blocks in order, as the kernels: + isum * (d * dx), then Q4_1's + m * (dx * sum(xq))
+        acc += isum[b] * (d[b][None, :] * dx[:, b][:, None])
+        if mn is not None:
+            acc += mn[b][None, :] * sxf[:, b][:, None]
     out[:] = acc
 
 
