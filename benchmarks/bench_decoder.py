@@ -9,17 +9,15 @@ kernels alone); the numpy twin's step time against numba's; a verify pass over M
 single-token step. Targets from issue 5: weight stream >= 60 % of read bandwidth at M = 1;
 verify(M = 8) <= 2 x step(M = 1).
 
-Status on the 2-core AMD EPYC (Zen 4, AVX512-VNNI) machine this was written on, six runs with
-another engineer's tests sharing the cores: plain decode 176-214 tok/s (was 26-30); the weight stream
-22.4-25.9 GB/s (was 2.5-2.9), which is 67-78 % of the probe in the four runs where it read 32-34 GB/s
-and 41 % in the two where it read 54-55 GB/s: met against the usual probe, not against its high
-readings. verify(M = 8) / step(M = 1) is 3.1-3.5x (was 1.8-1.9x): not met. The block matrices
-multiply Q8 activations as llama.cpp does, one 512-bit vpdpbusd per pair of blocks; a single-token
-step is now close to memory-bound (one thread streams ~15.5 GB/s, two ~25), so it no longer hides
-the extra work of M = 8: 8 x 134 M int8 multiply-adds, which run at ~45 G a second per core with
-each unpacked weight block shared by a tile of 8 query rows (per row and pair of blocks: the int dot,
-a convert, a scale and an accumulate). Verify still reproduces decode logits bit for bit: a row's
-arithmetic does not depend on M or on the tile that holds it.
+Status on the 2-core AMD EPYC (Zen 4, AVX512-VNNI) machine this was written on, three runs (the
+probe reads either ~33-36 GB/s or ~52-54 GB/s from run to run on this VM): plain decode 211-231
+tok/s (was 26-30 with float-activation kernels); the weight stream 27.3-30.1 GB/s, i.e. 81-87 % of
+the probe in those runs (target met; against a ~53 GB/s reading it would be ~55 %); verify(M = 8) /
+step(M = 1) 1.92-2.08x (target <= 2x: met in two runs of three, at the edge in the third). The block
+matrices multiply Q8 activations as llama.cpp does, with 16 weight rows interleaved so that each
+int32 lane of a 512-bit vpdpbusd is one output row (no horizontal sums), and each unpacked weight
+block shared by a tile of 8 or 4 query rows. Verify still reproduces decode logits bit for bit: a
+row's arithmetic does not depend on M or on the tile that holds it.
 """
 from __future__ import annotations
 
