@@ -298,53 +298,34 @@ else:  # the plain loop, one query row and one lane at a time, behind the same s
 # result is the same in any tile and for any M (the same per-lane operations in the same order).
 
 
-@njit(parallel=True, **_JIT_EXACT)
-def matmul_q4_1(out, xq, xd, xs, sx, qs, dq, mq, x):
-    # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (NG, NB * 256) u8, dq, mq (NG, NB * 16) u16
-    # float16 scale and min: groups of 16 rows as `pack` lays them out (NG = ceil(N / 16)); x (M, K) f32
-    quantize_q8(xq, xd, xs, sx, x)
-    n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
-    n4 = n_q - n_q % 4
-    for g in prange(qs.shape[0]):
-        nv = min(GROUP, n - g * GROUP)
-        for m in range(0, n8, 8):
-            _q4_1_t8(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
-        for m in range(n8, n4, 4):
-            _q4_1_t4(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
-        for m in range(n4, n_q):
-            _q4_1_t1(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
+def _tiled_matmul(tile8, tile4, tile1):
+    """The driver shared by every block type: Q8-quantize x, then for each group of 16 weight rows
+    run the tiles of 8, then 4, then single query rows. Q4_0 and Q8_0 have no block minimum: their
+    callers pass `dq` again as `mq`, which their tile kernels ignore."""
+
+    @njit(parallel=True, **_JIT_EXACT)
+    def matmul(out, xq, xd, xs, sx, qs, dq, mq, x):
+        # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (NG, NB * 256) u8 (Q4) or (NG, NB * 512)
+        # i8 (Q8_0); dq, mq (NG, NB * 16) u16 float16 scale and min, groups of 16 rows as `pack` lays them
+        # out (NG = ceil(N / 16)); x (M, K) f32
+        quantize_q8(xq, xd, xs, sx, x)
+        n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
+        n4 = n_q - n_q % 4
+        for g in prange(qs.shape[0]):
+            nv = min(GROUP, n - g * GROUP)
+            for m in range(0, n8, 8):
+                tile8(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
+            for m in range(n8, n4, 4):
+                tile4(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
+            for m in range(n4, n_q):
+                tile1(out, g, qs[g], dq[g], mq[g], xq, xd, xs, sx, m, nb, nv)
+
+    return matmul
 
 
-@njit(parallel=True, **_JIT_EXACT)
-def matmul_q4_0(out, xq, xd, xs, sx, qs, dq, x):
-    # out (M, N) f32; xq .. sx: Q8 scratch; qs (NG, NB * 256) u8 as Q4_1; dq (NG, NB * 16) u16; x (M, K) f32
-    quantize_q8(xq, xd, xs, sx, x)
-    n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
-    n4 = n_q - n_q % 4
-    for g in prange(qs.shape[0]):
-        nv = min(GROUP, n - g * GROUP)
-        for m in range(0, n8, 8):
-            _q4_0_t8(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
-        for m in range(n8, n4, 4):
-            _q4_0_t4(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
-        for m in range(n4, n_q):
-            _q4_0_t1(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
-
-
-@njit(parallel=True, **_JIT_EXACT)
-def matmul_q8_0(out, xq, xd, xs, sx, qs, dq, x):
-    # out (M, N) f32; xq .. sx: Q8 scratch; qs (NG, NB * 512) i8; dq (NG, NB * 16) u16; x (M, K) f32
-    quantize_q8(xq, xd, xs, sx, x)
-    n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
-    n4 = n_q - n_q % 4
-    for g in prange(qs.shape[0]):
-        nv = min(GROUP, n - g * GROUP)
-        for m in range(0, n8, 8):
-            _q8_0_t8(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
-        for m in range(n8, n4, 4):
-            _q8_0_t4(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
-        for m in range(n4, n_q):
-            _q8_0_t1(out, g, qs[g], dq[g], dq[g], xq, xd, xs, sx, m, nb, nv)
+matmul_q4_1 = _tiled_matmul(_q4_1_t8, _q4_1_t4, _q4_1_t1)
+matmul_q4_0 = _tiled_matmul(_q4_0_t8, _q4_0_t4, _q4_0_t1)
+matmul_q8_0 = _tiled_matmul(_q8_0_t8, _q8_0_t4, _q8_0_t1)
 
 
 @njit(**_JIT)
@@ -423,9 +404,9 @@ def matmul(out, scratch, type_name, packed, x, lut):
     if type_name == "Q4_1":
         matmul_q4_1(out, *q8, packed[0], packed[1], packed[2], x)
     elif type_name == "Q4_0":
-        matmul_q4_0(out, *q8, packed[0], packed[1], x)
+        matmul_q4_0(out, *q8, packed[0], packed[1], packed[1], x)
     elif type_name == "Q8_0":
-        matmul_q8_0(out, *q8, packed[0], packed[1], x)
+        matmul_q8_0(out, *q8, packed[0], packed[1], packed[1], x)
     elif type_name == "F16":
         matmul_f16(out, f, packed[0], x, lut)
     else:
