@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     from specsim.decoder.fetch import default_model_path
     from specsim.decoder.gguf_model import load_gguf
     from specsim.decoder.model import Transformer
-    from specsim.trees import ancestor_mask, chain
+    from specsim.speculation.trees import ancestor_mask, chain
 
     path = args.model or default_model_path()
     g = load_gguf(path)

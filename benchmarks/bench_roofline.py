@@ -16,10 +16,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from specsim.hardware import load_hardware  # noqa: E402
-from specsim.models import load_model  # noqa: E402
-from specsim.roofline import step_cost  # noqa: E402
-from specsim.speculation import cycle_times, tokens_per_cycle_iid  # noqa: E402
+from specsim.specs.hardware import load_hardware  # noqa: E402
+from specsim.specs.models import load_model  # noqa: E402
+from specsim.cost.roofline import step_cost  # noqa: E402
+from specsim.speculation.cycle import cycle_times, tokens_per_cycle_iid  # noqa: E402
 
 
 def grid(n_points: int):

@@ -29,7 +29,7 @@ def main() -> int:
 
     from dataclasses import replace
 
-    from specsim.scenario import load_scenario
+    from specsim.specs.scenario import load_scenario
     from specsim.serving.simulate import build_serving, simulate
 
     scenario = load_scenario(args.scenario)

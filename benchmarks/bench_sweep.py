@@ -17,8 +17,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from specsim.scenario import load_scenario  # noqa: E402
-from specsim.sweep import n_points, run_sweep, sweep_axes  # noqa: E402
+from specsim.specs.scenario import load_scenario  # noqa: E402
+from specsim.presentation.sweep import n_points, run_sweep, sweep_axes  # noqa: E402
 
 
 def main() -> None:

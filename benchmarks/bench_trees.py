@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from specsim.trees import optimal_tree_values
+from specsim.speculation.trees import optimal_tree_values
 
 P = [0.5, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01]
 

@@ -15,32 +15,7 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 from scipy.stats import chi2
 
-from specsim.acceptance import (
-    AcceptanceModel,
-    alpha_from_tau,
-    conditional_from_histogram,
-    conditional_from_iid,
-    conditional_from_rank_acceptance,
-    conditional_from_unconditional,
-    draft_acceptance_rate_from_tau,
-    fit_conditional_rates,
-    fit_iid_alpha,
-    fit_rank_acceptance,
-    fit_vllm_counters,
-    histogram_from_conditional,
-    histogram_from_iid,
-    histogram_from_unconditional,
-    rank_acceptance_from_conditional,
-    sample_accepted_lengths,
-    tau_from_conditional,
-    tau_from_draft_acceptance_rate,
-    tau_from_histogram,
-    tau_from_unconditional,
-    tau_from_vllm_counters,
-    tokens_per_cycle_iid,
-    unconditional_from_conditional,
-    unconditional_from_histogram,
-)
+from specsim.speculation.acceptance import AcceptanceModel, alpha_from_tau, conditional_from_histogram, conditional_from_iid, conditional_from_rank_acceptance, conditional_from_unconditional, draft_acceptance_rate_from_tau, fit_conditional_rates, fit_iid_alpha, fit_rank_acceptance, fit_vllm_counters, histogram_from_conditional, histogram_from_iid, histogram_from_unconditional, rank_acceptance_from_conditional, sample_accepted_lengths, tau_from_conditional, tau_from_draft_acceptance_rate, tau_from_histogram, tau_from_unconditional, tau_from_vllm_counters, tokens_per_cycle_iid, unconditional_from_conditional, unconditional_from_histogram
 from specsim.errors import SpecError
 
 rates = st.floats(0.0, 1.0, allow_nan=False)

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsim.calibrate import fit_efficiency, predict_rows, splitwise_rows
+from specsim.calibration.fit import fit_efficiency, predict_rows, splitwise_rows
 from specsim.cli import main
 from specsim.errors import SpecError
-from specsim.hardware import Efficiency
+from specsim.specs.hardware import Efficiency
 
 DATA = Path(os.environ.get("SPECSIM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 SPLITWISE = DATA / "perf" / "splitwise_sim" / "perf_model.csv"

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from specsim.cli import main
-from specsim.models import load_model
+from specsim.specs.models import load_model
 
 
 def test_hardware_list_has_every_profile(capsys):

@@ -17,7 +17,7 @@ from specsim.decoder.model import Transformer  # noqa: E402
 from specsim.decoder.sampling import SamplingParams, probs, sample  # noqa: E402
 from specsim.decoder.testing import tiny_vocab, write_tiny_gguf  # noqa: E402
 from specsim.errors import SpecError  # noqa: E402
-from specsim.trees import chain, from_choices  # noqa: E402
+from specsim.speculation.trees import chain, from_choices  # noqa: E402
 
 TREE = from_choices([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
 

@@ -6,12 +6,12 @@ bandwidth), never read from specsim's own output.
 import numpy as np
 import pytest
 
-from specsim import drafters
-from specsim.drafters import DrafterConfig, draft_cost, footprint, make_config
+from specsim.speculation import families as drafters
+from specsim.speculation.families import DrafterConfig, draft_cost, footprint, make_config
 from specsim.errors import SpecError
-from specsim.hardware import load_hardware
-from specsim.models import load_model
-from specsim.speculation import Deployment, speculative_cycle, tokens_per_cycle
+from specsim.specs.hardware import load_hardware
+from specsim.specs.models import load_model
+from specsim.speculation.cycle import Deployment, speculative_cycle, tokens_per_cycle
 
 HBM = load_hardware("seed-hbm-2tbs")
 DDR5 = load_hardware("seed-ddr5-90gbs")

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.catalog import catalog_dir, catalog_ids
+from specsim.specs.catalog import catalog_dir, catalog_ids
 from specsim.errors import SpecError
-from specsim.hardware import _SCALARS, DTYPES, hardware_from_dict, list_hardware, load_hardware
+from specsim.specs.hardware import _SCALARS, DTYPES, hardware_from_dict, list_hardware, load_hardware
 
 if sys.version_info >= (3, 11):
     import tomllib

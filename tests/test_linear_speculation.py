@@ -5,9 +5,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import DoesNotFitError
-from specsim.predict import predict
-from specsim.scenario import load_scenario
-from specsim.speculation import alpha_from_tau, cycle_times, tokens_per_cycle_iid
+from specsim.speculation.predict import predict
+from specsim.specs.scenario import load_scenario
+from specsim.speculation.cycle import alpha_from_tau, cycle_times, tokens_per_cycle_iid
 
 
 @given(st.floats(0, 1), st.integers(0, 64))

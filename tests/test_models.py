@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim.catalog import catalog_dir, catalog_ids, read_toml
+from specsim.specs.catalog import catalog_dir, catalog_ids, read_toml
 from specsim.errors import SpecError
-from specsim.models import (ModelSpec, MoESpec, load_model, model_from_dict, model_from_hf_config)
+from specsim.specs.models import ModelSpec, MoESpec, load_model, model_from_dict, model_from_hf_config
 
 MODEL_IDS = catalog_ids("models")
 SEED_IDS = [i for i in MODEL_IDS if i.startswith("seed-")]

@@ -20,7 +20,7 @@ def test_wheel_carries_the_catalogs_and_an_installed_copy_reads_them(tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True)
-    code = ("import specsim.catalog as c; from specsim.predict import predict; from specsim.scenario import load_scenario;"
+    code = ("import specsim.specs.catalog as c; from specsim.speculation.predict import predict; from specsim.specs.scenario import load_scenario;"
             "print(c.catalog_dir('hardware')); print(predict(load_scenario('seed-70b-hbm')).cycle.speedup)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(site), "PATH": ""}, cwd=tmp_path).stdout.split("\n")

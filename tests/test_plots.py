@@ -7,9 +7,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from specsim import plots  # noqa: E402
-from specsim.scenario import load_scenario  # noqa: E402
-from specsim.sweep import run_sweep, verify_roofline_points  # noqa: E402
+from specsim.presentation import plots  # noqa: E402
+from specsim.specs.scenario import load_scenario  # noqa: E402
+from specsim.presentation.sweep import run_sweep, verify_roofline_points  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import DoesNotFitError, SpecError
-from specsim.predict import predict
-from specsim.scenario import Scenario, load_scenario
+from specsim.speculation.predict import predict
+from specsim.specs.scenario import Scenario, load_scenario
 
 SEED_TARGET_STEP_S = 140e9 / 2.0e12
 SEED_DRAFT_STEP_S = 2e9 / 2.0e12

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from specsim.cli import main
-from specsim.replay import REQUIRED_COLUMNS, replay, replay_file
+from specsim.calibration.replay import REQUIRED_COLUMNS, replay, replay_file
 
 DATA = "tests/data/published_examples.csv"
 

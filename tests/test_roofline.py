@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import SpecError
-from specsim.hardware import hardware_from_dict, load_hardware
-from specsim.models import load_model, model_from_dict
-from specsim.roofline import kv_bytes_per_device, mixed_step_cost, step_cost
+from specsim.specs.hardware import hardware_from_dict, load_hardware
+from specsim.specs.models import load_model, model_from_dict
+from specsim.cost.roofline import kv_bytes_per_device, mixed_step_cost, step_cost
 
 HBM = load_hardware("seed-hbm-2tbs")  # 2.0e12 B/s, 312e12 FLOP/s fp16, efficiencies 1, no overhead
 SEED_70B = load_model("seed-70b")

@@ -4,15 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.acceptance import tokens_per_cycle_iid
-from specsim.hardware import load_hardware
-from specsim.models import load_model
-from specsim.roofline import kv_bytes_per_device, mixed_step_cost, step_cost
+from specsim.speculation.acceptance import tokens_per_cycle_iid
+from specsim.specs.hardware import load_hardware
+from specsim.specs.models import load_model
+from specsim.cost.roofline import kv_bytes_per_device, mixed_step_cost, step_cost
 from specsim.serving import EngineConfig, IterationMix, Workload, simulate
 from specsim.serving.kv_cache import blocks_for, kv_capacity
 from specsim.serving.policies import Never, StaticK
 from specsim.serving.simulate import RooflineCost
-from specsim.speculation import cycle_times
+from specsim.speculation.cycle import cycle_times
 
 PROMPT, OUTPUT = 8, 2000
 
@@ -131,7 +131,7 @@ def test_no_room_for_the_cache_is_an_error():
 
 @pytest.mark.parametrize("method", ["medusa", "eagle", "layer_skip", "sparse_kv"])
 def test_other_drafter_families_cost_what_specsim_drafters_says(method):
-    from specsim import drafters
+    from specsim.speculation import families as drafters
     hw, target = load_hardware("h100-sxm"), load_model("llama-3.1-70b")
     cost = RooflineCost(target, hw, tp=4, method=method)
     ctx = np.array([496, 512, 528, 512], dtype=np.int64)  # mean 512, a multiple of the 16-token lookup grid
@@ -144,7 +144,7 @@ def test_other_drafter_families_cost_what_specsim_drafters_says(method):
 
 
 def test_prompt_lookup_costs_a_cpu_search_per_sequence():
-    from specsim import drafters
+    from specsim.speculation import families as drafters
     cost = RooflineCost(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), method="prompt_lookup")
     mix = IterationMix(np.full(2, 4), np.array([1000, 3000]), np.full(2, 4), np.full(2, 3), np.zeros(2, dtype=bool))
     # drafters' estimate, c per sequence per 1k tokens of context, at 1k and 3k tokens: 4c

@@ -8,7 +8,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecError
-from specsim.scenario import load_scenario
+from specsim.specs.scenario import load_scenario
 from specsim.serving.simulate import build_serving, crossover_rate, resolve_data_path
 
 SCENARIO = """
@@ -141,7 +141,7 @@ def test_shipped_scenario_under_memory_pressure_preempts_and_conserves():
 
     import numpy as np
 
-    from specsim.models import load_model
+    from specsim.specs.models import load_model
     from specsim.serving.simulate import RooflineCost, simulate
     try:
         setup = build_serving(load_scenario("llama-70b-h100-chat"))

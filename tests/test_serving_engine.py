@@ -269,7 +269,7 @@ def test_acceptance_off_switch_in_the_engine_stays_off_but_probes():
 
 
 def test_acceptance_falling_with_context():
-    from specsim.acceptance import AcceptanceModel
+    from specsim.speculation.acceptance import AcceptanceModel
     cfg = EngineConfig(n_blocks=20_000, max_num_batched_tokens=1 << 20)
     flat = AcceptanceModel(alpha=0.8)
     w = work([0.0], [100], [2000])

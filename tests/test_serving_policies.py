@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 
 from specsim.errors import SpecError
-from specsim.serving.policies import (AcceptanceOffSwitch, DisableByBatchSize, GoodputOptimalK, KByBatchBand, Never,
-                                      Observation, StaticK, expected_tokens_per_cycle, policy_from_dict)
-from specsim.acceptance import tokens_per_cycle_iid
+from specsim.serving.policies import AcceptanceOffSwitch, DisableByBatchSize, GoodputOptimalK, KByBatchBand, Never, Observation, StaticK, expected_tokens_per_cycle, policy_from_dict
+from specsim.speculation.acceptance import tokens_per_cycle_iid
 
 
 def obs(**kw):

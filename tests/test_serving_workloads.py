@@ -166,7 +166,7 @@ def test_shipped_mooncake_trace_reads_with_jitter_inside_its_quanta():
 def test_arrivals_and_lengths_come_from_separate_streams():
     """SeedSequence(seed).spawn(3): arrivals [0], lengths [1], acceptance [2]; changing the length
     distribution (or K, or the policy) leaves the arrival times unchanged."""
-    from specsim.scenario import Scenario
+    from specsim.specs.scenario import Scenario
     from specsim.serving.simulate import build_workload
     raw = {"kind": "poisson", "n_requests": 50, "rate_per_s": 3.0, "prompt": {"kind": "fixed", "tokens": 10},
            "output": {"kind": "uniform", "min": 1, "max": 9}}

@@ -5,15 +5,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim import trees
-from specsim.drafters import DrafterConfig, make_config
-from specsim.hardware import load_hardware
-from specsim.models import load_model
-from specsim.speculation import (Deployment, acceptance_threshold, batch_size_threshold, best_config,
-                                 evaluate_grid, hardware_best_tree_size, lookahead_tokens_per_step,
-                                 rank_acceptance_from_alpha, regression_region, speculative_cycle,
-                                 target_step_time, tokens_per_cycle, tokens_per_cycle_iid, tree_tokens_per_cycle)
-from specsim.stacks import load_stack
+from specsim.speculation import trees
+from specsim.speculation.families import DrafterConfig, make_config
+from specsim.specs.hardware import load_hardware
+from specsim.specs.models import load_model
+from specsim.speculation.cycle import Deployment, acceptance_threshold, batch_size_threshold, best_config, evaluate_grid, hardware_best_tree_size, lookahead_tokens_per_step, rank_acceptance_from_alpha, regression_region, speculative_cycle, target_step_time, tokens_per_cycle, tokens_per_cycle_iid, tree_tokens_per_cycle
+from specsim.specs.stacks import load_stack
 
 HBM = load_hardware("seed-hbm-2tbs")
 DDR5 = load_hardware("seed-ddr5-90gbs")

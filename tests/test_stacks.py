@@ -2,11 +2,11 @@
 import pytest
 
 from specsim.errors import SpecError
-from specsim.hardware import load_hardware
-from specsim.models import load_model
-from specsim.roofline import step_cost
-from specsim.speculation import Deployment, target_step_time
-from specsim.stacks import list_stacks, load_stack, stack_from_dict
+from specsim.specs.hardware import load_hardware
+from specsim.specs.models import load_model
+from specsim.cost.roofline import step_cost
+from specsim.speculation.cycle import Deployment, target_step_time
+from specsim.specs.stacks import list_stacks, load_stack, stack_from_dict
 
 REQUIRED = {"hf-eager", "gpt-fast", "vllm", "sglang", "trtllm", "llama.cpp"}
 

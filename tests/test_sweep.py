@@ -7,9 +7,9 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecError
-from specsim.predict import predict
-from specsim.scenario import load_scenario
-from specsim.sweep import COLUMNS, n_points, run_sweep, sweep_axes, verify_roofline_points
+from specsim.speculation.predict import predict
+from specsim.specs.scenario import load_scenario
+from specsim.presentation.sweep import COLUMNS, n_points, run_sweep, sweep_axes, verify_roofline_points
 
 SEED70 = load_scenario("scenarios/seed-70b-hbm.toml")
 

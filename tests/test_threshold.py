@@ -6,9 +6,9 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecError
-from specsim.predict import predict
-from specsim.scenario import load_scenario
-from specsim.threshold import threshold_policy
+from specsim.speculation.predict import predict
+from specsim.specs.scenario import load_scenario
+from specsim.presentation.threshold import threshold_policy
 
 SEED70 = load_scenario("seed-70b-hbm")
 

@@ -15,21 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import SpecError
-from specsim.trees import (
-    MEDUSA_MC_SIM_7B_63,
-    Tree,
-    ancestor_mask,
-    best_tree_size,
-    chain,
-    expected_tokens_per_cycle,
-    from_choices,
-    from_parents,
-    medusa_default_tree,
-    optimal_tree,
-    optimal_tree_values,
-    position_ids,
-    to_choices,
-)
+from specsim.speculation.trees import MEDUSA_MC_SIM_7B_63, Tree, ancestor_mask, best_tree_size, chain, expected_tokens_per_cycle, from_choices, from_parents, medusa_default_tree, optimal_tree, optimal_tree_values, position_ids, to_choices
 
 # ---------------------------------------------------------------------------------------------
 # the lead's structure: the seed article's example, "Tree drafting and the tree attention mask"

@@ -5,7 +5,7 @@ import argparse
 
 import pandas as pd
 
-from ..calibrate import PARAMETERS, check_rows, fit_efficiency, splitwise_rows
+from ..calibration.fit import PARAMETERS, check_rows, fit_efficiency, splitwise_rows
 from ..errors import SpecError
 from .common import print_json
 

@@ -5,8 +5,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import SpecError
-from ..hardware import list_hardware, load_hardware
-from ..models import list_models, load_hf_config, load_model, model_from_hf_config, params_summary
+from ..specs.hardware import list_hardware, load_hardware
+from ..specs.models import list_models, load_hf_config, load_model, model_from_hf_config, params_summary
 from .common import print_json, table
 
 

@@ -112,7 +112,7 @@ def _run(args) -> int:
     from ..decoder.model import Transformer
     from ..decoder.sampling import SamplingParams
     from ..decoder.workloads import chat_prompt, load_workload
-    from ..trees import from_choices
+    from ..speculation.trees import from_choices
 
     model = _load_target(args)
     tok = model.tokenizer

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..predict import predict
-from ..scenario import METHODS, Scenario, load_scenario
+from ..speculation.predict import predict
+from ..specs.scenario import METHODS, Scenario, load_scenario
 from .common import print_json, table
 
 

@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from ..replay import format_replay, replay_file
+    from ..calibration.replay import format_replay, replay_file
     from .common import print_json
 
     result = replay_file(args.file)

@@ -75,7 +75,7 @@ def _run(args) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from ..scenario import load_scenario
+    from ..specs.scenario import load_scenario
     from ..serving.simulate import build_serving, crossover_rate, sweep
 
     scenario = load_scenario(args.scenario)
@@ -104,7 +104,7 @@ def _run(args) -> int:
             sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
         pd.concat(sizes, ignore_index=True).to_csv(out / "batch_sizes.csv", index=False)
         if not args.no_plots and table["rate_per_s"].notna().sum() > 1:
-            from ..serving.plots import serving_figures
+            from ..presentation.serving_plots import serving_figures
             serving_figures(table, out, crossovers=crossovers, title=scenario.name)
     if args.json:
         print_json({"scenario": scenario.name, "baseline_policy": base, "kv_blocks": setup.capacity.n_blocks,

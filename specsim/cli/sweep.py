@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..scenario import load_scenario
-from ..sweep import n_points, run_sweep, sweep_axes, verify_roofline_points, write_sweep
+from ..specs.scenario import load_scenario
+from ..presentation.sweep import n_points, run_sweep, sweep_axes, verify_roofline_points, write_sweep
 
 
 def register(sub) -> None:
@@ -33,14 +33,14 @@ def _run(args) -> int:
         print(f"skipped {s['method']} on {s['target']} / {s['hardware']} ({s['drafter']}): {s['reason']}")
     if args.no_plots or df.empty:
         return 0
-    from .. import plots  # matplotlib only when plotting
+    from ..presentation import plots  # matplotlib only when plotting
 
     ref = {"hardware": axes["hardware"][0], "target": axes["target"][0], "method": axes["method"][0],
            "stack": (axes["stack"][0] or ""), "attention": scenario.attention, "batch_size": scenario.batch_size,
            "context_len": scenario.context_len,
            "alpha": scenario.alpha if scenario.alpha is not None else axes["alpha"][0]}
     if scenario.alpha is None and scenario.tau is not None:
-        from ..acceptance import alpha_from_tau
+        from ..speculation.acceptance import alpha_from_tau
         ref["alpha"] = alpha_from_tau(float(scenario.tau), scenario.k)
     roof = verify_roofline_points(ref["target"], ref["hardware"], batch_sizes=(1, 4, 16, 64),
                                   context_len=scenario.context_len, tp=int(axes["tp"][0]),

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..scenario import load_scenario
-from ..threshold import format_policy, threshold_policy
+from ..specs.scenario import load_scenario
+from ..presentation.threshold import format_policy, threshold_policy
 from .common import print_json
 
 

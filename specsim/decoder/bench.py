@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ..trees import ancestor_mask, chain
+from ..speculation.trees import ancestor_mask, chain
 
 
 def verify_times(model, *, m_values=(1, 2, 4, 8, 16, 32, 64), contexts=(128, 512, 2048), repeats: int = 3,

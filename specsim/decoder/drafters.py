@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
-from ..trees import Tree, ancestor_mask, chain
+from ..speculation.trees import Tree, ancestor_mask, chain
 from .model import Transformer
 from .sampling import SamplingParams, probs, sample
 

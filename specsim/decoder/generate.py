@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SpecError
-from ..trees import ancestor_mask
+from ..speculation.trees import ancestor_mask
 from . import verify as V
 from .model import Transformer
 from .sampling import SamplingParams, probs, sample

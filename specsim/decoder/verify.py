@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
-from ..trees import Tree
+from ..speculation.trees import Tree
 from .sampling import sample
 
 MODES = {"greedy": "exact", "rejection": "exact", "onehot": "exact", "typical": "lossy"}

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DoesNotFitError, field_error
-from ..hardware import HardwareProfile
-from ..models import ModelSpec
-from ..roofline import kv_bytes_per_device, weight_bytes_per_device
+from ..specs.hardware import HardwareProfile
+from ..specs.models import ModelSpec
+from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

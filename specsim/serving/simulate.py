@@ -34,11 +34,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecError, reject_unknown_keys
-from ..hardware import Efficiency, HardwareProfile, load_hardware
-from ..models import ModelSpec, load_model
-from ..roofline import mixed_step_cost
-from ..scenario import Scenario
-from ..speculation import alpha_from_tau
+from ..specs.hardware import Efficiency, HardwareProfile, load_hardware
+from ..specs.models import ModelSpec, load_model
+from ..cost.roofline import mixed_step_cost
+from ..specs.scenario import Scenario
+from ..speculation.cycle import alpha_from_tau
 from . import workloads as wl
 from .engine import EngineConfig, EngineRun, IterationMix, run_engine
 from .kv_cache import KVCapacity, kv_capacity
@@ -151,7 +151,7 @@ class RooflineCost:
         self.hw, self.model, self.tp, self.attention, self.efficiency = hw, target, tp, attention, efficiency
         self.family = None
         if method != "none":
-            from .. import drafters
+            from ..speculation import families as drafters
             self.family = drafters.make_config(method, target, drafter=drafter, drafter_tp=drafter_tp,
                                                allow_cross_tokenizer=allow_cross_tokenizer, options=drafter_options)
         self.target = _AffineStep(target, hw, tp=tp, attention=attention, efficiency=efficiency)
@@ -173,7 +173,7 @@ class RooflineCost:
         key = (n, k, ctx, mix.tree_size)
         t = self._family_cache.get(key)
         if t is None:
-            from ..drafters import draft_cost
+            from ..speculation.families import draft_cost
             dc = draft_cost(self.family, self.model, self.hw, batch_size=n, k=k, ctx_len=ctx, tp=self.tp,
                             tree_size=mix.tree_size or None, attention=self.attention, efficiency=self.efficiency)
             t = self._family_cache[key] = float(dc.draft_time_s) + float(dc.verify_extra_s)
@@ -310,7 +310,7 @@ def _family_memory(method: str, target: ModelSpec, tp: int, k: int, options) -> 
     from specsim.drafters.footprint (a draft model's own are counted by kv_capacity directly)."""
     if method in ("none", "draft_model", "prompt_lookup"):
         return {}, 0.0
-    from .. import drafters
+    from ..speculation import families as drafters
     cfg = drafters.make_config(method, target, options=options)
     one = drafters.footprint(cfg, target, batch_size=1, ctx_len=1, k=k, tp=tp)
     two = drafters.footprint(cfg, target, batch_size=1, ctx_len=2, k=k, tp=tp)
@@ -396,7 +396,7 @@ def _acceptance_model(s: Scenario, raw: dict, acceptance: tuple):
         return None
     from dataclasses import replace as _replace
 
-    from ..acceptance import AcceptanceModel
+    from ..speculation.acceptance import AcceptanceModel
     kw = {k[len("acceptance_"):]: raw[k] for k in keys if k in raw}
     base = {"alpha": acceptance[0]} if len(acceptance) == 1 else {"conditional": acceptance}
     try:
@@ -464,7 +464,7 @@ def build_workload(s: Scenario, raw: dict, *, seed: int) -> tuple[wl.Workload, s
 
 def build_serving(s: Scenario, *, seed: int = 0, exact_cost: bool = False) -> ServingSetup:
     """Resolve a scenario into a ServingSetup (models, capacity, cost, workload, policies, SLO)."""
-    from ..predict import check_tokenizers
+    from ..speculation.predict import check_tokenizers
 
     where = f"scenario {s.name!r}"
     hw = load_hardware(s.hardware)

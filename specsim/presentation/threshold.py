@@ -35,15 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import drafters
-from .acceptance import alpha_from_tau
-from .errors import field_error, reject_unknown_keys
-from .hardware import load_hardware
-from .models import load_model
-from .scenario import Scenario
-from .speculation import (Deployment, acceptance_threshold, batch_size_threshold, evaluate_grid,
-                          tokens_per_cycle_iid)
-from .stacks import load_stack
+from ..speculation import families as drafters
+from ..speculation.acceptance import alpha_from_tau
+from ..errors import field_error, reject_unknown_keys
+from ..specs.hardware import load_hardware
+from ..specs.models import load_model
+from ..specs.scenario import Scenario
+from ..speculation.cycle import Deployment, acceptance_threshold, batch_size_threshold, evaluate_grid, tokens_per_cycle_iid
+from ..specs.stacks import load_stack
 
 THRESHOLD_KEYS = ("margin", "batch_sizes", "alphas", "k", "alpha", "context_len", "drafter_model")
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)

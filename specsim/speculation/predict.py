@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from . import drafters
-from .drafters import check_tokenizers  # noqa: F401  (kept importable from here)
-from .errors import field_error
-from .hardware import HardwareProfile, load_hardware
-from .models import ModelSpec, load_model
-from .roofline import StepCost, check_fits, kv_bytes_per_device, step_cost, weight_bytes_per_device
-from .scenario import Scenario
-from .speculation import CycleTimes, Deployment, alpha_from_tau, cycle_times, speculative_cycle, tokens_per_cycle
-from .stacks import load_stack
+from . import families as drafters
+from .families import check_tokenizers  # noqa: F401  (kept importable from here)
+from ..errors import field_error
+from ..specs.hardware import HardwareProfile, load_hardware
+from ..specs.models import ModelSpec, load_model
+from ..cost.roofline import StepCost, check_fits, kv_bytes_per_device, step_cost, weight_bytes_per_device
+from ..specs.scenario import Scenario
+from .cycle import CycleTimes, Deployment, alpha_from_tau, cycle_times, speculative_cycle, tokens_per_cycle
+from ..specs.stacks import load_stack
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -49,10 +49,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .errors import SpecError, field_error, reject_unknown_keys
-from .hardware import Efficiency, HardwareProfile
-from .models import ModelSpec
-from .roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device  # noqa: F401 (step_cost re-used by tests)
+from ..errors import SpecError, field_error, reject_unknown_keys
+from ..specs.hardware import Efficiency, HardwareProfile
+from ..specs.models import ModelSpec
+from ..cost.roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device  # noqa: F401 (step_cost re-used by tests)
 
 METHODS = ("draft_model", "prompt_lookup", "medusa", "eagle", "lookahead", "layer_skip", "mtp", "sparse_kv")
 # Families whose candidates can be verified as a tree (tree_size M > K + 1 is meaningful).
@@ -161,7 +161,7 @@ def make_config(method: str, target: ModelSpec, *, drafter: str | ModelSpec | No
                 allow_cross_tokenizer: bool = False, options=None, where: str = "drafter") -> DrafterConfig:
     """A DrafterConfig from ids and a table of family knobs (`[sweep.drafter_options]` in a
     scenario; keys in OPTION_KEYS). Loads and tokenizer-checks the draft model for draft_model."""
-    from .models import load_model
+    from ..specs.models import load_model
 
     options = dict(options or {})
     reject_unknown_keys(f"{where} drafter_options", options, OPTION_KEYS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import SpecError, field_error
+from ..errors import SpecError, field_error
 
 
 @dataclass(frozen=True, slots=True)

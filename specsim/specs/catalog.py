@@ -14,10 +14,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
-from .errors import SpecError, unknown_id_error
+from ..errors import SpecError, unknown_id_error
 
 KINDS = ("hardware", "models", "scenarios", "stacks")
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def catalog_dir(kind: str) -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import chdtri, xlog1py, xlogy
 
-from .errors import field_error
+from ..errors import field_error
 
 
 def _check_alpha(alpha) -> np.ndarray:

@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .catalog import catalog_dir, catalog_ids, read_toml, resolve
-from .errors import SpecError, field_error, reject_unknown_keys, unknown_id_error
+from ..errors import SpecError, field_error, reject_unknown_keys, unknown_id_error
 
 # Bits per weight and the dtype the matrix math runs in, per named weight format. Quantised
 # formats' bits include their block scales: AWQ/GPTQ int4 with group size 128 and fp16 scale+zero

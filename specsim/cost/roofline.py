@@ -36,9 +36,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .errors import DoesNotFitError, field_error
-from .hardware import Efficiency, HardwareProfile
-from .models import ACTIVATION_BYTES, ModelSpec
+from ..errors import DoesNotFitError, field_error
+from ..specs.hardware import Efficiency, HardwareProfile
+from ..specs.models import ACTIVATION_BYTES, ModelSpec
 
 ATTENTION_KERNELS = ("fused", "naive")
 LOGIT_BYTES = 4.0  # logits are written in fp32 by every stack we model

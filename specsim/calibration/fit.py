@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from .errors import SpecError, field_error
-from .hardware import Efficiency, load_hardware
-from .models import load_model
-from .roofline import mixed_step_cost
+from ..errors import SpecError, field_error
+from ..specs.hardware import Efficiency, load_hardware
+from ..specs.models import load_model
+from ..cost.roofline import mixed_step_cost
 
 ROW_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "ctx_len", "logit_len", "measured_time_s")
 PARAMETERS = ("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s", "interconnect_latency_s")

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .catalog import catalog_ids, read_toml, resolve
-from .errors import SpecError, field_error, reject_unknown_keys
+from ..errors import SpecError, field_error, reject_unknown_keys
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 KINDS = ("gpu", "cpu", "tpu", "accelerator", "soc")

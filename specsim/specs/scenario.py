@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .catalog import catalog_ids, read_toml, resolve
-from .errors import SpecError, field_error, reject_unknown_keys
+from ..errors import SpecError, field_error, reject_unknown_keys
 
 SECTIONS = ("sweep", "threshold", "workload", "engine", "policies", "slo")
 METHODS = ("draft_model", "prompt_lookup", "medusa", "eagle", "lookahead", "layer_skip", "mtp", "sparse_kv", "none")

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from . import drafters
-from .errors import SpecError
-from .hardware import load_hardware
-from .models import load_model
-from .speculation import Deployment, speculative_cycle, tokens_per_cycle
-from .stacks import load_stack
+from ..speculation import families as drafters
+from ..errors import SpecError
+from ..specs.hardware import load_hardware
+from ..specs.models import load_model
+from ..speculation.cycle import Deployment, speculative_cycle, tokens_per_cycle
+from ..specs.stacks import load_stack
 
 REQUIRED_COLUMNS = ("id", "hardware", "n_devices", "stack", "target", "drafter", "method", "k", "tree_size",
                     "batch_size", "context_len", "temperature", "alpha", "tau", "measured_speedup")

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .catalog import catalog_ids, read_toml, resolve
-from .errors import SpecError, field_error, reject_unknown_keys
+from ..errors import SpecError, field_error, reject_unknown_keys
 from .hardware import Efficiency
 
 TREE_MODES = ("none", "static", "dynamic")

@@ -25,15 +25,15 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from . import drafters
-from .acceptance import AcceptanceModel, alpha_from_tau
-from .errors import SpecError, field_error, reject_unknown_keys
-from .hardware import load_hardware
-from .models import load_model
-from .roofline import kv_bytes_per_device, weight_bytes_per_device
-from .scenario import Scenario
-from .speculation import DEFAULT_N_RANKS, DEFAULT_RANK_DECAY, Deployment, evaluate_grid
-from .stacks import load_stack
+from ..speculation import families as drafters
+from ..speculation.acceptance import AcceptanceModel, alpha_from_tau
+from ..errors import SpecError, field_error, reject_unknown_keys
+from ..specs.hardware import load_hardware
+from ..specs.models import load_model
+from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
+from ..specs.scenario import Scenario
+from ..speculation.cycle import DEFAULT_N_RANKS, DEFAULT_RANK_DECAY, Deployment, evaluate_grid
+from ..specs.stacks import load_stack
 
 CATEGORICAL = ("hardware", "target", "method", "drafter", "stack", "tp", "attention", "temperature")
 NUMERIC = ("k", "tree_size", "batch_size", "context_len", "alpha", "tau")
@@ -251,7 +251,7 @@ def verify_roofline_points(target_id: str, hardware_id: str, *, tree_sizes=range
     """The verify pass over M = tree_sizes query tokens per sequence, as roofline points: one row per
     (B, M) with FLOPs, bytes, operational intensity, attained FLOP/s, time, and time relative to the
     one-token step at the same B (the seed's 'barely more than over 1' ratio)."""
-    from .roofline import step_cost
+    from ..cost.roofline import step_cost
 
     hw = load_hardware(hardware_id)
     target = load_model(target_id)

@@ -18,11 +18,11 @@ from functools import lru_cache
 import numpy as np
 
 from .acceptance import alpha_from_tau, rank_acceptance_from_conditional, tokens_per_cycle_iid  # noqa: F401
-from .drafters import DrafterConfig, draft_cost
-from .errors import field_error
-from .hardware import Efficiency, HardwareProfile
-from .models import ModelSpec
-from .roofline import LOGIT_BYTES, kv_shard_frac, step_cost
+from .families import DrafterConfig, draft_cost
+from ..errors import field_error
+from ..specs.hardware import Efficiency, HardwareProfile
+from ..specs.models import ModelSpec
+from ..cost.roofline import LOGIT_BYTES, kv_shard_frac, step_cost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
