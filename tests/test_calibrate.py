@@ -1,6 +1,5 @@
 """Calibration: the fitter recovers known efficiencies from roofline-generated times, and on the
 published Splitwise profile it cuts the roofline's error, also on held-out tensor-parallel degrees."""
-import os
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +9,10 @@ import pytest
 from specsim.calibration.fit import fit_efficiency, predict_rows, splitwise_rows
 from specsim.cli import main
 from specsim.errors import SpecError
+from specsim.specs.data import data_dir
 from specsim.specs.hardware import Efficiency
 
-DATA = Path(os.environ.get("SPECSIM_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = data_dir()
 SPLITWISE = DATA / "perf" / "splitwise_sim" / "perf_model.csv"
 
 

@@ -108,10 +108,11 @@ def test_strip_gutenberg():
 
 def test_prose_workload(monkeypatch, tmp_path):
     if not corpora_dir().is_dir():
-        pytest.skip(f"no corpora at {corpora_dir()} (set SPECSIM_CORPORA)")
+        pytest.skip(f"no corpora at {corpora_dir()} (set SPECSIM_DATA)")
     w = load_workload("prose", 2, seed=1)
     assert len(w.prompts) == 2 and "\r" not in "".join(w.prompts) and "Gutenberg" not in "".join(w.prompts)
-    monkeypatch.setenv("SPECSIM_CORPORA", str(tmp_path / "none"))
+    (tmp_path / "none").mkdir()
+    monkeypatch.setenv("SPECSIM_DATA", str(tmp_path / "none"))
     with pytest.raises(SpecError, match="no corpora under"):
         prose(1)
 

@@ -2,8 +2,8 @@
 
 - "code-edit": a chunk of a Python standard-library source file on this machine plus an instruction
   to repeat it with a small change (the case prompt lookup is made for).
-- "prose": a passage of a public-domain book from the corpora folder ($SPECSIM_CORPORA, default the
-  repository's ../shared/data/corpora) with an instruction to continue it; Project Gutenberg
+- "prose": a passage of a public-domain book from the corpora folder (`corpora/` under the data
+  folder: $SPECSIM_DATA, default the copy shipped in the package) with an instruction to continue it; Project Gutenberg
   boilerplate stripped, CRLF normalised.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ import builtins
 import importlib
 import inspect
 import keyword
-import os
 import re
 import textwrap
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecError
+from ..specs.data import data_dir
 
 STDLIB_MODULES = ("json.encoder", "json.decoder", "textwrap", "heapq", "bisect", "string", "fractions",
                   "statistics", "shlex", "calendar", "difflib", "csv", "argparse", "dataclasses")
@@ -35,10 +35,8 @@ class Workload:
 
 
 def corpora_dir() -> Path:
-    env = os.environ.get("SPECSIM_CORPORA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data" / "corpora"
+    """The corpora under the data folder ($SPECSIM_DATA, default the copy shipped in the package)."""
+    return data_dir() / "corpora"
 
 
 def strip_gutenberg(text: str) -> str:
@@ -93,7 +91,7 @@ def prose(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 1200) -> Worklo
     root = corpora_dir()
     files = sorted(root.glob("*/*.txt")) if root.is_dir() else []
     if not files:
-        raise SpecError(f"prose workload: no corpora under {root} (set SPECSIM_CORPORA to a folder of "
+        raise SpecError(f"prose workload: no corpora under {root} (set SPECSIM_DATA to a folder whose corpora/ holds "
                         "<name>/<file>.txt public-domain texts)")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
     prompts, sources = [], []

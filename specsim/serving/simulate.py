@@ -5,7 +5,7 @@ Scenario sections read here (unknown keys are refused):
 
 [workload]  kind = "trace" | "poisson" | "gamma" | "closed_loop"
             trace = "traces/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv"  (relative
-                    paths resolve against $SPECSIM_DATA, default <repo>/../shared/data)
+                    paths resolve against the data folder: $SPECSIM_DATA, default the shipped data/)
             format = "azure" | "mooncake" | "plain"   (guessed when absent)
             window_s = [start, end]   time_scale = 2.0   rates = [1, 2, 4, 8]
             n_requests, rate_per_s, cv (gamma), n_users, think_time_s (closed loop)
@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecError, reject_unknown_keys
+from ..specs.data import data_dir, data_path  # noqa: F401 (data_dir re-used by tests)
 from ..specs.hardware import Efficiency, HardwareProfile, load_hardware
 from ..specs.models import ModelSpec, load_model
 from ..cost.roofline import mixed_step_cost
@@ -320,22 +321,8 @@ def _family_memory(method: str, target: ModelSpec, tp: int, k: int, options) -> 
 SLO_KEYS = {"ttft_s", "tpot_s"}
 
 
-def data_dir() -> Path:
-    """$SPECSIM_DATA, or <repo>/../shared/data next to a source checkout."""
-    env = os.environ.get("SPECSIM_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
 def resolve_data_path(path: str) -> Path:
-    p = Path(path)
-    if p.is_absolute():
-        full = p
-    else:
-        full = data_dir() / p
-    if not full.is_file():
-        raise SpecError(f"trace {path!r} not found at {full}: set SPECSIM_DATA to the folder that holds "
-                        f"'traces/' (default {data_dir()}), or give an absolute path")
-    return full
+    return data_path(path, what="trace")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
