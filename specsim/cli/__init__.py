@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-from ..errors import SpecError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, SpecError
 
 # One module per subcommand family; each is imported lazily so `specsim predict` never pays for
 # numba or simpy.
@@ -32,18 +33,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Run one command; every expected failure is one line on stderr and a distinct exit status
+    (see specsim.errors). SPECSIM_DEBUG=1 shows the traceback of an internal error."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
     except SpecError as exc:
         print(f"specsim: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print("specsim: interrupted; outputs of this run were not kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `specsim models list | head`
+        _silence_stdout()
         return 0
+    except OSError as exc:  # an input or output the commands did not anticipate
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"specsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return InputError.exit_status
+    except Exception as exc:  # a bug: one line, the traceback on request
+        if os.environ.get("SPECSIM_DEBUG"):
+            raise
+        print(f"specsim: internal error: {type(exc).__name__}: {exc} (a bug; rerun with SPECSIM_DEBUG=1 for "
+              f"the traceback and report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; a closed pipe would raise again there
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 def run() -> None:

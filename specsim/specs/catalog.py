@@ -14,7 +14,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
-from ..errors import SpecError, unknown_id_error
+from ..errors import InputError, SpecError, unknown_id_error
 
 KINDS = ("hardware", "models", "scenarios", "stacks")
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -41,9 +41,17 @@ def read_toml(path: Path) -> dict:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: a folder, not a TOML file") from None
+    except PermissionError:
+        raise InputError(f"{path}: no permission to read it") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (TOML must be UTF-8 text)") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
 
 
 def resolve(kind: str, id_or_path: str | Path) -> Path:
