@@ -5,6 +5,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import DoesNotFitError
+from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
 from specsim.specs.scenario import load_scenario
 from specsim.speculation.cycle import alpha_from_tau, cycle_times, tokens_per_cycle_iid
@@ -31,9 +32,9 @@ def test_alpha_from_tau_inverts_the_closed_form(alpha, k):
 @settings(deadline=None, max_examples=50)
 @given(st.integers(1, 8), st.integers(1, 64), st.integers(0, 8192))
 def test_speedup_at_zero_acceptance_is_below_one_when_drafting_costs_anything(k, b, l):
-    s = load_scenario("seed-70b-hbm").with_overrides(alpha=0.0, k=k, batch_size=b, context_len=l)
+    op = resolve(load_scenario("seed-70b-hbm"), alpha=0.0, k=k, batch_size=b, context_len=l)
     try:
-        p = predict(s)
+        p = predict(op)
     except DoesNotFitError:
         assume(False)  # only configurations that fit in memory are predictions at all
     assert float(p.cycle.speedup) < 1.0

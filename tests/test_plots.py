@@ -8,17 +8,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from specsim.presentation import plots  # noqa: E402
-from specsim.specs.scenario import load_scenario  # noqa: E402
 from specsim.presentation.sweep import run_sweep, verify_roofline_points  # noqa: E402
+from specsim.specs.scenario import load_scenario  # noqa: E402
+from specsim.speculation.operating_point import resolve  # noqa: E402
+
+SEED70 = resolve(load_scenario("seed-70b-hbm"))
 
 
 @pytest.fixture(scope="module")
 def df():
     s = load_scenario("scenarios/seed-70b-hbm.toml")
     s = replace(s, sections={"sweep": {"k": [1, 2, 4], "tree_size": [4, 16, 64], "batch_size": [1, 8, 64, 512],
-                                       "context_len": [256, 131072], "alpha": [0.5, 0.8],
+                                       "context_len": [256, 130000], "alpha": [0.5, 0.8],
                                        "attention": ["fused", "naive"]}})
-    return run_sweep(s)
+    return run_sweep(resolve(s))
 
 
 def test_speedup_vs_batch_marks_the_threshold_and_shades_the_regression(df):
@@ -30,6 +33,14 @@ def test_speedup_vs_batch_marks_the_threshold_and_shades_the_regression(df):
     assert any("regression" in lbl for lbl in labels)
     assert any(lbl.startswith("switch off at B ≥") for lbl in labels)
     assert "batch size" in ax.get_xlabel() and "speedup" in ax.get_ylabel()
+    plt.close(fig)
+    # given the operating point's switch-off, the plot marks that batch and says what it assumes
+    from specsim.speculation.switch_off import switch_off_point
+    so = switch_off_point(SEED70.with_overrides(alpha=0.8), retune_k=True)
+    fig, ax = plt.subplots()
+    artists = plots.speedup_vs_batch(ax, d, threshold=so)
+    assert any(a.get_label() == f"switch off at B ≥ {so.batch_off}" for a in artists)
+    assert any("K re-tuned per batch" in getattr(a, "get_text", lambda: "")() for a in artists)
     plt.close(fig)
 
 
@@ -48,7 +59,7 @@ def test_every_sweep_plot_returns_artists_and_labels_its_axes(df, fn, select):
 
 
 def test_roofline_and_verify_cost(tmp_path):
-    pts = verify_roofline_points("seed-70b", "seed-hbm-2tbs", batch_sizes=(1, 16))
+    pts = verify_roofline_points(SEED70, batch_sizes=(1, 16))
     fig, (a, b) = plt.subplots(1, 2)
     assert plots.roofline_chart(a, pts) and plots.verify_cost_vs_tokens(b, pts)
     assert "FLOP / byte" in a.get_xlabel() and "B·M" in b.get_xlabel()
@@ -57,7 +68,7 @@ def test_roofline_and_verify_cost(tmp_path):
 
 
 def test_sweep_figures_write_the_standard_set(df, tmp_path):
-    pts = verify_roofline_points("seed-70b", "seed-hbm-2tbs")
+    pts = verify_roofline_points(SEED70)
     ref = {"hardware": "seed-hbm-2tbs", "target": "seed-70b", "method": "draft_model", "attention": "fused",
            "batch_size": 1, "context_len": 256, "alpha": 0.8}
     paths = plots.sweep_figures(df, tmp_path, reference=ref, roofline=pts)

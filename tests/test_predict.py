@@ -12,6 +12,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import DoesNotFitError, SpecError
+from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
 from specsim.specs.scenario import Scenario, load_scenario
 
@@ -51,13 +52,13 @@ def test_seed_7b_ddr5_reproduces_the_article(capsys):
 
 def test_tokens_per_cycle_from_alpha_uses_the_closed_form():
     s = load_scenario("seed-70b-hbm").with_overrides(alpha=0.8)
-    p = predict(s)
+    p = predict(resolve(s))
     # (1 − α^(K+1)) / (1 − α) with α = 0.8, K = 5, by hand: (1 − 0.262144) / 0.2 = 3.68928
     assert float(p.cycle.tokens_per_cycle) == pytest.approx(3.68928, rel=1e-12)
 
 
 def test_alpha_one_is_legal_and_gives_k_plus_one():
-    p = predict(load_scenario("seed-70b-hbm").with_overrides(alpha=1.0))
+    p = predict(resolve(load_scenario("seed-70b-hbm"), alpha=1.0))
     assert float(p.cycle.tokens_per_cycle) == 6.0
 
 
@@ -89,16 +90,22 @@ def test_tokenizer_trap_is_refused_unless_allowed():
     # seed-70b uses the 'seed' tokenizer, seed-0.5b the CPU pair's 'seed-cpu' one
     s = load_scenario("seed-70b-hbm").with_overrides(drafter="seed-0.5b")
     with pytest.raises(SpecError, match="tokenizer 'seed-cpu'.*'seed'"):
-        predict(s)
-    assert predict(s.with_overrides(allow_cross_tokenizer=True)).cycle.speedup > 1
+        resolve(s)
+    assert predict(resolve(s, allow_cross_tokenizer=True)).cycle.speedup > 1
 
 
 def test_batch_that_does_not_fit_says_by_how_much():
-    # 140 GB weights + 1B drafter on a 192 GB part; a 70B KV cache at 131072 tokens is 327,680 B/token
-    # (80 layers × 2 × 8 heads × 128 × 2 B) → 64 sequences need 2.75 TB.
-    s = load_scenario("seed-70b-hbm").with_overrides(batch_size=64, context_len=131072)
-    with pytest.raises(DoesNotFitError, match=r"does not fit.*short by"):
-        predict(s)
+    # 140 GB weights + 1B drafter on a 192 GB part; a 70B KV cache is 327,680 B/token (80 layers ×
+    # 2 × 8 heads × 128 × 2 B) → 64 sequences of 120,000 tokens need 2.5 TB.
+    op = resolve(load_scenario("seed-70b-hbm"), batch_size=64, context_len=120000)
+    assert not op.memory.fits
+    with pytest.raises(DoesNotFitError, match=r"does not fit.*short by.*Largest batch that fits"):
+        predict(op)
+    # the largest batch by hand: (192 GB − 140 GB target − 2.03 GB drafter weights) over a
+    # sequence's caches; one more sequence does not fit
+    top = op.memory.max_batch_speculative
+    assert resolve(load_scenario("seed-70b-hbm"), batch_size=top, context_len=120000).memory.fits
+    assert not resolve(load_scenario("seed-70b-hbm"), batch_size=top + 1, context_len=120000).memory.fits
 
 
 def test_unknown_scenario_key_is_refused(tmp_path):
@@ -114,8 +121,35 @@ def test_alpha_and_tau_together_are_refused():
 
 
 def test_method_none_is_plain_decoding():
-    p = predict(load_scenario("seed-70b-hbm").with_overrides(method="none"))
+    p = predict(resolve(load_scenario("seed-70b-hbm"), method="none"))
     assert float(p.cycle.speedup) == 1.0
+
+
+def test_context_past_the_models_maximum_is_refused(capsys):
+    # seed-70b holds 131,072 tokens; a step of K + 1 = 6 after 131,070 cached tokens would overrun it
+    assert main(["predict", "seed-70b-hbm", "--context", "131070"]) == 2
+    err = capsys.readouterr().err
+    assert "context_len" in err and "131070" in err and "<= 131066" in err
+
+
+def test_a_stack_that_does_not_ship_the_family_is_refused():
+    with pytest.raises(SpecError, match="family the stack 'vllm' ships"):
+        resolve(load_scenario("seed-70b-hbm"), stack="vllm", method="lookahead", tau=None, alpha=0.5)
+
+
+def test_predict_stack_flag_applies_the_stacks_costs(capsys):
+    plain = _predict_json(capsys, "seed-70b-hbm")
+    vllm = _predict_json(capsys, "seed-70b-hbm", "--stack", "vllm")
+    assert vllm["stack"] == "vllm" and plain["stack"] is None
+    # vLLM's step overhead (400 µs) and per-layer overhead (2 µs × 80) at 0.8 of the bandwidth
+    assert vllm["target_step_time_s"] > plain["target_step_time_s"] / 0.8
+    assert vllm["cycle_overhead_s"] == pytest.approx(plain["cycle_overhead_s"] + 300e-6, rel=1e-3)
+
+
+def test_describe_names_the_sources(capsys):
+    assert main(["predict", "seed-70b-hbm", "--k", "3", "--describe"]) == 0
+    out = capsys.readouterr().out
+    assert "flag / override" in out and "seed-70b-hbm.toml" in out and "operating point" in out
 
 
 def test_text_output_is_readable(capsys):

@@ -136,10 +136,8 @@ def test_closed_loop_workload_has_no_arrival_times():
 
 
 def test_shipped_azure_conversation_trace_matches_its_readme():
-    from specsim.serving.simulate import data_dir
+    from specsim.specs.data import data_dir
     path = data_dir() / "traces/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv"
-    if not path.is_file():
-        pytest.skip(f"trace not present at {path} (set SPECSIM_DATA)")
     w = wl.read_azure(path)
     # README: 19,366 requests over 3,501.7 s; context mean 1,155; generated mean 211, max 1,000
     assert w.n_requests == 19366
@@ -149,10 +147,8 @@ def test_shipped_azure_conversation_trace_matches_its_readme():
 
 
 def test_shipped_mooncake_trace_reads_with_jitter_inside_its_quanta():
-    from specsim.serving.simulate import data_dir
+    from specsim.specs.data import data_dir
     path = data_dir() / "traces/mooncake_fast25/conversation_trace.jsonl"
-    if not path.is_file():
-        pytest.skip(f"trace not present at {path} (set SPECSIM_DATA)")
     raw = wl.read_mooncake(path)
     w = wl.read_mooncake(path, rng=np.random.default_rng(0))
     # README: 12,031 requests, 1,180 distinct timestamps ~3 s apart, input mean 12,035, output max 2,000
@@ -166,14 +162,16 @@ def test_shipped_mooncake_trace_reads_with_jitter_inside_its_quanta():
 def test_arrivals_and_lengths_come_from_separate_streams():
     """SeedSequence(seed).spawn(3): arrivals [0], lengths [1], acceptance [2]; changing the length
     distribution (or K, or the policy) leaves the arrival times unchanged."""
+    from specsim.serving.setup import build_workload
     from specsim.specs.scenario import Scenario
-    from specsim.serving.simulate import build_workload
+    from specsim.speculation.operating_point import resolve
+    op = resolve(Scenario(name="x", method="none"))
     raw = {"kind": "poisson", "n_requests": 50, "rate_per_s": 3.0, "prompt": {"kind": "fixed", "tokens": 10},
            "output": {"kind": "uniform", "min": 1, "max": 9}}
-    a, _, _ = build_workload(Scenario(name="x"), raw, seed=4)
-    b, _, _ = build_workload(Scenario(name="x"), {**raw, "prompt": {"kind": "uniform", "min": 5, "max": 500}}, seed=4)
-    c, _, _ = build_workload(Scenario(name="x"), raw, seed=5)
+    a, _, _ = build_workload(op, raw, seed=4)
+    b, _, _ = build_workload(op, {**raw, "prompt": {"kind": "uniform", "min": 5, "max": 500}}, seed=4)
+    c, _, _ = build_workload(op, raw, seed=5)
     assert np.array_equal(a.arrival_at_s, b.arrival_at_s) and np.array_equal(a.output_tokens, b.output_tokens)
     assert not np.array_equal(a.arrival_at_s, c.arrival_at_s)
     with pytest.raises(SpecError, match="unknown key 'rate'"):
-        build_workload(Scenario(name="x"), {**raw, "rate": 3.0}, seed=4)
+        build_workload(op, {**raw, "rate": 3.0}, seed=4)

@@ -200,5 +200,5 @@ def test_trees_need_a_stack_that_verifies_them():
     dep = Deployment.from_stack(HBM, load_stack("vllm"))
     with pytest.raises(Exception, match="tree"):
         speculative_cycle(SEED, T70, dep, batch_size=1, k=4, ctx_len=0, tokens_per_cycle=3.0, tree_size=16)
-    g = evaluate_grid(SEED, T70, dep, k=[4], tree_size=[16], batch_size=[1], context_len=[0], alpha=[0.8])
-    assert not g.is_tree and g.tree_size[0, 0, 0, 0, 0] == 5  # run as a chain of K + 1
+    with pytest.raises(Exception, match="tree"):  # refused, not silently run as a chain
+        evaluate_grid(SEED, T70, dep, k=[4], tree_size=[16], batch_size=[1], context_len=[0], alpha=[0.8])

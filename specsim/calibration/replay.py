@@ -1,38 +1,41 @@
-"""Replay: predict each row of a table of measured speculative-decoding results, compare.
+"""Replay: predict each row of a table of measured speculative-decoding results, and compare.
 
 Input columns (CSV; empty cells where a column does not apply):
   id, hardware, n_devices, stack, target, drafter, method, k, tree_size, batch_size, context_len,
   temperature, alpha, tau, measured_speedup
-optional: target_dtype (overrides the catalog's weight format), drafter_options ("key=value;..." with
-keys from drafters.OPTION_KEYS), source (citation), and anything else (carried through).
+optional: target_dtype (overrides the catalog's weight format), drafter_options ("key=value;..."
+with keys from speculation.families.OPTION_KEYS), source (citation), notes. Any other column is
+refused with the closest known name (a misspelt override must not silently not apply), unless its
+name starts with `x_` (carried through untouched).
 
-Per row: the catalogs give the hardware, target (ids or aliases) and stack; the family's cost model
-gives the cycle time (`speculation.speculative_cycle`); the acceptance gives tokens per cycle — a
-measured τ (mean tokens per cycle including the bonus token; for trees the measured mean accepted
-length) is used as is, else α through the family's closed form or the optimal tree. A row that
-cannot be predicted (unknown id, missing acceptance, a method that needs a drafter without one) is
-kept, with the reason, and left out of the error statistics. Defaults applied to missing optional
-inputs (n_devices 1, context_len 512) are listed in the row's `assumptions`.
+Each row becomes a scenario and is resolved into an operating point like any other
+(`speculation.operating_point.resolve`), then predicted (`speculation.predict.predict`). A measured
+τ (mean tokens per cycle including the bonus token; for trees the measured mean accepted length) is
+used as is; otherwise α through the family's closed form or the optimal tree. A row that cannot be
+predicted (an unknown id, missing acceptance, an impossible value such as τ > K + 1, a batch that
+does not fit) is kept with the reason and left out of the error statistics. Defaults applied to
+missing optional inputs (n_devices 1, context_len 512) are listed in the row's `assumptions`.
 
 relative_error = predicted / measured − 1.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..speculation import families as drafters
-from ..errors import SpecError
-from ..specs.hardware import load_hardware
-from ..specs.models import load_model
-from ..speculation.cycle import Deployment, speculative_cycle, tokens_per_cycle
-from ..specs.stacks import load_stack
+from ..errors import InputError, SpecError
+from ..specs.scenario import Scenario
+from ..speculation.families import METHODS
+from ..speculation.operating_point import resolve
+from ..speculation.predict import predict
 
 REQUIRED_COLUMNS = ("id", "hardware", "n_devices", "stack", "target", "drafter", "method", "k", "tree_size",
                     "batch_size", "context_len", "temperature", "alpha", "tau", "measured_speedup")
+OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "source", "notes")
 DEFAULT_CONTEXT_LEN = 512
 
 
@@ -61,15 +64,31 @@ def _int(row, key, default=None):
     v = row.get(key)
     if _blank(v):
         return default
-    f = float(v)
-    if f != round(f):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise SpecError(f"column {key!r} = {v!r}: expected a whole number") from None
+    if not math.isfinite(f) or f != round(f):
         raise SpecError(f"column {key!r} = {v!r}: expected a whole number")
     return int(f)
 
 
 def _float(row, key):
     v = row.get(key)
-    return None if _blank(v) else float(v)
+    if _blank(v):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise SpecError(f"column {key!r} = {v!r}: expected a number") from None
+    if not math.isfinite(f):
+        raise SpecError(f"column {key!r} = {v!r}: expected a finite number")
+    return f
+
+
+def _str(row, key):
+    v = row.get(key)
+    return None if _blank(v) else str(v).strip()
 
 
 def _options(text) -> dict:
@@ -79,27 +98,26 @@ def _options(text) -> dict:
     for part in str(text).split(";"):
         if not part.strip():
             continue
-        key, _, value = part.partition("=")
+        key, sep, value = part.partition("=")
+        if not sep or not value.strip():
+            raise SpecError(f"column 'drafter_options' = {text!r}: expected 'key=value;...'")
         value = value.strip()
-        out[key.strip()] = float(value) if "." in value or "e" in value.lower() else int(value)
+        try:
+            out[key.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise SpecError(f"column 'drafter_options' = {text!r}: {key.strip()} = {value!r} is not a number") from None
     return out
 
 
-def predict_row(row: dict) -> tuple[float, list[str]]:
-    """Predicted speedup of one measured row, and the defaults it assumed. Raises SpecError with the
-    reason when the row cannot be predicted."""
+def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
+    """The scenario a measured row describes, and the defaults it assumed."""
     assumed: list[str] = []
-    method = str(row.get("method") or "").strip()
-    if method not in drafters.METHODS:
-        raise SpecError(f"method {method!r} is not one of {', '.join(drafters.METHODS)}")
+    method = _str(row, "method") or ""
+    if method not in METHODS:
+        raise SpecError(f"method {method!r} is not one of {', '.join(METHODS)}")
     for key in ("hardware", "target"):
         if _blank(row.get(key)):
             raise SpecError(f"missing {key}")
-    hw = load_hardware(str(row["hardware"]).strip())
-    target = load_model(str(row["target"]).strip())
-    if not _blank(row.get("target_dtype")):
-        target = target.with_weight_format(str(row["target_dtype"]).strip())
-    stack = None if _blank(row.get("stack")) else load_stack(str(row["stack"]).strip())
     n_dev = _int(row, "n_devices")
     if n_dev is None:
         n_dev = 1
@@ -117,34 +135,58 @@ def predict_row(row: dict) -> tuple[float, list[str]]:
             raise SpecError("missing k (draft length or tree depth)")
         k = 1
     m = _int(row, "tree_size")
-    drafter = None if _blank(row.get("drafter")) else str(row["drafter"]).strip()
-    cfg = drafters.make_config(method, target, drafter=drafter, options=_options(row.get("drafter_options")),
-                               allow_cross_tokenizer=True)
-    dep = Deployment.from_stack(hw, stack, n_devices=n_dev)
-    tree = m if (m is not None and cfg.supports_tree and m != k + 1) else None
-    if tree is not None and not dep.supports_tree:
-        tree = None
-        assumed.append(f"stack {dep.stack_id} verifies chains: tree of {m} run as a chain of {k}")
-    tau = _float(row, "tau")
-    alpha = _float(row, "alpha")
+    tau, alpha = _float(row, "tau"), _float(row, "alpha")
     if tau is None and alpha is None:
         raise SpecError("missing acceptance: give alpha or tau")
-    if tau is None:
-        tau = float(tokens_per_cycle(cfg, alpha=alpha, k=k, tree_size=tree))
-    cyc = speculative_cycle(cfg, target, dep, batch_size=b, k=k, ctx_len=ctx, tokens_per_cycle=tau, tree_size=tree)
-    return float(cyc.speedup), assumed
+    measured = _float(row, "measured_speedup")
+    if measured is not None and measured <= 0:
+        raise SpecError(f"column 'measured_speedup' = {measured}: expected a speedup > 0")
+    temperature = _float(row, "temperature")
+    s = Scenario(name=str(row.get("id") or "row"), hardware=_str(row, "hardware"), target=_str(row, "target"),
+                 drafter=_str(row, "drafter"), method=method, k=k,
+                 tree_size=m if (m is not None and m != k + 1) else None, alpha=alpha, tau=tau, batch_size=b,
+                 context_len=ctx, tp=n_dev, stack=_str(row, "stack"), target_dtype=_str(row, "target_dtype"),
+                 temperature=0.0 if temperature is None else temperature, allow_cross_tokenizer=True,
+                 sections={"drafter_options": _options(row.get("drafter_options"))}, path=f"row {row.get('id')!r}",
+                 given=frozenset())
+    return s, assumed
+
+
+def predict_row(row: dict) -> tuple[float, list[str]]:
+    """Predicted speedup of one measured row, and the defaults it assumed. Raises SpecError with the
+    reason when the row cannot be predicted."""
+    s, assumed = row_scenario(row)
+    try:
+        op = resolve(s)
+    except SpecError as exc:
+        if s.tree_size is None or "verifies chains only" not in str(exc):
+            raise
+        op = resolve(s.with_overrides(tree_size=0))
+        assumed.append(f"stack {op.deployment.stack_id} verifies chains: tree of {s.tree_size} run as a chain of {s.k}")
+    return float(predict(op).cycle.speedup), assumed
+
+
+def _check_columns(table: pd.DataFrame) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
+    if missing:
+        raise InputError(f"replay table lacks columns {missing}; required: {', '.join(REQUIRED_COLUMNS)}")
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    for c in table.columns:
+        if c not in known and not str(c).startswith("x_"):
+            close = difflib.get_close_matches(str(c), sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"replay table: unknown column {c!r}{hint}; known: {', '.join(sorted(known))} "
+                             f"(prefix a column with x_ to carry it through untouched)")
 
 
 def replay(table: pd.DataFrame) -> ReplayResult:
     """Predict every row of a measured table (see the module docstring)."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
-    if missing:
-        raise SpecError(f"replay table lacks columns {missing}; required: {', '.join(REQUIRED_COLUMNS)}")
+    _check_columns(table)
     preds, errs, reasons, assumptions = [], [], [], []
     for row in table.to_dict(orient="records"):
         try:
             p, assumed = predict_row(row)
-        except (SpecError, ValueError) as exc:
+        except SpecError as exc:
             preds.append(np.nan)
             errs.append(np.nan)
             reasons.append(str(exc))
@@ -175,7 +217,19 @@ def replay_file(path) -> ReplayResult:
     try:
         table = pd.read_csv(path, dtype={"id": str}, comment=None)
     except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: a folder, not a CSV file") from None
+    except PermissionError:
+        raise InputError(f"{path}: no permission to read it") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (expected a CSV)") from None
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path}: empty; expected a header row and measured rows") from None
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{path}: not a valid CSV ({exc})") from None
+    if table.empty:
+        raise InputError(f"{path}: a header but no rows")
     return replay(table)
 
 
@@ -198,4 +252,5 @@ def format_replay(r: ReplayResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["replay", "replay_file", "predict_row", "format_replay", "ReplayResult", "REQUIRED_COLUMNS"]
+__all__ = ["replay", "replay_file", "predict_row", "row_scenario", "format_replay", "ReplayResult",
+           "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]

@@ -31,3 +31,30 @@ def table(rows: list[tuple[str, str]], *, title: str = "") -> str:
     lines = [title, "-" * max(len(title), 20)] if title else []
     lines += [f"{k:<{width}}  {v}" for k, v in rows]
     return "\n".join(lines)
+
+
+def parse_list(text: str | None, flag: str, kind=float, *, minimum: float | None = None, exclusive: bool = False,
+               distinct: bool = True) -> list | None:
+    """A comma-separated flag value as a list (None when the flag was not given): every item of
+    type `kind`, finite, above `minimum` (strictly when `exclusive`), each once."""
+    if text is None:
+        return None
+    from ..errors import SpecError
+
+    items = [x.strip() for x in str(text).split(",")]
+    if not text.strip() or any(not x for x in items):
+        raise SpecError(f"{flag} {text!r}: expected a comma-separated list with no empty items, like 1,2,4")
+    out = []
+    for x in items:
+        try:
+            v = kind(x)
+        except ValueError:
+            raise SpecError(f"{flag} {text!r}: {x!r} is not {'a number' if kind in (int, float) else 'valid'}") from None
+        if kind in (int, float):
+            if not math.isfinite(v) or (minimum is not None and (v <= minimum if exclusive else v < minimum)):
+                rel = ">" if exclusive else ">="
+                raise SpecError(f"{flag} {text!r}: {x} is out of range (expected finite values {rel} {minimum})")
+        out.append(v)
+    if distinct and len(set(out)) != len(out):
+        raise SpecError(f"{flag} {text!r}: each value once")
+    return out

@@ -3,69 +3,106 @@ from __future__ import annotations
 
 import argparse
 
+from ..specs.scenario import DEFAULTS, Scenario, load_scenario
+from ..speculation.operating_point import ALL_METHODS, resolve
 from ..speculation.predict import predict
-from ..specs.scenario import METHODS, Scenario, load_scenario
 from .common import print_json, table
+
+
+def _d(name: str) -> str:
+    """'(default: X)' from the Scenario dataclass, the one place defaults live."""
+    v = DEFAULTS[name]
+    return f" (default without a scenario: {v})" if v is not None else " (default: none)"
+
+
+def add_point_flags(p) -> None:
+    """The flags that override a scenario's top-level fields (predict, advise, report, ...)."""
+    p.add_argument("scenario", nargs="?", help="scenario name (e.g. seed-70b-hbm; `specsim scenarios list`) or a TOML path")
+    p.add_argument("--hardware", help="hardware id or TOML path" + _d("hardware"))
+    p.add_argument("--target", help="target model id, alias or TOML path" + _d("target"))
+    p.add_argument("--drafter", help="draft model id, alias or TOML path (method draft_model)" + _d("drafter"))
+    p.add_argument("--method", choices=list(ALL_METHODS), help="drafter family" + _d("method"))
+    p.add_argument("--stack", help="serving stack id (vllm, sglang, trtllm, gpt-fast, hf-eager, llama.cpp) or a TOML "
+                   "path; 'none' for the hardware's own efficiency" + _d("stack"))
+    p.add_argument("--k", type=int, help="draft length K (tokens a cycle drafts; a tree's depth)" + _d("k"))
+    p.add_argument("--tree-size", type=int, help="verify a tree of M nodes (root included) instead of a chain; 0 "
+                   "for a chain" + _d("tree_size"))
+    acc = p.add_mutually_exclusive_group()
+    acc.add_argument("--alpha", type=float, help="i.i.d. per-token acceptance rate in [0, 1]")
+    acc.add_argument("--tau", type=float, help="mean tokens per cycle, bonus token included, in [1, K+1]")
+    p.add_argument("--batch", type=int, dest="batch_size", help="batch size B (sequences decoding together)"
+                   + _d("batch_size"))
+    p.add_argument("--context", type=int, dest="context_len", help="context length L (tokens in the KV cache)"
+                   + _d("context_len"))
+    p.add_argument("--tp", type=int, help="devices the target runs on (tensor-parallel degree)" + _d("tp"))
+    p.add_argument("--drafter-tp", type=int, help="tensor-parallel degree of a draft model" + _d("drafter_tp"))
+    p.add_argument("--attention", choices=["fused", "naive"], help="attention kernel model" + _d("attention"))
+    p.add_argument("--temperature", type=float, help="sampling temperature" + _d("temperature"))
+    p.add_argument("--target-dtype", help="override the target's weight format (e.g. fp8, int4-awq)")
+    p.add_argument("--allow-cross-tokenizer", action="store_true", default=None,
+                   help="allow a drafter whose tokenizer differs from the target's")
+
+
+def point_from_args(args):
+    """The operating point a scenario and the override flags describe."""
+    base = load_scenario(args.scenario) if args.scenario else Scenario(name="cli")
+    return resolve(base, hardware=args.hardware, target=args.target, drafter=args.drafter, method=args.method,
+                   stack=args.stack, k=args.k, tree_size=args.tree_size, alpha=args.alpha, tau=args.tau,
+                   batch_size=args.batch_size, context_len=args.context_len, tp=args.tp, drafter_tp=args.drafter_tp,
+                   attention=args.attention, temperature=args.temperature, target_dtype=args.target_dtype,
+                   allow_cross_tokenizer=args.allow_cross_tokenizer)
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "predict",
-        help="predict speedup of linear speculation at one operating point",
-        description="Predict plain vs speculative decoding at one operating point with the roofline "
-        "cost model. Give a scenario (shipped name or TOML path), flags, or both (flags win).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="predict the speedup of speculative decoding at one operating point",
+        description="Predict plain against speculative decoding at one operating point with the roofline "
+        "cost model. Give a scenario (shipped name or TOML path), flags, or both (flags win). Without a "
+        "scenario the defaults shown apply. Prints the step, draft, verify and cycle times, tokens per "
+        "second and the speedup, with the configuration and where each value came from (--describe).",
     )
-    p.add_argument("scenario", nargs="?", help="scenario name (e.g. seed-70b-hbm) or path to a TOML file")
-    p.add_argument("--hardware", help="hardware id or TOML path (e.g. h100-sxm)")
-    p.add_argument("--target", help="target model id, alias or TOML path")
-    p.add_argument("--drafter", help="drafter model id, alias or TOML path")
-    p.add_argument("--method", choices=list(METHODS), help="drafting method")
-    p.add_argument("--k", type=int, help="draft length K (tokens per cycle proposed)")
-    acc = p.add_mutually_exclusive_group()
-    acc.add_argument("--alpha", type=float, help="i.i.d. per-token acceptance rate in [0, 1]")
-    acc.add_argument("--tau", type=float, help="mean tokens per cycle, bonus token included, in [1, K+1]")
-    p.add_argument("--batch", type=int, dest="batch_size", help="batch size B (sequences decoding together)")
-    p.add_argument("--context", type=int, dest="context_len", help="context length L (tokens in the KV cache)")
-    p.add_argument("--tp", type=int, help="tensor-parallel degree of the target")
-    p.add_argument("--drafter-tp", type=int, help="tensor-parallel degree of the drafter")
-    p.add_argument("--attention", choices=["fused", "naive"], help="attention kernel model")
-    p.add_argument("--target-dtype", help="override the target's weight format (e.g. fp8, int4-awq)")
-    p.add_argument("--allow-cross-tokenizer", action="store_true", default=None,
-                   help="allow a drafter whose tokenizer differs from the target's")
+    add_point_flags(p)
+    p.add_argument("--describe", action="store_true", help="print the resolved configuration and its sources first")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
-    base = load_scenario(args.scenario) if args.scenario else Scenario(name="cli")
-    scenario = base.with_overrides(
-        hardware=args.hardware, target=args.target, drafter=args.drafter, method=args.method, k=args.k,
-        alpha=args.alpha, tau=args.tau, batch_size=args.batch_size, context_len=args.context_len, tp=args.tp,
-        drafter_tp=args.drafter_tp, attention=args.attention, target_dtype=args.target_dtype,
-        allow_cross_tokenizer=args.allow_cross_tokenizer,
-    )
-    result = predict(scenario).to_dict()
+    op = point_from_args(args)
+    result = predict(op).to_dict()
     if args.json:
         print_json(result)
         return 0
+    if args.describe:
+        print(op.describe())
+        print()
     r = result
     ms = lambda s: f"{s * 1e3:.3f} ms"  # noqa: E731
+    spec = op.speculative
     rows = [
-        ("hardware", f"{r['hardware']} × {r['tp']}"),
-        ("target / drafter", f"{r['target']} / {r['drafter']}"),
-        ("K, alpha, tau", f"{r['k']}, {r['alpha'] if r['alpha'] is None else round(r['alpha'], 4)}, {r['tokens_per_cycle']:.3f}"),
+        ("hardware", f"{r['hardware']} × {r['n_devices']}" + (f", stack {r['stack']}" if r["stack"] else "")),
+        ("target / drafter", f"{r['target']} / {r['drafter'] or (op.method if spec else '-')}"),
         ("batch, context", f"{r['batch_size']}, {r['context_len']}"),
         ("target step (plain)", ms(r["target_step_time_s"])),
-        ("draft step", ms(r["draft_step_time_s"])),
-        ("verify pass (K+1 tokens)", ms(r["verify_time_s"])),
-        ("cycle", ms(r["cycle_time_s"])),
-        ("tokens per cycle", f"{r['tokens_per_cycle']:.3f}"),
-        ("plain tokens/s", f"{r['baseline_tokens_per_s']:.2f}"),
-        ("speculative tokens/s", f"{r['tokens_per_s']:.2f}"),
-        ("speedup", f"{r['speedup']:.3f}×"),
-        ("B·(K+1) vs ops:byte", f"{r['verify_tokens_in_flight']} vs {r['ridge_flops_per_byte']:.0f} FLOP/byte"),
-        ("memory per device", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in r["memory_per_device_bytes"].items())),
     ]
+    if spec:
+        rows += [
+            ("K, alpha, tau", f"{r['k']}, {'-' if r['alpha'] is None else round(r['alpha'], 4)}, "
+                              f"{r['tokens_per_cycle']:.3f}"),
+            ("draft pass (mean)", ms(r["draft_step_time_s"])),
+            ("drafting per cycle", ms(r["draft_time_s"])),
+            (f"verify pass ({r['verify_q_len']} tokens)", ms(r["verify_time_s"])),
+            ("cycle overhead", ms(r["cycle_overhead_s"])),
+            ("cycle", ms(r["cycle_time_s"])),
+            ("tokens per cycle", f"{r['tokens_per_cycle']:.3f}"),
+        ]
+    rows += [("plain tokens/s", f"{r['baseline_tokens_per_s']:.2f}")]
+    if spec:
+        rows += [("speculative tokens/s", f"{r['tokens_per_s']:.2f}"),
+                 ("speedup", f"{r['speedup']:.3f}×" + ("  (a SLOWDOWN: speculation costs more than it saves here)"
+                                                     if r["speedup"] < 1 else "")),
+                 ("B·q vs ops:byte", f"{r['verify_tokens_in_flight']} tokens vs {r['ridge_flops_per_byte']:.0f} FLOP/byte")]
+    rows.append(("memory per device", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in r["memory_per_device_bytes"].items())))
     print(table(rows, title=f"specsim predict: {r['scenario']}"))
     return 0

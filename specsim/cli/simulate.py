@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-from ..errors import SpecError
-from .common import print_json
+from ..errors import EmptyResultError, SpecError
+from .common import parse_list, print_json
 
 
 def register(sub) -> None:
@@ -14,36 +13,27 @@ def register(sub) -> None:
         help="serving simulation: continuous batching under load, each gating policy, a rate sweep",
         description="Run the scenario's [workload] through the continuous-batching serving simulator under "
         "each policy of its [policies] table, at each arrival rate, and compare latency percentiles, "
-        "throughput and goodput. Speedups are against the scenario's non-speculating policy.",
+        "throughput and goodput. Speedups are against the scenario's non-speculating policy. The analytic "
+        "switch-off point under the same workload is printed beside the simulated crossover.",
     )
     p.add_argument("scenario", help="scenario name (e.g. llama-70b-h100-chat) or path to a TOML file")
     p.add_argument("--rates", help="comma-separated arrival rates in requests/s (default: the scenario's "
                    "[workload] rates, else the workload as given)")
     p.add_argument("--policies", help="comma-separated policy names from [policies] (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed for arrivals, lengths and acceptance (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for arrivals, lengths and acceptance (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--out", help="folder for summary.csv, per-request CSVs and the plots")
+    p.add_argument("--out", help="folder for summary.csv, batch_sizes.csv, per-request CSVs and the plots")
+    p.add_argument("--force", action="store_true", help="with --out: replace an earlier run's files in the folder")
     p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
-
-
-def _parse_rates(text: str | None) -> list[float] | None:
-    if not text:
-        return None
-    try:
-        rates = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError(f"--rates {text!r}: expected comma-separated numbers like 1,2,4,8") from None
-    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
-        raise SpecError(f"--rates {text!r}: expected positive arrival rates in requests/s")
-    return rates
 
 
 def _ms(x) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.1f}"
 
 
-def _table_text(table, crossovers: dict, scenario_name: str) -> str:
+def _table_text(table, crossovers: dict, scenario_name: str, switch_off) -> str:
     head = ("policy", "rate/s", "TPOT p50", "TPOT p99", "TTFT p50", "TTFT p99", "tok/s", "goodput/s", "SLO %",
             "batch", "KV %", "preempt", "acc len", "speedup")
     rows = []
@@ -53,8 +43,8 @@ def _table_text(table, crossovers: dict, scenario_name: str) -> str:
             str(r["policy"]), "as given" if rate is None or (isinstance(rate, float) and math.isnan(rate)) else f"{rate:g}",
             _ms(r["tpot_p50_s"]), _ms(r["tpot_p99_s"]), _ms(r["ttft_p50_s"]), _ms(r["ttft_p99_s"]),
             f"{r['throughput_tokens_per_s']:.0f}", f"{r['goodput_requests_per_s']:.2f}",
-            f"{100 * r['slo_attainment_frac']:.0f}", f"{r['batch_size_mean']:.1f}", f"{100 * r['kv_used_frac_mean']:.0f}",
-            f"{int(r['n_preemptions'])}",
+            f"{100 * r['slo_attainment_frac']:.0f}", f"{r.get('batch_size_mean', float('nan')):.1f}",
+            f"{100 * r.get('kv_used_frac_mean', float('nan')):.0f}", f"{int(r['n_preemptions'])}",
             "-" if not math.isfinite(r["mean_acceptance_length"]) else f"{r['mean_acceptance_length']:.2f}",
             "-" if "speedup_tpot_p50" not in r or not math.isfinite(r["speedup_tpot_p50"]) else f"{r['speedup_tpot_p50']:.2f}x",
         ))
@@ -68,6 +58,8 @@ def _table_text(table, crossovers: dict, scenario_name: str) -> str:
         for p, x in crossovers.items():
             lines.append(f"crossover ({p}): " + (f"speculation stops paying at about {x:.2f} req/s" if x is not None
                                                   else "none in the swept rates"))
+    if switch_off is not None:
+        lines.append(f"switch-off point (analytic): {switch_off.label()}")
     return "\n".join(lines)
 
 
@@ -75,45 +67,61 @@ def _run(args) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from ..specs.scenario import load_scenario
-    from ..serving.simulate import build_serving, crossover_rate, sweep
+    from ..presentation.output import OutputDir
+    from ..serving import build_serving, crossover_rate, sweep
+    from ..speculation.operating_point import resolve_id
+    from ..speculation.switch_off import switch_off_point
+    from ..presentation.threshold import threshold_settings
 
-    scenario = load_scenario(args.scenario)
-    setup = build_serving(scenario, seed=args.seed)
-    rates = _parse_rates(args.rates)
-    policies = [p.strip() for p in args.policies.split(",")] if args.policies else None
+    if args.seed < 0:
+        raise SpecError(f"--seed {args.seed}: expected an integer >= 0")
+    rates = parse_list(args.rates, "--rates", float, minimum=0.0, exclusive=True)
+    policies = parse_list(args.policies, "--policies", str)
+    out = OutputDir(args.out, force=args.force) if args.out else None  # refuse a bad --out before any work
+    op = resolve_id(args.scenario)
+    setup = build_serving(op, seed=args.seed)
     n_rates = len(rates or setup.rates or [None])
     n_pol = len(policies or setup.policies)
-    with tqdm(total=n_rates * n_pol, desc="simulate", unit="run", disable=None, leave=False) as bar:
+    with tqdm(total=n_rates * n_pol, desc="simulate", unit="run", disable=True if args.quiet else None,
+              leave=False) as bar:
         def progress(name, rate):
             bar.set_postfix_str(f"{name} @ {rate if rate is not None else 'trace'}")
             bar.update(1)
         table, results = sweep(setup, rates=rates, policies=policies, progress=progress)
+    if int(table["n_done"].sum()) == 0:
+        reasons = pd.concat([r.requests["reject_reason"] for r in results.values()])
+        top = reasons[reasons != ""].value_counts().head(3)
+        raise EmptyResultError(f"scenario {op.name!r}: no request completed in any run"
+                               + (": rejected as " + "; ".join(f"{k} ({v})" for k, v in top.items()) if len(top) else ""))
     base = table.attrs.get("baseline_policy")
     crossovers = {}
     if base is not None and table["rate_per_s"].notna().sum() > 1:
         crossovers = {p: crossover_rate(table, p) for p in dict.fromkeys(table["policy"]) if p != base}
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "summary.csv", index=False)
-        sizes = []
-        for (name, rate), res in results.items():
-            tag = "trace" if rate is None else f"{rate:g}"
-            res.requests.to_csv(out / f"requests_{name}_rate{tag}.csv", index=False)
-            sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
-        pd.concat(sizes, ignore_index=True).to_csv(out / "batch_sizes.csv", index=False)
-        if not args.no_plots and table["rate_per_s"].notna().sum() > 1:
-            from ..presentation.serving_plots import serving_figures
-            serving_figures(table, out, crossovers=crossovers, title=scenario.name)
+    switch_off = None
+    if op.speculative and op.acceptance.model is not None:
+        switch_off = switch_off_point(op, margin=threshold_settings(op).margin, workload=setup.mix(),
+                                      max_batch_speculative=setup.max_batch_speculative)
+    if out is not None:
+        with out:
+            table.to_csv(out.file("summary.csv"), index=False)
+            sizes = []
+            for (name, rate), res in results.items():
+                tag = "trace" if rate is None else f"{rate:g}"
+                res.requests.to_csv(out.file(f"requests_{name}_rate{tag}.csv"), index=False)
+                sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
+            pd.concat(sizes, ignore_index=True).to_csv(out.file("batch_sizes.csv"), index=False)
+            if not args.no_plots and table["rate_per_s"].notna().sum() > 1:
+                from ..presentation.serving_plots import serving_figures
+                serving_figures(table, out, crossovers=crossovers, title=op.name, slo=setup.slo)
     if args.json:
-        print_json({"scenario": scenario.name, "baseline_policy": base, "kv_blocks": setup.capacity.n_blocks,
+        print_json({"scenario": op.name, "baseline_policy": base, "kv_blocks": setup.capacity.n_blocks,
                     "kv_capacity_tokens": setup.capacity.capacity_tokens,
                     "memory_per_device_bytes": setup.capacity.memory_bytes, "workload": setup.workload.source,
                     "workload_notes": list(setup.workload.notes), "crossover_rate_per_s": crossovers,
+                    "switch_off": None if switch_off is None else switch_off.to_dict(),
                     "runs": [dict(r.summary) for r in results.values()]})
         return 0
-    print(_table_text(table, crossovers, scenario.name))
+    print(_table_text(table, crossovers, op.name, switch_off))
     cap = setup.capacity
     print(f"\nKV cache: {cap.n_blocks} blocks of {cap.block_size_tokens} tokens ({cap.capacity_tokens} tokens); "
           + ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in cap.memory_bytes.items()) + " per device")

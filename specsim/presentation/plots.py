@@ -35,23 +35,32 @@ def _best(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: str = ""):
     """Speedup against batch size, one line per value of `line` (K by default; for trees the best
-    tree size at each K and B). The regression region (speedup < 1) is shaded, and the batch size
-    above which even the best line stops paying is marked (`threshold`, else read off the data)."""
+    tree size at each K and B). The regression region (speedup < 1) is shaded, and the switch-off
+    point is marked: `threshold` is a speculation.switch_off.SwitchOff (its label says what it
+    assumes) or a batch size; without one, where the best line drops below 1 on the data."""
     artists = []
     data = _best(df, [line, "batch_size"])
     for value, g in data.groupby(line, observed=True):
         (ln,) = ax.plot(g["batch_size"], g["speedup"], marker="o", ms=3, label=f"{line} = {value}")
         artists.append(ln)
     best = data.groupby("batch_size")["speedup"].max()
+    label = None
     if threshold is None:
         off = best.index[best.values < 1.0]
         threshold = int(off[0]) if len(off) else None
+        label = "best K below 1 on this grid"
+    elif not isinstance(threshold, (int, np.integer)):
+        label = threshold.assumptions
+        threshold = threshold.batch_off
     ymax = max(float(best.max()) * 1.08, 1.2)
     artists.append(ax.axhspan(0, 1.0, color=REGRESSION_COLOR, alpha=0.6, lw=0, label="regression (speedup < 1)"))
     artists.append(ax.axhline(1.0, color="k", lw=0.8))
     if threshold is not None:
         artists.append(ax.axvline(threshold, color="crimson", ls="--", lw=1.2,
                                   label=f"switch off at B ≥ {threshold}"))
+        if label:
+            artists.append(ax.text(0.01, 0.01, f"switch-off assumes: {label}", transform=ax.transAxes, fontsize=6,
+                                   va="bottom", ha="left", color="crimson", wrap=True))
     _log2_axis(ax, data["batch_size"])
     ax.set_ylim(0, ymax)
     ax.set_xlabel("batch size B (sequences)")
@@ -209,6 +218,19 @@ def verify_cost_vs_tokens(ax, points: pd.DataFrame, *, title: str = ""):
 
 
 def save_figure(fig, path_without_suffix) -> list[Path]:
+    """Save as PNG and SVG: `path_without_suffix` is a Path, or (OutputDir, name) to stage the files."""
+    if isinstance(path_without_suffix, tuple):
+        out, name = path_without_suffix
+        paths = []
+        for suffix in (".png", ".svg"):
+            fig.savefig(out.file(name + suffix), dpi=130 if suffix == ".png" else None, bbox_inches="tight")
+            paths.append(out.path / (name + suffix))
+        plt.close(fig)
+        return paths
+    return _save_paths(fig, path_without_suffix)
+
+
+def _save_paths(fig, path_without_suffix) -> list[Path]:
     """Write `<path>.png` (150 dpi) and `<path>.svg`; close the figure; return both paths."""
     base = Path(path_without_suffix)
     base.parent.mkdir(parents=True, exist_ok=True)
@@ -225,14 +247,23 @@ def _nearest(values, wanted):
 
 
 def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.DataFrame | None = None,
-                  which=("all",)) -> list[Path]:
-    """The standard figures of a sweep, written as PNG + SVG into out_dir.
+                  which=("all",), switch_off=None, progress=None) -> list[Path]:
+    """The standard figures of a sweep, written as PNG + SVG into out_dir (a Path, or an OutputDir).
 
     reference: the operating point the slices go through (keys hardware, target, method, stack,
-    attention, batch_size, context_len, alpha); the nearest grid value is used for numeric keys."""
+    attention, batch_size, context_len, alpha); the nearest grid value is used for numeric keys.
+    switch_off: the operating point's recommended SwitchOff, marked on the batch plot with what it
+    assumes. progress(name) is called as each figure is done."""
     want = set(which)
     ok = lambda name: "all" in want or name in want  # noqa: E731
     out: list[Path] = []
+
+    def emit(fig, name: str) -> list[Path]:
+        paths = save_figure(fig, (out_dir, name) if hasattr(out_dir, "file") else Path(out_dir) / name)
+        if progress is not None:
+            progress(name)
+        return paths
+
     base = df
     for key in ("target", "method", "stack"):
         if key in reference and reference[key] is not None and (df[key] == reference[key]).any():
@@ -251,25 +282,25 @@ def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.Da
 
     if ok("speedup_vs_batch") and on["batch_size"].nunique() > 1:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        speedup_vs_batch(ax, chains[(chains["context_len"] == l0) & (chains["alpha"] == a0)],
+        speedup_vs_batch(ax, chains[(chains["context_len"] == l0) & (chains["alpha"] == a0)], threshold=switch_off,
                          title=f"Speedup vs batch size — {label}\nL = {l0}, α = {a0:.2f}")
-        out += save_figure(fig, Path(out_dir) / "speedup_vs_batch")
+        out += emit(fig, "speedup_vs_batch")
     if ok("speedup_vs_context") and on_hw["context_len"].nunique() > 1:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         ch = on_hw[~on_hw["is_tree"]] if (~on_hw["is_tree"]).any() else on_hw
         sub = ch[(ch["batch_size"] == b0) & (ch["alpha"] == a0)]
         speedup_vs_context(ax, sub, title=f"Speedup vs context — {label}\nB = {b0}, α = {a0:.2f}, best K per point")
-        out += save_figure(fig, Path(out_dir) / "speedup_vs_context")
+        out += emit(fig, "speedup_vs_context")
     if ok("heatmap") and on["batch_size"].nunique() > 1 and on["alpha"].nunique() > 1:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         speedup_heatmap(ax, chains[chains["context_len"] == l0],
                         title=f"Best speedup over (B, α) — {label}, best K\nL = {l0}")
-        out += save_figure(fig, Path(out_dir) / "heatmap_batch_alpha")
+        out += emit(fig, "heatmap_batch_alpha")
     if ok("speedup_vs_k") and on["k"].nunique() > 1:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         speedup_vs_k(ax, chains[(chains["batch_size"] == b0) & (chains["context_len"] == l0)],
                      title=f"Speedup vs K — {label}\nB = {b0}, L = {l0}")
-        out += save_figure(fig, Path(out_dir) / "speedup_vs_k")
+        out += emit(fig, "speedup_vs_k")
     trees = df[df["is_tree"]]
     for key in ("target", "method"):
         if key in reference and (trees[key] == reference[key]).any():
@@ -285,16 +316,16 @@ def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.Da
         fig, ax = plt.subplots(figsize=(7, 4.5))
         speedup_vs_tree_size(ax, sub, line=tree_line, title=f"Speedup vs tree size — {sub['target'].iloc[0]}, "
                                             f"{sub['method'].iloc[0]}\nB = {b0}, L = {l0}, α = {a0:.2f}, best depth per M")
-        out += save_figure(fig, Path(out_dir) / "speedup_vs_tree_size")
+        out += emit(fig, "speedup_vs_tree_size")
     if roofline is not None and ok("roofline"):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         roofline_chart(ax, roofline, title=f"Roofline — verify pass of {roofline['target'].iloc[0]} on "
                                            f"{roofline['hardware'].iloc[0]}")
-        out += save_figure(fig, Path(out_dir) / "roofline")
+        out += emit(fig, "roofline")
         fig, ax = plt.subplots(figsize=(7, 4.5))
         verify_cost_vs_tokens(ax, roofline, title=f"Verify cost vs B·M — {roofline['target'].iloc[0]} on "
                                                   f"{roofline['hardware'].iloc[0]}")
-        out += save_figure(fig, Path(out_dir) / "verify_cost")
+        out += emit(fig, "verify_cost")
     return out
 
 

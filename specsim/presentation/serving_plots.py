@@ -24,6 +24,17 @@ def _colors(table: pd.DataFrame) -> dict:
     return {p: cycle[i % len(cycle)] for i, p in enumerate(_policies(table))}
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_DASHES = ("-", "--", "-.", ":")
+
+
+def _style(table: pd.DataFrame) -> dict:
+    """Colour, marker and line style per policy, so overlapping lines stay tellable apart."""
+    colors = _colors(table)
+    return {p: dict(color=colors[p], marker=_MARKERS[i % len(_MARKERS)], ls=_DASHES[i % len(_DASHES)])
+            for i, p in enumerate(_policies(table))}
+
+
 def _rate_axis(ax, table: pd.DataFrame) -> None:
     rates = sorted(set(table["rate_per_s"].dropna()))
     ax.set_xscale("log", base=2)
@@ -34,15 +45,20 @@ def _rate_axis(ax, table: pd.DataFrame) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def latency_vs_rate(ax, table: pd.DataFrame, *, metric: str = "tpot", title: str = ""):
-    """p50 (solid) and p99 (dashed) of `metric` ('tpot' or 'ttft') against rate, one colour per policy."""
+def latency_vs_rate(ax, table: pd.DataFrame, *, metric: str = "tpot", title: str = "", slo_s: float | None = None):
+    """p50 (solid) and p99 (dashed) of `metric` ('tpot' or 'ttft') against rate, one colour per
+    policy; the SLO limit, when given, as a horizontal line."""
     artists = []
     colors = _colors(table)
-    for p in _policies(table):
+    for i, p in enumerate(_policies(table)):
         t = table[table["policy"] == p].sort_values("rate_per_s")
-        artists += ax.plot(t["rate_per_s"], t[f"{metric}_p50_s"] * 1e3, "-o", color=colors[p], ms=4, label=f"{p} p50")
-        artists += ax.plot(t["rate_per_s"], t[f"{metric}_p99_s"] * 1e3, "--", color=colors[p], alpha=0.7,
-                           label=f"{p} p99")
+        m = _MARKERS[i % len(_MARKERS)]
+        artists += ax.plot(t["rate_per_s"], t[f"{metric}_p50_s"] * 1e3, "-", marker=m, color=colors[p], ms=4,
+                           label=f"{p} p50")
+        artists += ax.plot(t["rate_per_s"], t[f"{metric}_p99_s"] * 1e3, "--", marker=m, mfc="none", color=colors[p],
+                           alpha=0.7, ms=4, label=f"{p} p99")
+    if slo_s is not None and np.isfinite(slo_s):
+        artists.append(ax.axhline(slo_s * 1e3, color="black", ls=(0, (6, 3)), lw=1.2, label=f"SLO {slo_s * 1e3:g} ms"))
     _rate_axis(ax, table)
     ax.set_yscale("log")
     ax.set_ylabel(f"{metric.upper()} (ms)")
@@ -52,15 +68,34 @@ def latency_vs_rate(ax, table: pd.DataFrame, *, metric: str = "tpot", title: str
 
 
 def throughput_vs_rate(ax, table: pd.DataFrame, *, title: str = ""):
-    """Output tokens per second against rate, one line per policy."""
+    """Output tokens per second against rate, one line per policy (its own marker and dash: at low
+    load every policy serves what arrives and the lines coincide)."""
     artists = []
-    colors = _colors(table)
-    for p in _policies(table):
+    style = _style(table)
+    for i, p in enumerate(_policies(table)):
         t = table[table["policy"] == p].sort_values("rate_per_s")
-        artists += ax.plot(t["rate_per_s"], t["throughput_tokens_per_s"], "-o", color=colors[p], ms=4, label=p)
+        artists += ax.plot(t["rate_per_s"], t["throughput_tokens_per_s"], ms=6 - i, mfc="none", label=p, **style[p])
     _rate_axis(ax, table)
     ax.set_ylabel("throughput (output tokens/s)")
     ax.set_title(title or "Throughput against arrival rate")
+    ax.legend(fontsize=8)
+    return artists
+
+
+def goodput_vs_rate(ax, table: pd.DataFrame, *, title: str = "", slo=None):
+    """Requests per second that meet the SLO (TTFT and TPOT) against rate, one line per policy."""
+    artists = []
+    style = _style(table)
+    for i, p in enumerate(_policies(table)):
+        t = table[table["policy"] == p].sort_values("rate_per_s")
+        artists += ax.plot(t["rate_per_s"], t["goodput_requests_per_s"], ms=6 - i, mfc="none", label=p, **style[p])
+    rates = sorted(set(table["rate_per_s"].dropna()))
+    if rates:
+        artists += ax.plot(rates, rates, color="0.6", lw=0.8, ls=":", label="every request on time")
+    _rate_axis(ax, table)
+    ax.set_ylabel("goodput (requests/s within the SLO)")
+    slo_text = "" if slo is None else f" (TTFT ≤ {slo.ttft_s:g} s, TPOT ≤ {slo.tpot_s * 1e3:g} ms)"
+    ax.set_title(title or f"Goodput against arrival rate{slo_text}")
     ax.legend(fontsize=8)
     return artists
 
@@ -96,26 +131,34 @@ def speedup_vs_rate(ax, table: pd.DataFrame, *, crossovers: dict | None = None, 
     return artists
 
 
-def serving_figures(table: pd.DataFrame, out_dir, *, crossovers: dict | None = None, title: str = "") -> list[Path]:
-    """Write latency_vs_rate.png (TPOT and TTFT), throughput_vs_rate.png and speedup_vs_rate.png."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def serving_figures(table: pd.DataFrame, out, *, crossovers: dict | None = None, title: str = "",
+                    slo=None) -> list[Path]:
+    """latency_vs_rate.png (TPOT and TTFT, SLO limits drawn), throughput_vs_rate.png,
+    goodput_vs_rate.png and speedup_vs_rate.png into `out` (a presentation.output.OutputDir)."""
     paths = []
+
+    def save(fig, name):
+        fig.savefig(out.file(name), dpi=120)
+        paths.append(out.path / name)
+
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     a1, a2 = fig.subplots(1, 2)
-    latency_vs_rate(a1, table, metric="tpot")
-    latency_vs_rate(a2, table, metric="ttft")
+    latency_vs_rate(a1, table, metric="tpot", slo_s=None if slo is None else slo.tpot_s)
+    latency_vs_rate(a2, table, metric="ttft", slo_s=None if slo is None else slo.ttft_s)
     if title:
         fig.suptitle(title)
-    paths.append(out / "latency_vs_rate.png")
-    fig.savefig(paths[-1], dpi=120)
+    save(fig, "latency_vs_rate.png")
     fig = Figure(figsize=(6, 4.5), layout="constrained")
     throughput_vs_rate(fig.subplots(), table, title=f"Throughput: {title}" if title else "")
-    paths.append(out / "throughput_vs_rate.png")
-    fig.savefig(paths[-1], dpi=120)
+    save(fig, "throughput_vs_rate.png")
+    fig = Figure(figsize=(6, 4.5), layout="constrained")
+    goodput_vs_rate(fig.subplots(), table, slo=slo)
+    save(fig, "goodput_vs_rate.png")
     if "speedup_tpot_p50" in table:
         fig = Figure(figsize=(6.5, 4.5), layout="constrained")
         speedup_vs_rate(fig.subplots(), table, crossovers=crossovers, title=f"Speedup: {title}" if title else "")
-        paths.append(out / "speedup_vs_rate.png")
-        fig.savefig(paths[-1], dpi=120)
+        save(fig, "speedup_vs_rate.png")
     return paths
+
+
+__all__ = ["latency_vs_rate", "throughput_vs_rate", "goodput_vs_rate", "speedup_vs_rate", "serving_figures"]

@@ -1,44 +1,37 @@
-"""Sweeps: a scenario's `[sweep]` grid evaluated into one tidy DataFrame, one row per point.
+"""Sweeps: an operating point's `[sweep]` grid evaluated into one tidy DataFrame, one row per point.
 
 The categorical axes (hardware, target, method, drafter, stack, tp, attention, temperature) are
-looped over; the numeric axes (K, tree size M, batch size B, context L, acceptance α) are evaluated
-in one broadcast per categorical combination (`speculation.evaluate_grid`), so a 10⁶-point sweep
-costs a few numpy passes, not 10⁶ Python calls.
+looped over, each combination resolved into its own operating point (`OperatingPoint.with_overrides`);
+the numeric axes (K, tree size M, batch size B, context L, acceptance α) are evaluated in one
+broadcast per combination (`speculation.predict.grid`), so a 10⁶-point sweep costs a few numpy
+passes, not 10⁶ Python calls.
 
 `[sweep]` keys (each a value or a list; a missing key takes the scenario's top-level value):
   hardware, target, drafter, method, stack, tp, attention, temperature   categorical axes
   k, tree_size, batch_size, context_len, alpha, tau                       numeric axes
-  drafter_options   a table of family knobs (see drafters.OPTION_KEYS)
-  n_ranks, rank_decay   how a single α becomes a per-rank tree vector (speculation docs)
   tau_k             the K at which the given τ values were measured (default: the scenario's k)
-  context_decay_per_token, temperature_slope, reference_context_len, reference_temperature
-                    acceptance falling with context and temperature (`acceptance.AcceptanceModel`):
-                    α_eff = clip(α · exp(−λ(L − L_ref) − s(T − T_ref))); default: no dependence,
-                    references the scenario's context_len and temperature. Column alpha_effective.
-tree_size applies to the families that verify trees (drafters.TREE_METHODS); the others run chains
-with tree_size = K + 1. τ values are converted to the i.i.d. α that gives them at tau_k.
-Columns (SI units in the names): see COLUMNS.
+  plots             which figures to draw (default all)
+tree_size applies to the families that verify trees; they also run as chains (tree_size = K + 1).
+τ values are converted to the i.i.d. α that gives them at tau_k. Acceptance falls with context and
+temperature as the scenario's `[acceptance]` says (column alpha_effective). `stack = ""` is the
+hardware's own efficiency. Columns (SI units in the names): see COLUMNS.
 """
 from __future__ import annotations
 
 import itertools
+
 import numpy as np
 import pandas as pd
 
-from ..speculation import families as drafters
-from ..speculation.acceptance import AcceptanceModel, alpha_from_tau
 from ..errors import SpecError, field_error, reject_unknown_keys
-from ..specs.hardware import load_hardware
-from ..specs.models import load_model
-from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
-from ..specs.scenario import Scenario
-from ..speculation.cycle import DEFAULT_N_RANKS, DEFAULT_RANK_DECAY, Deployment, evaluate_grid
-from ..specs.stacks import load_stack
+from ..speculation.acceptance import alpha_from_tau
+from ..speculation.families import FAMILIES, TREE_METHODS
+from ..speculation.operating_point import OperatingPoint, check_context, memory_parts
+from ..speculation.predict import grid
 
 CATEGORICAL = ("hardware", "target", "method", "drafter", "stack", "tp", "attention", "temperature")
 NUMERIC = ("k", "tree_size", "batch_size", "context_len", "alpha", "tau")
-ACCEPTANCE_KEYS = ("context_decay_per_token", "temperature_slope", "reference_context_len", "reference_temperature")
-OTHER_KEYS = ("drafter_options", "n_ranks", "rank_decay", "tau_k", "plots") + ACCEPTANCE_KEYS
+OTHER_KEYS = ("tau_k", "plots")
 SWEEP_KEYS = CATEGORICAL + NUMERIC + OTHER_KEYS
 
 COLUMNS = ("hardware", "target", "drafter", "method", "stack", "tp", "attention", "temperature", "k", "tree_size",
@@ -55,56 +48,59 @@ def _as_list(value) -> list:
     return [value]
 
 
-def sweep_axes(scenario: Scenario) -> dict:
-    """The grid a scenario describes: its `[sweep]` table over its top-level values, validated."""
-    raw = dict(scenario.section("sweep"))
-    where = f"scenario {scenario.path or scenario.name!r} [sweep]"
+def sweep_axes(op: OperatingPoint) -> dict:
+    """The grid an operating point's `[sweep]` table describes, over its own values, validated."""
+    raw = dict(op.section("sweep"))
+    where = f"scenario {op.scenario.path or op.name!r} [sweep]"
     reject_unknown_keys(where, raw, SWEEP_KEYS)
+    drafter_id = op.drafter.drafter.id if op.drafter is not None and op.drafter.drafter is not None else op.scenario.drafter
     axes = {
-        "hardware": _as_list(raw.get("hardware", scenario.hardware)),
-        "target": _as_list(raw.get("target", scenario.target)),
-        "method": _as_list(raw.get("method", scenario.method)),
-        "drafter": _as_list(raw.get("drafter", scenario.drafter)),
-        "stack": _as_list(raw.get("stack", scenario.stack)),
-        "tp": _as_list(raw.get("tp", scenario.tp)),
-        "attention": _as_list(raw.get("attention", scenario.attention)),
-        "temperature": _as_list(raw.get("temperature", scenario.temperature)),
-        "k": _as_list(raw.get("k", scenario.k)),
-        "tree_size": _as_list(raw.get("tree_size")) if "tree_size" in raw else None,
-        "batch_size": _as_list(raw.get("batch_size", scenario.batch_size)),
-        "context_len": _as_list(raw.get("context_len", scenario.context_len)),
+        "hardware": _as_list(raw.get("hardware", op.hardware.id)),
+        "target": _as_list(raw.get("target", op.scenario.target)),
+        "method": _as_list(raw.get("method", op.scenario.method)),
+        "drafter": _as_list(raw.get("drafter", drafter_id)),
+        "stack": [s if s else "" for s in _as_list(raw.get("stack", op.stack.id if op.stack else ""))],
+        "tp": _as_list(raw.get("tp", op.deployment.n_devices)),
+        "attention": _as_list(raw.get("attention", op.deployment.attention)),
+        "temperature": _as_list(raw.get("temperature", op.temperature)),
+        "k": _as_list(raw.get("k", op.k)),
+        "tree_size": _as_list(raw["tree_size"]) if "tree_size" in raw else None,
+        "batch_size": _as_list(raw.get("batch_size", op.batch_size)),
+        "context_len": _as_list(raw.get("context_len", op.context_len)),
     }
     if "alpha" in raw and "tau" in raw:
         raise field_error(where, "tau", raw["tau"], "either alpha or tau, not both")
-    tau_k = int(raw.get("tau_k", scenario.k))
+    tau_k = raw.get("tau_k", op.k)
+    if isinstance(tau_k, bool) or not isinstance(tau_k, int) or tau_k < 1:
+        raise field_error(where, "tau_k", tau_k, "an integer >= 1 (the K the τ values were measured at)")
     if "alpha" in raw:
         alphas = _as_list(raw["alpha"])
     elif "tau" in raw:
-        alphas = [alpha_from_tau(float(t), tau_k) for t in _as_list(raw["tau"])]
-    elif scenario.alpha is not None:
-        alphas = [scenario.alpha]
-    elif scenario.tau is not None:
-        alphas = [alpha_from_tau(float(scenario.tau), scenario.k)]
+        taus = _as_list(raw["tau"])
+        for t in taus:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 1.0 <= t <= tau_k + 1:
+                raise field_error(where, "tau", t, f"mean tokens per cycle in [1, tau_k + 1] = [1, {tau_k + 1}]")
+        alphas = [alpha_from_tau(float(t), tau_k) for t in taus]
     else:
-        raise field_error(where, "alpha", None, "acceptance rates (alpha) or mean tokens per cycle (tau)")
+        alphas = [None]  # the operating point's own acceptance
     axes["alpha"] = alphas
     for name in ("k", "batch_size", "context_len", "tp") + (("tree_size",) if axes["tree_size"] else ()):
+        lo = 0 if name in ("k", "context_len") else 1
         for v in axes[name]:
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name in ("k", "context_len") else 1):
-                raise field_error(where, name, v, "whole numbers (K, L >= 0; B, M, tp >= 1)")
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise field_error(where, name, v, f"whole numbers >= {lo}")
+        if len(set(axes[name])) != len(axes[name]):
+            raise field_error(where, name, axes[name], "distinct values (each grid value once)")
     for a in axes["alpha"]:
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+        if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0):
             raise field_error(where, "alpha", a, "acceptance rates in [0, 1]")
-    axes["drafter_options"] = dict(raw.get("drafter_options", {}))
-    axes["n_ranks"] = int(raw.get("n_ranks", DEFAULT_N_RANKS))
-    axes["rank_decay"] = float(raw.get("rank_decay", DEFAULT_RANK_DECAY))
+    for t in axes["temperature"]:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (np.isfinite(t) and t >= 0):
+            raise field_error(where, "temperature", t, "temperatures >= 0")
+    for m in axes["method"]:
+        if m not in FAMILIES:
+            raise field_error(where, "method", m, f"drafter families among {', '.join(FAMILIES)}")
     axes["plots"] = _as_list(raw.get("plots", "all"))
-    axes["acceptance"] = {
-        "context_decay_per_token": float(raw.get("context_decay_per_token", 0.0)),
-        "temperature_slope": float(raw.get("temperature_slope", 0.0)),
-        "reference_context_len": float(raw.get("reference_context_len", scenario.context_len)),
-        "reference_temperature": float(raw.get("reference_temperature", scenario.temperature)),
-    }
     return axes
 
 
@@ -113,8 +109,8 @@ def n_points(axes: dict) -> int:
     numeric = len(axes["k"]) * len(axes["batch_size"]) * len(axes["context_len"]) * len(axes["alpha"])
     total = 0
     for method in axes["method"]:
-        per = numeric * (1 + len(axes["tree_size"]) if axes["tree_size"] and method in drafters.TREE_METHODS else 1)
-        n_drafters = len(axes["drafter"]) if method == "draft_model" else 1
+        per = numeric * (1 + len(axes["tree_size"]) if axes["tree_size"] and method in TREE_METHODS else 1)
+        n_drafters = len(axes["drafter"]) if FAMILIES[method].needs_drafter_model else 1
         total += per * n_drafters
     other = (len(axes["hardware"]) * len(axes["target"]) * len(axes["stack"]) * len(axes["tp"])
              * len(axes["attention"]) * len(axes["temperature"]))
@@ -127,51 +123,61 @@ def _combos(axes: dict):
     for hw, tgt, method, stack, tp, attn, temp in itertools.product(
             axes["hardware"], axes["target"], axes["method"], axes["stack"], axes["tp"], axes["attention"],
             axes["temperature"]):
-        topologies = (False, True) if axes["tree_size"] and method in drafters.TREE_METHODS else (False,)
-        for drafter in (axes["drafter"] if method == "draft_model" else [None]):
+        topologies = (False, True) if axes["tree_size"] and method in TREE_METHODS else (False,)
+        for drafter in (axes["drafter"] if FAMILIES[method].needs_drafter_model else [None]):
             for tree in topologies:
                 yield hw, tgt, method, drafter, stack, tp, attn, temp, tree
 
 
-def run_sweep(scenario: Scenario, *, progress: bool = False, skipped: list | None = None) -> pd.DataFrame:
-    """Evaluate the scenario's grid; one row per point (COLUMNS). Combinations that cannot be
-    evaluated at all (a tokenizer mismatch, an MTP method on a target without MTP layers, a tree on a
-    chain-only stack is run as a chain) are appended to `skipped` with the reason, if given."""
-    from tqdm.auto import tqdm  # presentation layer only
+def run_sweep(op: OperatingPoint, *, progress: bool = False, skipped: list | None = None) -> pd.DataFrame:
+    """Evaluate the point's grid; one row per point (COLUMNS). Combinations that cannot be
+    evaluated at all (a tokenizer mismatch, a family the stack does not ship, an MTP method on a target
+    without MTP layers, a tree on a chain-only stack, a context past a model's maximum) are appended
+    to `skipped` with the reason, if given (else the first one raises)."""
+    from tqdm.auto import tqdm
 
-    axes = sweep_axes(scenario)
+    axes = sweep_axes(op)
     frames = []
     combos = list(_combos(axes))
-    cache: dict = {}
+    alphas = None if axes["alpha"] == [None] else axes["alpha"]
     for hw_id, tgt_id, method, drafter_id, stack_id, tp, attn, temp, tree in tqdm(
             combos, disable=not progress, desc="sweep", unit="combo"):
-        hw = cache.setdefault(("hw", hw_id), load_hardware(hw_id))
-        target = cache.setdefault(("model", tgt_id), load_model(tgt_id))
-        if scenario.target_dtype:
-            target = target.with_weight_format(scenario.target_dtype)
-        stack_id = None if stack_id in ("", "none") else stack_id
-        stack = cache.setdefault(("stack", stack_id), load_stack(stack_id)) if stack_id else None
         try:
-            dep = Deployment.from_stack(hw, stack, n_devices=int(tp), attention=attn)
-            cfg = drafters.make_config(method, target, drafter=drafter_id, drafter_tp=scenario.drafter_tp,
-                                       allow_cross_tokenizer=scenario.allow_cross_tokenizer,
-                                       options=axes["drafter_options"])
-            acc = AcceptanceModel(alpha=1.0, **axes["acceptance"])
-            factor = acc.factor(np.asarray(axes["context_len"], dtype=float), float(temp or 0.0))
-            g = evaluate_grid(cfg, target, dep, k=axes["k"], tree_size=axes["tree_size"] if tree else None,
-                              alpha_factor=factor, batch_size=axes["batch_size"],
-                              context_len=axes["context_len"], alpha=axes["alpha"], n_ranks=axes["n_ranks"],
-                              rank_decay=axes["rank_decay"])
+            point = op.with_overrides(hardware=hw_id, target=tgt_id, method=method, drafter=drafter_id or "",
+                                      stack=stack_id or "", tp=int(tp), attention=attn, temperature=float(temp),
+                                      tree_size=max(axes["tree_size"]) if tree else 0)
+            if tree and not point.deployment.supports_tree:
+                raise field_error(f"stack {point.deployment.stack_id!r}", "tree_verification", "none",
+                                  "a stack that verifies trees (the chain rows are kept)")
+            q_max = (max(axes["tree_size"]) if tree else max(axes["k"]) + 1) if point.method != "lookahead" \
+                else point.verify_q_len
+            contexts = []
+            for ctx in axes["context_len"]:
+                try:
+                    check_context(((point.target, "target"),
+                                   (point.drafter.drafter if point.drafter else None, "drafter")),
+                                  int(ctx), int(q_max), where=f"[sweep] {tgt_id}")
+                    contexts.append(ctx)
+                except SpecError as exc:  # drop this context for this combination, and say so
+                    if skipped is None:
+                        raise
+                    skipped.append({"hardware": hw_id, "target": tgt_id, "method": method, "drafter": drafter_id,
+                                    "stack": stack_id, "tp": tp, "tree": tree, "reason": str(exc)})
+            if not contexts:
+                continue
+            g = grid(point, k=axes["k"], tree_size=axes["tree_size"] if tree else None,
+                     batch_size=axes["batch_size"], context_len=contexts, alpha=alphas)
         except SpecError as exc:
             if skipped is None:
                 raise
             skipped.append({"hardware": hw_id, "target": tgt_id, "method": method, "drafter": drafter_id,
-                            "stack": stack_id, "tp": tp, "reason": str(exc)})
+                            "stack": stack_id, "tp": tp, "tree": tree, "reason": str(exc)})
             continue
         n = g.speedup.size
-        mem = _memory(cfg, target, dep, g)
+        mem = _memory(point, g)
         cols = {
-            "hardware": hw_id, "target": tgt_id, "drafter": drafter_id or _self_drafter(method), "method": method,
+            "hardware": hw_id, "target": tgt_id,
+            "drafter": drafter_id or FAMILIES[method].self_label, "method": method,
             "stack": stack_id or "", "tp": int(tp), "attention": attn, "temperature": float(temp or 0.0),
             "k": g.k.ravel().astype(np.int64), "tree_size": g.tree_size.ravel().astype(np.int64),
             "is_tree": np.full(n, g.is_tree), "batch_size": g.batch_size.ravel().astype(np.int64),
@@ -184,7 +190,7 @@ def run_sweep(scenario: Scenario, *, progress: bool = False, skipped: list | Non
         }
         cols["regression"] = cols["speedup"] < 1.0
         cols["memory_per_device_bytes"] = np.broadcast_to(mem, g.shape).ravel()
-        cols["fits"] = cols["memory_per_device_bytes"] <= hw.memory_bytes
+        cols["fits"] = cols["memory_per_device_bytes"] <= point.hardware.memory_bytes
         cols["alpha_effective"] = g.alpha_effective.ravel()
         frames.append((n, cols))
     if not frames:
@@ -210,64 +216,43 @@ def _assemble(frames) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _self_drafter(method: str) -> str:
-    return {"prompt_lookup": "(prompt n-grams)", "medusa": "(medusa heads)", "eagle": "(eagle head)",
-            "lookahead": "(lookahead pool)", "layer_skip": "(early layers)", "mtp": "(mtp module)",
-            "sparse_kv": "(sparse-KV self)"}.get(method, "")
-
-
-def _memory(cfg, target, dep: Deployment, g) -> np.ndarray:
-    """Per-device bytes at each grid point: target weights + KV at L + M, plus the drafter's share."""
-    b, l = g.batch_size, g.context_len
+def _memory(point: OperatingPoint, g) -> np.ndarray:
+    """Per-device bytes at each grid point (the fullest device), from the same parts as the point's
+    memory fit: target weights and cache of L + 1, plus the drafter's weights, cache and slots."""
     k, m = g.k[:, :, :1, :1, :1], g.tree_size[:, :, :1, :1, :1]
-    split = dep.n_devices // dep.tp
-    total = (weight_bytes_per_device(target, dep.tp)
-             + kv_bytes_per_device(target, batch_size=b, ctx_len=l, tp=dep.tp)) / split
-    extra = drafters.footprint(cfg, target, batch_size=b, ctx_len=l, k=k, tree_size=m if g.is_tree else None,
-                               tp=dep.tp)
-    for v in extra.values():
-        total = total + np.asarray(v, dtype=float) / split
+    parts = memory_parts(point.target, point.deployment, point.drafter, batch_size=g.batch_size,
+                         ctx_len=g.context_len, k=k, tree_size=m if g.is_tree else None)
+    total = 0.0
+    for v in parts.values():
+        total = total + np.asarray(v, dtype=float)
     return np.asarray(total, dtype=float)
 
 
-def write_sweep(df: pd.DataFrame, out_dir) -> dict:
-    """DIR/sweep.csv and DIR/sweep.parquet; returns the paths."""
-    from pathlib import Path
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out / "sweep.csv", "parquet": out / "sweep.parquet"}
-    df.to_csv(paths["csv"], index=False)
-    df.to_parquet(paths["parquet"], index=False)
-    return paths
+def write_sweep(df: pd.DataFrame, out) -> dict:
+    """sweep.csv and sweep.parquet into an OutputDir (specsim.presentation.output); returns the paths."""
+    df.to_csv(out.file("sweep.csv"), index=False)
+    df.to_parquet(out.file("sweep.parquet"), index=False)
+    return {"csv": out.path / "sweep.csv", "parquet": out.path / "sweep.parquet"}
 
 
-__all__ = ["run_sweep", "sweep_axes", "n_points", "write_sweep", "COLUMNS", "SWEEP_KEYS"]
-
-
-def verify_roofline_points(target_id: str, hardware_id: str, *, tree_sizes=range(1, 65), batch_sizes=(1,),
-                           context_len: int = 0, tp: int = 1, stack: str | None = None,
-                           attention: str = "fused") -> pd.DataFrame:
-    """The verify pass over M = tree_sizes query tokens per sequence, as roofline points: one row per
-    (B, M) with FLOPs, bytes, operational intensity, attained FLOP/s, time, and time relative to the
-    one-token step at the same B (the seed's 'barely more than over 1' ratio)."""
+def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch_sizes=(1,)) -> pd.DataFrame:
+    """The point's verify pass over M = tree_sizes query tokens per sequence, as roofline points: one
+    row per (B, M) with FLOPs, bytes, operational intensity, attained FLOP/s, time, and time
+    relative to the one-token step at the same B (the seed's 'barely more than over 1' ratio)."""
     from ..cost.roofline import step_cost
 
-    hw = load_hardware(hardware_id)
-    target = load_model(target_id)
-    dep = Deployment.from_stack(hw, load_stack(stack) if stack else None, n_devices=tp, attention=attention)
+    hw, target, dep = op.hardware, op.target, op.deployment
     m = np.asarray(list(tree_sizes), dtype=float)[None, :]
     b = np.asarray(list(batch_sizes), dtype=float)[:, None]
-    c = step_cost(target, hw, batch_size=b, q_len=m, ctx_len=context_len, tp=dep.tp, attention=attention,
-                  efficiency=dep.eff)
-    one = step_cost(target, hw, batch_size=b, q_len=1, ctx_len=context_len, tp=dep.tp, attention=attention,
-                    efficiency=dep.eff)
+    common = dict(ctx_len=op.context_len, tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
+    c = step_cost(target, hw, batch_size=b, q_len=m, **common)
+    one = step_cost(target, hw, batch_size=b, q_len=1, **common)
     flops = np.broadcast_to(c.flops, c.time_s.shape)
     bytes_ = np.broadcast_to(c.bytes, c.time_s.shape)
     bb, mm = np.broadcast_arrays(b, m)
     dtype = hw.compute_dtype_for(target.compute_dtype)
     return pd.DataFrame({
-        "hardware": hardware_id, "target": target_id, "batch_size": bb.ravel().astype(int),
+        "hardware": hw.id, "target": target.id, "batch_size": bb.ravel().astype(int),
         "tree_size": mm.ravel().astype(int), "tokens_in_flight": (bb * mm).ravel().astype(int),
         "flops": flops.ravel(), "bytes": bytes_.ravel(), "intensity_flops_per_byte": (flops / bytes_).ravel(),
         "attained_flops_per_s": (flops / c.time_s).ravel(), "time_s": c.time_s.ravel(),
@@ -279,3 +264,6 @@ def verify_roofline_points(target_id: str, hardware_id: str, *, tree_sizes=range
         # GEMMs turn compute bound at B·M = ridge × bytes_per_weight / 2 (156 for fp16 on the seed part)
         "ridge_tokens_in_flight": hw.ridge_flops_per_byte(target.compute_dtype) * target.weight_bytes_per_param / 2.0,
     })
+
+
+__all__ = ["run_sweep", "sweep_axes", "n_points", "write_sweep", "verify_roofline_points", "COLUMNS", "SWEEP_KEYS"]

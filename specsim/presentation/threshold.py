@@ -1,63 +1,108 @@
-"""The production on/off policy: when to switch speculation off, and the config line that does it.
+"""The production on/off policy for an operating point, and the config lines that apply it.
 
-From a scenario (hardware, target, drafter family, acceptance, context) we evaluate the best K at
-every batch size of a grid (`speculation.evaluate_grid`) and derive
-- the batch size from which even the best K no longer pays at least 1 + margin (switch off above),
-- the acceptance rate below which it stops paying (at B = 1 and at every batch size of the grid),
-- the best K per batch-size band (a schedule: K shrinks as the batch grows, then 0),
-and render them as ready-to-paste configuration for the serving stacks that have the knob:
+The switch-off batch comes from one function, `speculation.switch_off.switch_off_point`, under
+each assumption it can make; the policy prints them side by side and recommends one:
+- under the scenario's workload (the serving view: prefill shares the iterations) when the scenario
+  has a `[workload]`, else decode only;
+- with the scenario's K (what vLLM and SGLang deploy: one K for every batch size);
+- memory included (speculation cannot run past the largest batch its drafter and slots fit).
+Where the decode-only and serving answers differ, the policy says so. The K per batch band (K
+re-tuned, decode only or under the workload as recommended) gives TensorRT-LLM's schedule; the
+acceptance below which speculation stops paying comes from the same grid.
 
+Config lines, each labelled with the version semantics it assumes:
 - vLLM `--speculative-config` JSON: `num_speculative_tokens`, `disable_by_batch_size`. vLLM's docs
   word it "disable speculative decoding for new incoming requests when the number of enqueued
   requests is larger than this value", but the V0 spec-decode worker
   (`SpecDecodeWorker._should_disable_all_speculation`, vLLM 0.5–0.6) switches it off for the whole
   step while `running_queue_size >= disable_by_batch_size`; we follow the code, as the serving
-  simulator's `DisableByBatchSize` policy does, so the value printed is the batch size at which
-  speculation goes off. vLLM has no per-batch-size K schedule in those versions.
+  simulator's `DisableByBatchSize` policy does.
 - SGLang server flags `--speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens`
-  (SGLang 0.4–0.5). SGLang has no documented batch-size gate in those versions: the policy is printed
-  for a router/front end to apply.
+  (SGLang 0.4–0.5); no documented batch-size gate there, so the gate is printed for a router.
 - TensorRT-LLM LLM API `speculative_config` (1.3+, DecodingBaseConfig): `max_draft_len`,
   `max_concurrency` (speculation off above it), `draft_len_schedule` ({4: 4, 8: 2, 32: 1} means
   batch 1–4 → 4 drafts, 5–8 → 2, 9–32 → 1, 33+ → 0; NVIDIA/TensorRT-LLM PR #10860), and
-  `acceptance_rate_threshold` (rolling accepted_draft_tokens / drafted_tokens below which speculation
-  is disabled for good).
+  `acceptance_rate_threshold` (rolling accepted / drafted below which speculation is disabled).
 Serving stacks report acceptance as accepted drafts / drafted tokens = (τ − 1)/K; the policy gives
 both that ratio and the i.i.d. α it corresponds to.
 
-`[threshold]` keys: margin (default 0.05), batch_sizes, alphas (grid for the acceptance threshold),
-k (candidate draft lengths, default 1..8), alpha (the operating acceptance; default the scenario's),
-context_len (default the scenario's), drafter_model (the path/HF id to paste into configs).
+`[threshold]` keys: margin (default 0.05), k_max (K candidates 1..k_max, default 8), batch_sizes
+(the grid of the band and acceptance tables), alphas (acceptance grid), batch_limit (largest batch
+examined, default 1024), drafter_model (the path or HF id to paste into configs).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..speculation import families as drafters
-from ..speculation.acceptance import alpha_from_tau
 from ..errors import field_error, reject_unknown_keys
-from ..specs.hardware import load_hardware
-from ..specs.models import load_model
-from ..specs.scenario import Scenario
-from ..speculation.cycle import Deployment, acceptance_threshold, batch_size_threshold, evaluate_grid, tokens_per_cycle_iid
-from ..specs.stacks import load_stack
+from ..speculation.acceptance import tokens_per_cycle_iid
+from ..speculation.cycle import acceptance_threshold
+from ..speculation.families import FAMILIES
+from ..speculation.operating_point import OperatingPoint
+from ..speculation.predict import grid
+from ..speculation.switch_off import SwitchOff, WorkloadMix, switch_off_point
 
-THRESHOLD_KEYS = ("margin", "batch_sizes", "alphas", "k", "alpha", "context_len", "drafter_model")
+THRESHOLD_KEYS = ("margin", "k_max", "batch_sizes", "alphas", "batch_limit", "drafter_model")
+DEFAULT_MARGIN = 0.05
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
-VLLM_METHOD = {"draft_model": None, "prompt_lookup": "ngram", "eagle": "eagle", "medusa": "medusa",
-               "mtp": "deepseek_mtp"}
-SGLANG_ALGORITHM = {"eagle": "EAGLE", "mtp": "EAGLE", "draft_model": "STANDALONE", "prompt_lookup": "NGRAM"}
-TRTLLM_DECODING = {"draft_model": "DraftTarget", "prompt_lookup": "NGram", "eagle": "Eagle", "medusa": "Medusa",
-                   "mtp": "MTP", "lookahead": "Lookahead"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThresholdSettings:
+    margin: float = DEFAULT_MARGIN
+    k_max: int = 8
+    batch_sizes: tuple = DEFAULT_BATCH_SIZES
+    alphas: tuple = tuple(np.round(np.linspace(0.0, 1.0, 101), 4))
+    batch_limit: int = 1024
+    drafter_model: str | None = None
+
+
+def threshold_settings(op: OperatingPoint, *, margin: float | None = None) -> ThresholdSettings:
+    """The point's `[threshold]` table, validated (margin: a flag's value replaces the file's)."""
+    raw = dict(op.section("threshold"))
+    where = f"scenario {op.scenario.path or op.name!r} [threshold]"
+    for moved in ("alpha", "context_len", "k"):
+        if moved in raw:
+            raise field_error(where, moved, raw[moved], "absent: set the top-level alpha / context_len / k, or "
+                              "k_max for the K candidates")
+    reject_unknown_keys(where, raw, THRESHOLD_KEYS)
+    m = raw.get("margin", DEFAULT_MARGIN) if margin is None else margin
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not (np.isfinite(m) and 0.0 <= m < 10.0):
+        raise field_error(where, "margin", m, "a safety margin in [0, 10) (0.1 = require a 1.1× speedup)")
+    k_max = raw.get("k_max", 8)
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or not 1 <= k_max <= 64:
+        raise field_error(where, "k_max", k_max, "an integer in 1..64")
+    bs = raw.get("batch_sizes", list(DEFAULT_BATCH_SIZES))
+    if not (isinstance(bs, list) and bs and all(not isinstance(b, bool) and isinstance(b, int) and b >= 1 for b in bs)
+            and len(set(bs)) == len(bs)):
+        raise field_error(where, "batch_sizes", bs, "a list of distinct integers >= 1")
+    alphas = raw.get("alphas", list(ThresholdSettings().alphas))
+    if not (isinstance(alphas, list) and len(alphas) >= 2 and all(
+            not isinstance(a, bool) and isinstance(a, (int, float)) and 0.0 <= a <= 1.0 for a in alphas)
+            and len(set(alphas)) == len(alphas)):
+        raise field_error(where, "alphas", alphas, "a list of at least two distinct acceptance rates in [0, 1]")
+    limit = raw.get("batch_limit", 1024)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1 << 16:
+        raise field_error(where, "batch_limit", limit, "an integer in 1..65536")
+    dm = raw.get("drafter_model")
+    if dm is not None and not isinstance(dm, str):
+        raise field_error(where, "drafter_model", dm, "a path or Hugging Face id (a string)")
+    return ThresholdSettings(margin=float(m), k_max=k_max, batch_sizes=tuple(sorted(bs)),
+                             alphas=tuple(sorted(float(a) for a in alphas)), batch_limit=limit, drafter_model=dm)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThresholdPolicy:
-    """The on/off policy for one scenario. batch_off: switch off for B ≥ batch_off (None: it pays
-    on the whole grid). alpha_off: acceptance below which it does not pay at B = 1 (None: never pays).
-    bands: [{batch_min, batch_max, k, speedup}], k = 0 meaning off. per_batch: one dict per grid B."""
+    """The on/off policy for one operating point.
+
+    recommended: the switch-off to deploy (see the module docstring); answers: every view computed,
+    by name; batch_off: recommended.batch_off. alpha_off: acceptance below which speculation does not
+    pay at the smallest batch with K re-tuned (None: never pays on the grid); alpha_off_deployed_k:
+    the same at the deployed K, and alpha_off_ratio the accepted/drafted ratio it means. bands:
+    [{batch_min, batch_max, k, speedup_min}] with k = 0 meaning off. notes: where answers differ."""
 
     scenario: str
     method: str
@@ -67,24 +112,37 @@ class ThresholdPolicy:
     alpha: float
     context_len: int
     margin: float
-    batch_off: int | None
-    alpha_off: float | None
     deployed_k: int
+    recommended: SwitchOff
+    answers: dict
+    alpha_off: float | None
     alpha_off_deployed_k: float | None
     alpha_off_ratio: float | None
     bands: list
     per_batch: list
+    notes: list = field(default_factory=list)
     configs: dict = field(default_factory=dict)
 
+    @property
+    def batch_off(self) -> int | None:
+        return self.recommended.batch_off
+
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out = {k: getattr(self, k) for k in ("scenario", "method", "hardware", "target", "drafter", "alpha",
+                                            "context_len", "margin", "deployed_k", "alpha_off",
+                                            "alpha_off_deployed_k", "alpha_off_ratio", "bands", "per_batch", "notes",
+                                            "configs")}
+        out["batch_off"] = self.batch_off
+        out["recommended"] = self.recommended.to_dict()
+        out["answers"] = {name: a.to_dict() for name, a in self.answers.items()}
+        return out
 
 
-def _bands(batch_sizes, best_k, best_speedup, margin) -> list:
-    """Consecutive batch sizes with the same best K (0 where it does not pay) as bands."""
+def _bands(batch_sizes, best_k, best_speedup, margin, max_batch) -> list:
+    """Consecutive batch sizes with the same best K (0 where it does not pay or does not fit)."""
     bands: list = []
     for b, k, s in zip(batch_sizes, best_k, best_speedup):
-        k = int(k) if s >= 1.0 + margin else 0
+        k = int(k) if (s >= 1.0 + margin and (max_batch is None or b <= max_batch)) else 0
         if bands and bands[-1]["k"] == k:
             bands[-1]["batch_max"] = int(b)
             bands[-1]["speedup_min"] = float(min(bands[-1]["speedup_min"], s))
@@ -93,139 +151,156 @@ def _bands(batch_sizes, best_k, best_speedup, margin) -> list:
     return bands
 
 
-def threshold_policy(scenario: Scenario) -> ThresholdPolicy:
-    raw = dict(scenario.section("threshold"))
-    where = f"scenario {scenario.path or scenario.name!r} [threshold]"
-    reject_unknown_keys(where, raw, THRESHOLD_KEYS)
-    margin = float(raw.get("margin", 0.05))
-    if not 0.0 <= margin < 10:
-        raise field_error(where, "margin", margin, "a safety margin >= 0 (0.1 = require a 1.1x speedup)")
-    bs = np.asarray(raw.get("batch_sizes", DEFAULT_BATCH_SIZES), dtype=np.int64)
-    ks = np.asarray(raw.get("k", list(range(1, 9))), dtype=np.int64)
-    alphas = np.asarray(raw.get("alphas", np.round(np.linspace(0.0, 1.0, 101), 4)), dtype=float)
-    if "alpha" in raw:
-        alpha = float(raw["alpha"])
-    elif scenario.alpha is not None:
-        alpha = float(scenario.alpha)
-    elif scenario.tau is not None:
-        alpha = alpha_from_tau(float(scenario.tau), scenario.k)
+def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None, max_batch_serving: int | None = None,
+                     margin: float | None = None) -> ThresholdPolicy:
+    """The policy for `op`. workload: the scenario's workload mix (see serving.setup.workload_mix),
+    which makes the serving view the recommended one; max_batch_serving: the largest batch the
+    serving engine's KV cache holds while speculating (default: the decode-only memory fit)."""
+    if not op.speculative:
+        raise field_error(f"scenario {op.name!r}", "method", op.method, "a drafter family (the policy switches it on or off)")
+    op.require_acceptance()
+    st = threshold_settings(op, margin=margin)
+    m = st.margin
+    kw = dict(margin=m, k_max=st.k_max, batch_limit=st.batch_limit)
+    answers = {"decode-only, scenario K": switch_off_point(op, retune_k=False, **kw),
+               "decode-only, K re-tuned": switch_off_point(op, retune_k=True, **kw)}
+    if workload is not None:
+        answers["workload, scenario K"] = switch_off_point(op, retune_k=False, workload=workload,
+                                                           max_batch_speculative=max_batch_serving, **kw)
+        answers["workload, K re-tuned"] = switch_off_point(op, retune_k=True, workload=workload,
+                                                           max_batch_speculative=max_batch_serving, **kw)
+        recommended = answers["workload, scenario K"]
     else:
-        raise field_error(where, "alpha", None, "the operating acceptance (alpha here or at the top level)")
-    ctx = int(raw.get("context_len", scenario.context_len))
-    method = scenario.method
-    if method == "none":
-        raise field_error(where, "method", method, "a drafter family (the policy switches it on or off)")
+        recommended = answers["decode-only, scenario K"]
+    notes = []
+    d, r = answers["decode-only, scenario K"], recommended
+    if workload is not None and d.batch_off != r.batch_off:
+        notes.append(f"decode-only analytics say off at batch ≥ {d.batch_off}, but under the scenario's workload "
+                     f"prompts share the iterations and it stops paying at batch ≥ {r.batch_off}: the workload "
+                     f"answer is recommended")
+    if answers["decode-only, K re-tuned"].batch_off != d.batch_off:
+        notes.append(f"re-tuning K per batch moves the decode-only switch-off to batch ≥ "
+                     f"{answers['decode-only, K re-tuned'].batch_off} (a stack with a K schedule, e.g. "
+                     f"TensorRT-LLM's draft_len_schedule, can use the bands below)")
 
-    hw = load_hardware(scenario.hardware)
-    target = load_model(scenario.target)
-    if scenario.target_dtype:
-        target = target.with_weight_format(scenario.target_dtype)
-    stack = load_stack(scenario.stack) if scenario.stack else None
-    dep = Deployment.from_stack(hw, stack, n_devices=scenario.tp, attention=scenario.attention)
-    options = scenario.section("sweep").get("drafter_options", {})
-    cfg = drafters.make_config(method, target, drafter=scenario.drafter, drafter_tp=scenario.drafter_tp,
-                               allow_cross_tokenizer=scenario.allow_cross_tokenizer, options=options, where=where)
-    grid_k = ks if method != "lookahead" else ks[:1]
-    g = evaluate_grid(cfg, target, dep, k=grid_k, batch_size=bs, context_len=[ctx], alpha=[alpha])
-    s = g.speedup[:, 0, :, 0, 0]  # (nK, nB)
-    best_i = np.argmax(s, axis=0)
-    best_k = grid_k[best_i]
-    best_s = s[best_i, np.arange(bs.size)]
-    batch_off = batch_size_threshold(bs, best_s, margin=margin)
-    if batch_off is not None and batch_off > bs[0]:
-        # refine between the last grid point that pays and the first that does not, one B at a time
-        lo = int(bs[np.searchsorted(bs, batch_off) - 1])
-        fine = np.arange(lo + 1, batch_off + 1)
-        gf = evaluate_grid(cfg, target, dep, k=grid_k, batch_size=fine, context_len=[ctx], alpha=[alpha])
-        batch_off = batch_size_threshold(fine, gf.speedup[:, 0, :, 0, 0].max(axis=0), margin=margin)
-
-    ga = evaluate_grid(cfg, target, dep, k=grid_k, batch_size=bs, context_len=[ctx], alpha=alphas)
-    sa = ga.speedup[:, 0, :, 0, :].max(axis=0)  # (nB, nα): best K at each (B, α)
+    # bands and the acceptance thresholds on the [threshold] grid, K re-tuned
+    bs = np.asarray(st.batch_sizes, dtype=np.int64)
+    ks = np.arange(1, st.k_max + 1) if op.method != "lookahead" else np.array([op.k])
+    retuned = answers["workload, K re-tuned" if workload is not None else "decode-only, K re-tuned"]
+    curve_b = retuned.batch_sizes
+    best_k = np.array([retuned.best_k[min(np.searchsorted(curve_b, b), curve_b.size - 1)] for b in bs])
+    best_s = np.interp(bs, curve_b, retuned.speedup)
+    max_b = retuned.max_batch_speculative
+    bands = _bands(bs, best_k, best_s, m, max_b)
+    alphas = np.asarray(st.alphas)
+    ga = grid(op, k=list(ks), batch_size=list(bs), alpha=list(alphas))
+    sa = ga.speedup[:, 0, :, 0, :].max(axis=0)  # (nB, nα): best K at each (B, α), decode only
     per_batch = []
     for j, b in enumerate(bs):
-        a_off = acceptance_threshold(alphas, sa[j], margin=margin)
+        fits = max_b is None or b <= max_b
         per_batch.append({"batch_size": int(b), "best_k": int(best_k[j]), "best_speedup": float(best_s[j]),
-                          "alpha_off": a_off, "pays": bool(best_s[j] >= 1.0 + margin)})
+                          "alpha_off": acceptance_threshold(alphas, sa[j], margin=m) if fits else None,
+                          "pays": bool(best_s[j] >= 1.0 + m and fits), "fits": bool(fits)})
     alpha_off = per_batch[0]["alpha_off"]
-    # the deployed K is fixed: the acceptance at which *it* stops paying at the smallest batch size
-    k_at_b1 = int(best_k[0])
-    i_k = int(np.flatnonzero(grid_k == k_at_b1)[0])
-    alpha_off_k = acceptance_threshold(alphas, ga.speedup[i_k, 0, 0, 0, :], margin=margin)
+    k_dep = op.k
+    if op.method != "lookahead":
+        gk = grid(op, k=[k_dep], batch_size=[int(bs[0])], alpha=list(alphas))
+        alpha_off_k = acceptance_threshold(alphas, gk.speedup[0, 0, 0, 0, :], margin=m)
+    else:
+        alpha_off_k = alpha_off
     ratio = None
-    if alpha_off_k is not None and method != "lookahead":
-        ratio = float((tokens_per_cycle_iid(alpha_off_k, k_at_b1) - 1.0) / k_at_b1)
-    bands = _bands(bs, best_k, best_s, margin)
-    policy = dict(scenario=scenario.name, method=method, hardware=hw.id, target=target.id,
-                  drafter=cfg.drafter.id if cfg.drafter is not None else None, alpha=alpha, context_len=ctx,
-                  margin=margin, batch_off=batch_off, alpha_off=alpha_off, deployed_k=k_at_b1,
-                  alpha_off_deployed_k=alpha_off_k, alpha_off_ratio=ratio, bands=bands,
-                  per_batch=per_batch)
-    policy["configs"] = stack_configs(policy, drafter_model=raw.get("drafter_model"))
-    return ThresholdPolicy(**policy)
+    if alpha_off_k is not None and op.method != "lookahead" and k_dep > 0:
+        ratio = float((tokens_per_cycle_iid(alpha_off_k, k_dep) - 1.0) / k_dep)
+    drafter = op.drafter.drafter.id if op.drafter.drafter is not None else None
+    policy = ThresholdPolicy(scenario=op.name, method=op.method, hardware=op.hardware.id, target=op.target.id,
+                             drafter=drafter, alpha=float(op.alpha), context_len=op.context_len, margin=m,
+                             deployed_k=k_dep, recommended=recommended, answers=answers, alpha_off=alpha_off,
+                             alpha_off_deployed_k=alpha_off_k, alpha_off_ratio=ratio, bands=bands, per_batch=per_batch,
+                             notes=notes)
+    configs = stack_configs(policy, drafter_model=st.drafter_model)
+    return ThresholdPolicy(**{**{k: getattr(policy, k) for k in policy.__dataclass_fields__}, "configs": configs})
 
 
-def stack_configs(policy: dict, *, drafter_model: str | None = None) -> dict:
+def recommended_switch_off(op: OperatingPoint, *, decode_only: bool = False, margin: float | None = None) -> SwitchOff:
+    """The switch-off point to deploy, as `threshold` recommends it: under the scenario's workload when
+    it has one (else decode only), with the scenario's K, the [threshold] margin, memory included.
+    The sweep plot, `simulate` and the report show this same answer."""
+    from ..serving.setup import workload_mix
+
+    st = threshold_settings(op, margin=margin)
+    mix = None if decode_only else workload_mix(op)
+    return switch_off_point(op, margin=st.margin, k_max=st.k_max, batch_limit=st.batch_limit,
+                            workload=mix[0] if mix else None, max_batch_speculative=mix[1] if mix else None)
+
+
+def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None) -> dict:
     """Ready-to-paste configs for vLLM, SGLang and TensorRT-LLM, each labelled with the version
-    semantics it assumes. `drafter_model`: the path or HF id of the draft weights (a placeholder when
-    not given)."""
-    method = policy["method"]
-    bands = policy["bands"]
-    on = [b for b in bands if b["k"] > 0]
-    k1 = on[0]["k"] if on else 0
-    model = drafter_model or (f"<path or HF id of {policy['drafter']}>" if policy["drafter"] else
+    semantics it assumes. vLLM and SGLang get the deployed K and the recommended gate; TensorRT-LLM
+    the K schedule by batch band. `drafter_model`: the path or HF id of the draft weights."""
+    method = policy.method
+    fam = FAMILIES[method]
+    k = policy.deployed_k
+    off = policy.batch_off
+    model = drafter_model or (f"<path or HF id of {policy.drafter}>" if policy.drafter else
                               f"<path or HF id of the {method} weights>")
     out: dict = {}
-    # vLLM: one K and a batch-size cut-off
-    if method in VLLM_METHOD and k1:
+    never = off is not None and off <= 1
+    name = fam.stack_name("vllm")
+    if never:
+        out["vllm"] = {"semantics": "vLLM 0.5-0.6", "config": None,
+                       "note": "speculation does not pay at any batch size here: leave --speculative-config out"}
+    elif name:
         cfg: dict = {}
-        if VLLM_METHOD[method]:
-            cfg["method"] = VLLM_METHOD[method]
+        if method != "draft_model":
+            cfg["method"] = name
         if method == "prompt_lookup":
             cfg.update({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
         elif method != "mtp":
             cfg["model"] = model
-        cfg["num_speculative_tokens"] = int(k1)
-        if policy["batch_off"] is not None:
-            cfg["disable_by_batch_size"] = int(policy["batch_off"])
-        import json
+        cfg["num_speculative_tokens"] = int(k)
+        if off is not None:
+            cfg["disable_by_batch_size"] = int(off)
         out["vllm"] = {
             "semantics": "vLLM 0.5-0.6 (V0 spec-decode worker) --speculative-config JSON: speculation is off for the "
                          "whole step while the running batch holds >= disable_by_batch_size requests; one K for "
                          "all batch sizes (no per-batch schedule)",
-            "config": cfg,
-            "command_line": f"--speculative-config '{json.dumps(cfg)}'",
+            "config": cfg, "command_line": f"--speculative-config '{json.dumps(cfg)}'",
+            "switch_off_assumes": policy.recommended.assumptions,
         }
-    elif k1:
+    else:
         out["vllm"] = {"semantics": "vLLM 0.5-0.6", "config": None,
-                       "note": f"vLLM has no {method!r} drafter in the versions assumed"}
-    # SGLang: the algorithm flags; no batch gate
-    if method in SGLANG_ALGORITHM and k1:
-        flags = ["--speculative-algorithm", SGLANG_ALGORITHM[method]]
+                       "note": f"vLLM does not ship {method!r} in the versions assumed"}
+    name = fam.stack_name("sglang")
+    if name and not never:
+        flags = ["--speculative-algorithm", name]
         if method in ("eagle", "draft_model"):
             flags += ["--speculative-draft-model-path", model]
-        flags += ["--speculative-num-steps", str(k1), "--speculative-eagle-topk", "1",
-                  "--speculative-num-draft-tokens", str(k1 + 1)]
+        flags += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+                  "--speculative-num-draft-tokens", str(k + 1)]
         out["sglang"] = {
             "semantics": "SGLang 0.4-0.5 server arguments; topk 1 = a chain of K drafts (num_draft_tokens = K + 1). "
-                         "No batch-size gate in these versions: apply batch_off in the router / front end",
+                         "No batch-size gate in these versions: apply the switch-off in the router / front end"
+                         + (f" (off at batch >= {off})" if off is not None else ""),
             "flags": flags, "command_line": " ".join(flags),
         }
-    # TensorRT-LLM: the full schedule
-    if method in TRTLLM_DECODING and k1:
-        schedule = {int(b["batch_max"]): int(b["k"]) for b in bands if b["k"] > 0}
-        cfg = {"decoding_type": TRTLLM_DECODING[method], "max_draft_len": int(max(schedule.values()))}
+    name = fam.stack_name("trtllm")
+    on = [b for b in policy.bands if b["k"] > 0]
+    if name and on:
+        schedule = {int(b["batch_max"]): int(b["k"]) for b in on}
+        cfg = {"decoding_type": name, "max_draft_len": int(max(schedule.values()))}
         if method in ("draft_model", "eagle", "medusa"):
             cfg["speculative_model"] = model
-        if policy["batch_off"] is not None:
-            cfg["max_concurrency"] = int(policy["batch_off"]) - 1
+        last_on = max(schedule)
+        if policy.bands[-1]["k"] == 0:
+            cfg["max_concurrency"] = last_on
             cfg["draft_len_schedule"] = schedule
-        if policy["alpha_off_ratio"] is not None:
-            cfg["acceptance_rate_threshold"] = round(float(policy["alpha_off_ratio"]), 3)
+        if policy.alpha_off_ratio is not None:
+            cfg["acceptance_rate_threshold"] = round(float(policy.alpha_off_ratio), 3)
         out["trtllm"] = {
             "semantics": "TensorRT-LLM 1.3+ LLM API speculative_config (DecodingBaseConfig): max_concurrency = "
                          "speculation off above this batch size; draft_len_schedule {B_max: K} (batch sizes above "
                          "the largest key run without speculation, PR #10860); acceptance_rate_threshold on the "
-                         "rolling accepted/drafted ratio",
+                         "rolling accepted/drafted ratio; the schedule re-tunes K per batch band",
             "config": cfg,
         }
     return out
@@ -234,10 +309,23 @@ def stack_configs(policy: dict, *, drafter_model: str | None = None) -> dict:
 def format_policy(p: ThresholdPolicy) -> str:
     lines = [f"specsim threshold: {p.scenario}",
              f"  {p.method} on {p.target} / {p.hardware}" + (f", drafter {p.drafter}" if p.drafter else ""),
-             f"  operating acceptance α = {p.alpha:.3f}, context {p.context_len}, safety margin {p.margin:.2f} "
-             f"(speculate only where speedup ≥ {1 + p.margin:.2f}×)", ""]
-    lines.append(f"  switch OFF at batch size ≥ {p.batch_off}" if p.batch_off is not None
-                 else "  pays at every batch size of the grid")
+             f"  operating acceptance α = {p.alpha:.3f}, context {p.context_len}, deployed K = {p.deployed_k}, "
+             f"safety margin {p.margin:.2f} (speculate only where speedup ≥ {1 + p.margin:.2f}×)", ""]
+    r = p.recommended
+    lines.append("  RECOMMENDED: " + ("keep speculation off" if r.batch_off is not None and r.batch_off <= 1 else
+                                      f"switch OFF at batch size ≥ {r.batch_off}" if r.batch_off is not None else
+                                      f"keep it on: it pays at every batch to {r.batch_limit}"))
+    lines.append(f"    assumes {r.assumptions}")
+    lines += ["", "  switch-off by assumption:"]
+    for name, a in p.answers.items():
+        mark = "*" if a is r else " "
+        off = "never pays" if a.batch_off is not None and a.batch_off <= 1 else (
+            f"off at batch ≥ {a.batch_off}" + (" (memory)" if a.memory_limited else "") if a.batch_off is not None
+            else f"pays to batch {a.batch_limit}")
+        lines.append(f"   {mark} {name:<26} {off}")
+    for n in p.notes:
+        lines.append(f"  note: {n}")
+    lines.append("")
     if p.alpha_off is None:
         lines.append("  never pays at the smallest batch size on the acceptance grid: keep it off")
     else:
@@ -245,14 +333,15 @@ def format_policy(p: ThresholdPolicy) -> str:
     if p.alpha_off_deployed_k is not None:
         ratio = f" (accepted/drafted < {p.alpha_off_ratio:.2f})" if p.alpha_off_ratio is not None else ""
         lines.append(f"  with the deployed K = {p.deployed_k}: switch OFF when α < {p.alpha_off_deployed_k:.3f}{ratio}")
-    lines += ["", "  batch band      best K   worst speedup in band"]
+    lines += ["", "  batch band      best K   worst speedup in band (K re-tuned)"]
     for b in p.bands:
         band = f"{b['batch_min']}-{b['batch_max']}"
         lines.append(f"  {band:<14}  {('off' if b['k'] == 0 else b['k']):>6}   {b['speedup_min']:.2f}×")
-    lines += ["", "  acceptance threshold by batch size:"]
-    for r in p.per_batch:
-        a = "never pays" if r["alpha_off"] is None else f"α ≥ {r['alpha_off']:.3f}"
-        lines.append(f"    B = {r['batch_size']:<5} {a}")
+    lines += ["", "  acceptance threshold by batch size (decode only, K re-tuned):"]
+    for row in p.per_batch:
+        a = ("does not fit" if not row["fits"] else "never pays" if row["alpha_off"] is None
+             else f"α ≥ {row['alpha_off']:.3f}")
+        lines.append(f"    B = {row['batch_size']:<5} {a}")
     for name, c in p.configs.items():
         lines += ["", f"  [{name}] ({c['semantics']})"]
         if c.get("command_line"):
@@ -264,4 +353,5 @@ def format_policy(p: ThresholdPolicy) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ThresholdPolicy", "threshold_policy", "stack_configs", "format_policy"]
+__all__ = ["ThresholdPolicy", "ThresholdSettings", "threshold_policy", "threshold_settings", "stack_configs",
+           "format_policy", "recommended_switch_off"]

@@ -1,14 +1,18 @@
 """The serving simulator: continuous batching under load, with speculation and its off-switch.
 
-`simulate(workload, config=..., cost=..., policy=...)` runs one workload under one gating policy
-and returns a frozen `SimulationResult` (requests and steps DataFrames, a summary dict).
-`build_serving(scenario)` wires a scenario's [workload], [engine], [policies] and [slo] sections;
-`sweep(setup, rates=...)` runs every policy at every rate. simpy is imported by `engine` only.
+`build_serving(op)` wires an operating point's [workload], [engine], [policies] and [slo] tables
+(setup.py); `ServingCost(op)` prices each iteration's mix (cost.py); `simulate(workload, config=...,
+cost=..., policy=...)` runs one workload under one gating policy and returns a frozen
+`SimulationResult` (run.py); `sweep(setup, rates=...)` runs every policy at every rate (rates.py).
+simpy is imported by `engine` only.
 """
+from .cost import ServingCost
 from .engine import EngineConfig, IterationMix
 from .metrics import SLO
-from .simulate import RooflineCost, SimulationResult, build_serving, crossover_rate, simulate, sweep
+from .rates import crossover_rate, sweep
+from .run import SimulationResult, simulate
+from .setup import ServingSetup, build_serving, workload_mix
 from .workloads import Lengths, Workload
 
-__all__ = ["EngineConfig", "IterationMix", "SLO", "RooflineCost", "SimulationResult", "build_serving",
-           "crossover_rate", "simulate", "sweep", "Lengths", "Workload"]
+__all__ = ["EngineConfig", "IterationMix", "SLO", "ServingCost", "ServingSetup", "SimulationResult", "build_serving",
+           "workload_mix", "crossover_rate", "simulate", "sweep", "Lengths", "Workload"]

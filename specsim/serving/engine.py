@@ -41,6 +41,7 @@ import numpy as np
 import simpy
 
 from ..errors import SpecError
+from ..speculation.acceptance import accepted_from_uniforms
 from .kv_cache import blocks_for
 from .policies import Never, Observation, StaticK
 from .workloads import Workload
@@ -265,7 +266,6 @@ class _Engine:
         self.alpha_prior = float(acc[0]) if acc.size else None
         iid = acc.size > 0 and bool(np.all(self.acc == self.acc[0]))
         self.iid_alpha = float(self.acc[0]) if iid else None
-        self.iid_log = math.log(self.iid_alpha) if iid and 0.0 < self.iid_alpha < 1.0 else None
         self.acc_factor = acceptance_factor  # rates × factor(context) per sequence (AcceptanceModel.factor)
         self.keys = keys
         n = workload.n_requests
@@ -433,11 +433,9 @@ class _Engine:
                 allot = np.concatenate([allot, new_allot])
         return allot, n_pre
 
+    # -- one iteration, step by step: plan the batch, let the policy choose K, price it, run it,
+    #    sample what was accepted and emit
     def process(self, env: simpy.Environment):
-        log = self.log
-        count = np.count_nonzero
-        add = np.add.reduce
-        kslots = self.k_res
         while True:
             now = env.now
             self._arrive(now)
@@ -447,169 +445,137 @@ class _Engine:
                     return
                 yield env.timeout(max(nxt - now, 0.0))
                 continue
-            allot, n_pre = self._plan()
-            n_sched = count(allot)
-            if n_sched == 0:
+            batch = self._plan_iteration()
+            if batch is None:
                 if not self.r_req.size and self.waiting:
                     raise SpecError("serving engine: the waiting queue cannot be admitted into an empty engine "
                                     "(a request larger than the cache slipped past the arrival check)")
                 nxt = self.feed.next_time()
                 yield env.timeout(max((nxt if nxt is not None else now) - now, 1e-9))
                 continue
-            every = n_sched == allot.size
-            idx = slice(None) if every else np.flatnonzero(allot)
-            req = self.r_req if every else self.r_req[idx]
-            a = allot if every else allot[idx]
-            done_before = self.r_done if every else self.r_done[idx]
-            plen = self.r_plen if every else self.r_plen[idx]
-            ctx = self.r_ctx if every else self.r_ctx[idx]
-            is_pf = done_before < plen
-            n_pf = count(is_pf)
-            dec = ~is_pf
-            n_dec = a.size - n_pf
-            pf_end = is_pf & (done_before + a >= plen)
-            if kslots and n_dec:
-                can_spec = dec & self.spec_ok[req]
-                # a decode's budgeted draft depth (a prefill's is masked by can_spec); a tree is
-                # verified whole or not at all
-                k_cap = a - 1 if not self.tree else np.where(a >= self.tree, kslots, 0)
-            else:
-                can_spec = None
-
-            def mix_for(k: int) -> IterationMix:
-                if can_spec is None or k == 0:
-                    dk = np.zeros(a.size, dtype=np.int64)
-                    q = np.where(is_pf, a, 1) if n_pf else np.ones(a.size, dtype=np.int64)
-                else:
-                    dk = np.where(can_spec, np.minimum(k, k_cap), 0)
-                    width = np.where(dk > 0, self.tree, 1) if self.tree else 1 + dk
-                    q = np.where(is_pf, a, width) if n_pf else width
-                logits = np.where(is_pf, pf_end, q) if n_pf else q
-                return IterationMix(q, ctx, logits, dk, is_pf, self.tree)
-
-            k = 0
-            if can_spec is not None and can_spec.any():
-                pol = self.policy
-                if isinstance(pol, _CONSTANT_POLICIES):
-                    k = pol.k_reserved
-                else:
-                    s = self.win_sum
-                    obs = Observation(n_running=int(self.r_req.size), n_decoding=int(count(can_spec)),
-                                      n_waiting=len(self.waiting), window_draft_tokens=int(s[0]),
-                                      window_accepted_tokens=int(s[1]), window_rejections=int(s[2]),
-                                      steps_since_draft=self.steps_since_draft, alpha_prior=self.alpha_prior,
-                                      step_time_s=lambda kk: float(self.cost(mix_for(kk))))
-                    k = int(pol(obs))
-                    if k < 0 or k > kslots:
-                        raise SpecError(f"policy {getattr(pol, 'name', pol)!r} returned K = {k}; "
-                                        f"expected 0..{kslots} (its reserved slots)")
-                    if k == 0 and pol.sticky_off:
-                        self.spec_ok[self.r_req] = False
-            mix = mix_for(k)
-            dk = mix.draft_k
+            k = self._choose_k(batch)
+            mix = batch.mix(k)
             duration = float(self.cost(mix))
-            if not (duration > 0.0):
+            if not (duration > 0.0 and math.isfinite(duration)):
                 raise SpecError(f"cost model returned {duration!r} s for {mix!r}; expected a positive duration")
-            start = now
             yield env.timeout(duration)
-            now = env.now
-            # -- outcomes: a prefill that ends its prompt emits one token, a plain decode one, a
-            # speculating decode its accepted drafts plus the target's own token; never past the output
-            if n_pf:
-                emit = np.where(is_pf, pf_end, 1).astype(np.int64)
-            else:
-                emit = np.ones(a.size, dtype=np.int64)
-            n_drafted = acc_tok = rejections = n_spec = 0
-            if k:
-                spec_rows = np.flatnonzero(dk)
-                n_spec = spec_rows.size
-            if n_spec:
-                r = req[spec_rows]
-                dks = dk[spec_rows]
-                n_drafted = int(add(dks)) if not self.tree else n_spec * (self.tree - 1)
-                kmax = int(dks.max())
-                if self.acc_factor is not None:
-                    # context-dependent rates: each sequence's rates scaled by factor(its context)
-                    f = np.asarray(self.acc_factor(ctx[spec_rows]), dtype=np.float64)
-                    if self.iid_alpha is not None:
-                        a_i = np.clip(self.iid_alpha * f, 0.0, 1.0)
-                        u = stream_uniforms(self.keys[r], self.counter[r], 1)[:, 0]
-                        self.counter[r] += np.uint64(1)
-                        with np.errstate(divide="ignore"):
-                            draws = np.floor(np.log1p(-u) / np.log(np.clip(a_i, 1e-300, 1.0 - 1e-16)))
-                        accepted = np.where(a_i >= 1.0, dks, np.minimum(np.where(a_i <= 0.0, 0, draws), dks)).astype(np.int64)
-                    else:
-                        u = stream_uniforms(self.keys[r], self.counter[r], kmax)
-                        self.counter[r] += dks.astype(np.uint64)
-                        ok = (u < np.clip(self.acc[None, :kmax] * f[:, None], 0.0, 1.0)) & (
-                            np.arange(kmax)[None, :] < dks[:, None])
-                        accepted = np.cumprod(ok, axis=1).sum(axis=1)
-                elif self.iid_log is not None:
-                    # i.i.d. α: one uniform per cycle, A = min(⌊log(1 − U) / log α⌋, K) (inverse CDF of
-                    # the truncated geometric: P(A >= j) = α^j)
-                    u = stream_uniforms(self.keys[r], self.counter[r], 1)[:, 0]
-                    self.counter[r] += np.uint64(1)
-                    accepted = np.minimum(np.floor(np.log1p(-u) / self.iid_log), dks).astype(np.int64)
-                elif self.iid_alpha is not None:  # α = 0 or 1
-                    accepted = dks if self.iid_alpha >= 1.0 else np.zeros_like(dks)
-                else:
-                    # per-position conditional rates: K uniforms, A = leading run of U_j < α_j
-                    u = stream_uniforms(self.keys[r], self.counter[r], kmax)
-                    self.counter[r] += dks.astype(np.uint64)
-                    ok = u < self.acc[:kmax]
-                    if int(add(dks)) != n_spec * kmax:
-                        ok &= np.arange(kmax)[None, :] < dks[:, None]
-                    accepted = np.cumprod(ok, axis=1).sum(axis=1)
-                emit[spec_rows] += accepted
-                self.acc_hist += np.bincount(accepted, minlength=self.acc_hist.size)
-                self.draft_hist += np.bincount(dks, minlength=self.draft_hist.size)
-                acc_tok = int(add(accepted))
-                rejections = int(count(accepted < dks))
-                self.req_draft[r] += dks if not self.tree else self.tree - 1
-                self.req_acc[r] += accepted
-                self.req_spec_steps[r] += 1
-            emitted_before = self.emitted[req]
-            np.minimum(emit, self.out[req] - emitted_before, out=emit)
-            # update the running state
-            if n_pf:
-                self.r_done[idx] = done_before + np.where(is_pf, a, 0)
-                self.r_ctx[idx] = ctx + np.where(is_pf, a, emit)
-            else:
-                self.r_ctx[idx] = ctx + emit
-            fresh = emitted_before == 0
-            if fresh.any():
-                fresh &= emit > 0
-                self.first[req[fresh]] = now
-            if self.record_tokens:
-                got = emit > 0
-                rr = req[got]
-                self.tok_log.append((rr.copy(), emitted_before[got].copy(), emit[got].copy(), np.full(rr.size, now)))
-            emitted_after = emitted_before + emit
-            self.emitted[req] = emitted_after
-            finished = emitted_after >= self.out[req]
-            n_emit = int(add(emit))
-            # acceptance window: the last `acceptance_window_steps` iterations that drafted
-            if n_drafted:
-                w = self.win[self.win_i]
-                self.win_sum -= w
-                w[0], w[1], w[2] = n_drafted, acc_tok, rejections
-                self.win_sum += w
-                self.win_i = (self.win_i + 1) % self.win.shape[0]
-            self.steps_since_draft = 0 if n_drafted else self.steps_since_draft + 1
-            log.append((start, duration, self.r_req.size, n_pf, n_dec, n_spec, k, int(add(mix.q_lens)), n_drafted,
-                        acc_tok, n_emit, n_drafted - acc_tok, self.used_blocks, len(self.waiting), n_pre,
-                        int(count(pf_end)) if n_pf else 0))
-            if finished.any():
-                fin_rows = np.flatnonzero(finished) if every else idx[finished]
-                fr = self.r_req[fin_rows]
-                self.finish[fr] = now
-                self.status[fr] = STATUS_DONE
-                self.used_blocks -= int(add(self.r_alloc[fin_rows]))
-                keep = np.ones(self.r_req.size, dtype=bool)
-                keep[fin_rows] = False
-                self._remove(keep)
-                for _ in range(fr.size):
-                    self.feed.on_done(now)
+            accepted = self._sample_accepted(batch, mix)
+            self._emit(batch, mix, k, accepted, start_at_s=now, now=env.now)
+
+    def _plan_iteration(self) -> "_Batch | None":
+        """Schedule the running set and admissions (see the module docstring), as a _Batch."""
+        allot, n_pre = self._plan()
+        n_sched = int(np.count_nonzero(allot))
+        if n_sched == 0:
+            return None
+        return _Batch(self, allot, n_pre)
+
+    def _choose_k(self, batch: "_Batch") -> int:
+        """The policy's K for this iteration (0 when nobody may speculate)."""
+        if batch.can_spec is None or not batch.can_spec.any():
+            return 0
+        pol = self.policy
+        if isinstance(pol, _CONSTANT_POLICIES):
+            return pol.k_reserved
+        s = self.win_sum
+        obs = Observation(n_running=int(self.r_req.size), n_decoding=int(np.count_nonzero(batch.can_spec)),
+                          n_waiting=len(self.waiting), window_draft_tokens=int(s[0]), window_accepted_tokens=int(s[1]),
+                          window_rejections=int(s[2]), steps_since_draft=self.steps_since_draft,
+                          alpha_prior=self.alpha_prior, step_time_s=lambda kk: float(self.cost(batch.mix(kk))))
+        k = int(pol(obs))
+        if k < 0 or k > self.k_res:
+            raise SpecError(f"policy {getattr(pol, 'name', pol)!r} returned K = {k}; expected 0..{self.k_res} "
+                            f"(its reserved slots)")
+        if k == 0 and pol.sticky_off:
+            self.spec_ok[self.r_req] = False
+        return k
+
+    def _sample_accepted(self, batch: "_Batch", mix: IterationMix) -> np.ndarray | None:
+        """Accepted drafts per speculating row, from each request's own stream of uniforms
+        (speculation.acceptance.accepted_from_uniforms): one uniform per cycle for an i.i.d. rate, one
+        per drafted position for per-position rates; rates × factor(context) when acceptance moves
+        with context. None when nobody drafted."""
+        rows = np.flatnonzero(mix.draft_k)
+        if rows.size == 0:
+            return None
+        r = batch.req[rows]
+        dks = mix.draft_k[rows]
+        kmax = int(dks.max())
+        f = None if self.acc_factor is None else np.asarray(self.acc_factor(batch.ctx[rows]), dtype=np.float64)
+        if self.iid_alpha is not None:
+            rates = np.full(rows.size, self.iid_alpha) if f is None else np.clip(self.iid_alpha * f, 0.0, 1.0)
+            u = stream_uniforms(self.keys[r], self.counter[r], 1)[:, 0]
+            self.counter[r] += np.uint64(1)
+        else:
+            base = self.acc[None, :kmax]
+            rates = np.broadcast_to(base, (rows.size, kmax)) if f is None else np.clip(base * f[:, None], 0.0, 1.0)
+            u = stream_uniforms(self.keys[r], self.counter[r], kmax)
+            self.counter[r] += dks.astype(np.uint64)
+        return accepted_from_uniforms(u, rates, dks)
+
+    def _emit(self, batch: "_Batch", mix: IterationMix, k: int, accepted, *, start_at_s: float, now: float) -> None:
+        """Tokens out, state forward: a prefill that ends its prompt emits one token, a plain decode
+        one, a speculating decode its accepted drafts plus the target's own token; never past the
+        request's output length. Then the counters, the acceptance window, the step log and the
+        finished requests."""
+        add, count = np.add.reduce, np.count_nonzero
+        req, a, ctx, is_pf, pf_end, idx = batch.req, batch.a, batch.ctx, batch.is_pf, batch.pf_end, batch.idx
+        n_pf = batch.n_pf
+        emit = np.where(is_pf, pf_end, 1).astype(np.int64) if n_pf else np.ones(a.size, dtype=np.int64)
+        n_drafted = acc_tok = rejections = n_spec = 0
+        if accepted is not None:
+            rows = np.flatnonzero(mix.draft_k)
+            r, dks = req[rows], mix.draft_k[rows]
+            n_spec = rows.size
+            n_drafted = int(add(dks)) if not self.tree else n_spec * (self.tree - 1)
+            emit[rows] += accepted
+            self.acc_hist += np.bincount(accepted, minlength=self.acc_hist.size)
+            self.draft_hist += np.bincount(dks, minlength=self.draft_hist.size)
+            acc_tok = int(add(accepted))
+            rejections = int(count(accepted < dks))
+            self.req_draft[r] += dks if not self.tree else self.tree - 1
+            self.req_acc[r] += accepted
+            self.req_spec_steps[r] += 1
+        emitted_before = self.emitted[req]
+        np.minimum(emit, self.out[req] - emitted_before, out=emit)
+        if n_pf:
+            self.r_done[idx] = batch.done_before + np.where(is_pf, a, 0)
+            self.r_ctx[idx] = ctx + np.where(is_pf, a, emit)
+        else:
+            self.r_ctx[idx] = ctx + emit
+        fresh = emitted_before == 0
+        if fresh.any():
+            fresh &= emit > 0
+            self.first[req[fresh]] = now
+        if self.record_tokens:
+            got = emit > 0
+            rr = req[got]
+            self.tok_log.append((rr.copy(), emitted_before[got].copy(), emit[got].copy(), np.full(rr.size, now)))
+        emitted_after = emitted_before + emit
+        self.emitted[req] = emitted_after
+        finished = emitted_after >= self.out[req]
+        # acceptance window: the last `acceptance_window_steps` iterations that drafted
+        if n_drafted:
+            w = self.win[self.win_i]
+            self.win_sum -= w
+            w[0], w[1], w[2] = n_drafted, acc_tok, rejections
+            self.win_sum += w
+            self.win_i = (self.win_i + 1) % self.win.shape[0]
+        self.steps_since_draft = 0 if n_drafted else self.steps_since_draft + 1
+        self.log.append((start_at_s, now - start_at_s, self.r_req.size, n_pf, batch.n_dec, n_spec, k,
+                         int(add(mix.q_lens)), n_drafted, acc_tok, int(add(emit)), n_drafted - acc_tok,
+                         self.used_blocks, len(self.waiting), batch.n_preempted, int(count(pf_end)) if n_pf else 0))
+        if finished.any():
+            fin_rows = np.flatnonzero(finished) if batch.every else idx[finished]
+            fr = self.r_req[fin_rows]
+            self.finish[fr] = now
+            self.status[fr] = STATUS_DONE
+            self.used_blocks -= int(add(self.r_alloc[fin_rows]))
+            keep = np.ones(self.r_req.size, dtype=bool)
+            keep[fin_rows] = False
+            self._remove(keep)
+            for _ in range(fr.size):
+                self.feed.on_done(now)
 
     def result(self, end_at_s: float) -> EngineRun:
         tok = None
@@ -627,6 +593,46 @@ class _Engine:
                          drafted_per_position=_at_least(self.draft_hist)[1: self.k_res + 1],
                          n_blocks=self.cfg.n_blocks, block_size_tokens=self.cfg.block_size_tokens,
                          end_at_s=end_at_s, token_log=tok)
+
+
+class _Batch:
+    """One iteration's scheduled rows (a view of the running set) and the mix it makes for a K."""
+
+    def __init__(self, eng: _Engine, allot: np.ndarray, n_preempted: int):
+        n_sched = int(np.count_nonzero(allot))
+        self.every = n_sched == allot.size
+        self.idx = slice(None) if self.every else np.flatnonzero(allot)
+        idx = self.idx
+        self.req = eng.r_req if self.every else eng.r_req[idx]
+        self.a = allot if self.every else allot[idx]
+        self.done_before = eng.r_done if self.every else eng.r_done[idx]
+        plen = eng.r_plen if self.every else eng.r_plen[idx]
+        self.ctx = eng.r_ctx if self.every else eng.r_ctx[idx]
+        self.is_pf = self.done_before < plen
+        self.n_pf = int(np.count_nonzero(self.is_pf))
+        self.n_dec = self.a.size - self.n_pf
+        self.pf_end = self.is_pf & (self.done_before + self.a >= plen)
+        self.n_preempted = n_preempted
+        self.tree = eng.tree
+        if eng.k_res and self.n_dec:
+            self.can_spec = ~self.is_pf & eng.spec_ok[self.req]
+            # a decode's budgeted draft depth (a prefill's is masked by can_spec); a tree is verified
+            # whole or not at all
+            self.k_cap = self.a - 1 if not self.tree else np.where(self.a >= self.tree, eng.k_res, 0)
+        else:
+            self.can_spec = None
+
+    def mix(self, k: int) -> IterationMix:
+        a, is_pf = self.a, self.is_pf
+        if self.can_spec is None or k == 0:
+            dk = np.zeros(a.size, dtype=np.int64)
+            q = np.where(is_pf, a, 1) if self.n_pf else np.ones(a.size, dtype=np.int64)
+        else:
+            dk = np.where(self.can_spec, np.minimum(k, self.k_cap), 0)
+            width = np.where(dk > 0, self.tree, 1) if self.tree else 1 + dk
+            q = np.where(is_pf, a, width) if self.n_pf else width
+        logits = np.where(is_pf, self.pf_end, q) if self.n_pf else q
+        return IterationMix(q, self.ctx, logits, dk, is_pf, self.tree)
 
 
 def _at_least(hist: np.ndarray) -> np.ndarray:

@@ -41,20 +41,21 @@ class KVCapacity:
 def kv_capacity(target: ModelSpec, hw: HardwareProfile, *, tp: int = 1, drafter: ModelSpec | None = None,
                 drafter_tp: int = 1, gpu_memory_utilization: float = 0.9, block_size_tokens: int = 16,
                 activation_reserve_bytes: float = 0.0, extra_weight_bytes: dict | None = None,
-                extra_kv_bytes_per_token: float = 0.0) -> KVCapacity:
+                extra_kv_bytes_per_token: float = 0.0, memory_split: int = 1) -> KVCapacity:
     """KV blocks that fit on one device of the group (see the module docstring).
 
-    extra_weight_bytes: other per-device weights by label (Medusa heads, an EAGLE layer, from
-    specsim.drafters.footprint); extra_kv_bytes_per_token: per-device cache bytes a drafting head
-    adds per token (EAGLE's one layer), stored in the same blocks."""
+    extra_weight_bytes: other per-device weights by label (Medusa heads, an EAGLE layer);
+    extra_kv_bytes_per_token: per-device cache bytes a drafting head adds per token (EAGLE's one
+    layer), stored in the same blocks. memory_split: devices sharing the target's weights and cache
+    beyond the tensor-parallel split (a layer split over n devices: n)."""
     where = f"KV cache for {target.id} on {tp}x {hw.id}"
     if not (0.0 < gpu_memory_utilization <= 1.0):
         raise field_error(where, "gpu_memory_utilization", gpu_memory_utilization, "a fraction in (0, 1]")
     if isinstance(block_size_tokens, bool) or not isinstance(block_size_tokens, (int, np.integer)) or block_size_tokens < 1:
         raise field_error(where, "block_size", block_size_tokens, "an integer >= 1 (tokens per block)")
     budget = hw.memory_bytes * gpu_memory_utilization
-    memory = {"target weights": weight_bytes_per_device(target, tp)}
-    per_block = float(kv_bytes_per_device(target, batch_size=1, ctx_len=block_size_tokens, tp=tp))
+    memory = {"target weights": weight_bytes_per_device(target, tp) / memory_split}
+    per_block = float(kv_bytes_per_device(target, batch_size=1, ctx_len=block_size_tokens, tp=tp)) / memory_split
     if drafter is not None:
         memory["drafter weights"] = weight_bytes_per_device(drafter, drafter_tp)
         per_block += float(kv_bytes_per_device(drafter, batch_size=1, ctx_len=block_size_tokens, tp=drafter_tp))
@@ -75,6 +76,24 @@ def kv_capacity(target: ModelSpec, hw: HardwareProfile, *, tp: int = 1, drafter:
     memory["KV cache"] = n_blocks * per_block
     return KVCapacity(block_size_tokens=int(block_size_tokens), n_blocks=n_blocks, bytes_per_block=per_block,
                       memory_bytes=memory)
+
+
+def kv_capacity_for(op, *, gpu_memory_utilization: float = 0.9, block_size_tokens: int = 16,
+                    activation_reserve_bytes: float = 0.0) -> KVCapacity:
+    """KV blocks for an operating point: its target on its deployment, and when it speculates, its
+    drafter family's weights and cache (speculation.families.DrafterWork) in the same blocks."""
+    dep = op.deployment
+    split = dep.memory_split // dep.tp
+    extra_w, extra_kv = {}, 0.0
+    if op.speculative:
+        work = op.drafter.family.work(op.drafter, op.target, dep.tp)
+        if work.weight_bytes:
+            extra_w[work.weight_label] = work.weight_bytes / split
+        if work.cache_model is not None:
+            extra_kv = float(kv_bytes_per_device(work.cache_model, batch_size=1, ctx_len=1, tp=work.cache_tp)) / split
+    return kv_capacity(op.target, op.hardware, tp=dep.tp, gpu_memory_utilization=gpu_memory_utilization,
+                       block_size_tokens=block_size_tokens, activation_reserve_bytes=activation_reserve_bytes,
+                       extra_weight_bytes=extra_w, extra_kv_bytes_per_token=extra_kv, memory_split=split)
 
 
 def blocks_for(tokens, block_size_tokens: int):

@@ -536,6 +536,28 @@ class AcceptanceModel:
 # Sampling
 # --------------------------------------------------------------------------------------------------
 
+def accepted_from_uniforms(u, rates, k) -> np.ndarray:
+    """Accepted drafts per cycle from uniforms the caller drew (simulators with their own streams).
+
+    rates: i.i.d. α per cycle, shape (n,) (or a scalar) → u has shape (n,), one uniform per cycle,
+    and A = min(⌊log(1 − U) / log α⌋, K) (the inverse CDF of the truncated geometric, P(A ≥ j) = α^j);
+    or conditional per-position rates, shape (n, J) → u has shape (n, J), and A = the number of
+    leading positions with U_j < c_j, at most K. k: drafts per cycle, a scalar or (n,) array.
+    α = 1 accepts all K drafts, α = 0 none."""
+    r = np.asarray(rates, dtype=float)
+    uu = np.asarray(u, dtype=float)
+    kk = np.asarray(k)
+    if r.ndim <= 1:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            draws = np.floor(np.log1p(-uu) / np.log(r))
+        draws = np.where(r >= 1.0, kk, np.where(r <= 0.0, 0, np.minimum(np.nan_to_num(draws, posinf=1 << 30), kk)))
+        return np.asarray(draws, dtype=np.int64)
+    ok = uu < r
+    if kk.ndim or int(kk) < r.shape[-1]:
+        ok &= np.arange(r.shape[-1]) < np.asarray(kk)[..., None]
+    return np.cumprod(ok, axis=-1).sum(axis=-1).astype(np.int64)
+
+
 def sample_accepted_lengths(rng: np.random.Generator, alpha_or_conditional, k: int, size) -> np.ndarray:
     """int64 array of shape `size`: accepted drafts per cycle (0..K), drawn with `rng`.
 
@@ -543,22 +565,18 @@ def sample_accepted_lengths(rng: np.random.Generator, alpha_or_conditional, k: i
     own α) — or conditional rates with K on the last axis, shape (..., K) broadcastable to
     size + (K,). A 0-d value is α; anything with a last axis of K entries is read as conditional
     rates (so to give per-draw α, pass α[..., None] * ones(K) or call with a scalar per group).
-    i.i.d.: inverse CDF, A = min(⌊log U / log α⌋, K) with U uniform on (0, 1], one draw per cycle.
-    Conditional: K uniforms per cycle, A = number of leading positions with U_i < c_i.
+    The draws are `accepted_from_uniforms` of uniforms from `rng`: one per cycle for i.i.d. α, K per
+    cycle for conditional rates.
     """
     kk = int(_check_k(k))
     shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
     x = np.asarray(alpha_or_conditional, dtype=float)
     if x.ndim == 0:
         a = np.broadcast_to(_check_alpha(x), shape)
-        u = 1.0 - rng.random(shape)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            draws = np.floor(np.log(u) / np.log(a))
-        draws = np.where(a >= 1.0, kk, np.where(a <= 0.0, 0, np.minimum(np.nan_to_num(draws, posinf=kk), kk)))
-        return draws.astype(np.int64)
+        return accepted_from_uniforms(rng.random(shape).reshape(-1), a.reshape(-1), kk).reshape(shape)
     c = _as_probs("alpha_or_conditional", x)
     if c.shape[-1] != kk:
         raise field_error("sample_accepted_lengths", "alpha_or_conditional", c.shape,
                           f"a scalar alpha or conditional rates with K = {kk} entries on the last axis")
     u = rng.random(shape + (kk,))
-    return np.cumprod(u < c, axis=-1).sum(axis=-1).astype(np.int64)
+    return accepted_from_uniforms(u, np.broadcast_to(c, shape + (kk,)), kk)

@@ -17,12 +17,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..cost.deployment import Deployment, target_step_time
+from ..cost.roofline import LOGIT_BYTES, kv_shard_frac
+from ..errors import field_error
+from ..specs.models import ModelSpec
 from .acceptance import alpha_from_tau, rank_acceptance_from_conditional, tokens_per_cycle_iid  # noqa: F401
 from .families import DrafterConfig, draft_cost
-from ..errors import field_error
-from ..specs.hardware import Efficiency, HardwareProfile
-from ..specs.models import ModelSpec
-from ..cost.roofline import LOGIT_BYTES, kv_shard_frac, step_cost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,10 +40,11 @@ class CycleTimes:
     baseline_tokens_per_s: np.ndarray
     tokens_per_s: np.ndarray
     speedup: np.ndarray
+    verify_q_len: np.ndarray | float = 1.0
 
 
 def cycle_times(*, target_step_time_s, draft_time_s, verify_time_s, tokens_per_cycle, batch_size=1,
-                draft_step_time_s=None, overhead_s=0.0) -> CycleTimes:
+                draft_step_time_s=None, overhead_s=0.0, verify_q_len=1.0) -> CycleTimes:
     """cycle = drafting + verify + per-cycle overhead; speedup = (τ / cycle) / (1 / plain step)."""
     target = np.asarray(target_step_time_s, dtype=float)
     draft = np.asarray(draft_time_s, dtype=float)
@@ -58,6 +59,7 @@ def cycle_times(*, target_step_time_s, draft_time_s, verify_time_s, tokens_per_c
         target_step_time_s=target, draft_step_time_s=np.asarray(draft if draft_step_time_s is None else draft_step_time_s, dtype=float),
         draft_time_s=draft, verify_time_s=verify, overhead_s=over, cycle_time_s=cycle, tokens_per_cycle=tau,
         baseline_tokens_per_s=baseline, tokens_per_s=spec, speedup=spec / baseline,
+        verify_q_len=np.asarray(verify_q_len, dtype=float),
     )
 
 
@@ -158,65 +160,6 @@ def tokens_per_cycle(cfg: DrafterConfig, *, alpha, k, tree_size=None, n_ranks: i
     return tree_tokens_per_cycle(alpha, k, tree_size, n_ranks=n_ranks, rank_decay=rank_decay)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Deployment:
-    """Where and how the target runs: one hardware part × n_devices, the efficiency the serving stack
-    achieves, its per-cycle host overhead, and how it spreads a model over devices.
-
-    multi_gpu: 'tensor_parallel' (tp = n_devices) or 'layer_split' (consecutive layers on consecutive
-    devices, run one after the other: the step costs what it costs on one device, plus one hop per
-    device boundary, while memory is split n ways)."""
-
-    hardware: HardwareProfile
-    n_devices: int = 1
-    efficiency: Efficiency | None = None
-    cycle_overhead_s: float = 0.0
-    multi_gpu: str = "tensor_parallel"
-    layer_split_hop_s: float = 0.0
-    attention: str = "fused"
-    supports_tree: bool = True
-    stack_id: str = ""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
-            raise field_error("deployment", "n_devices", self.n_devices, "an integer >= 1")
-        if self.multi_gpu not in ("tensor_parallel", "layer_split", "none"):
-            raise field_error("deployment", "multi_gpu", self.multi_gpu, "'tensor_parallel', 'layer_split' or 'none'")
-        if self.multi_gpu == "none" and self.n_devices > 1:
-            raise field_error("deployment", "n_devices", self.n_devices, "1: this stack runs a model on one device")
-
-    @classmethod
-    def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused"):
-        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own)."""
-        if stack is None:
-            return cls(hardware=hardware, n_devices=n_devices, attention=attention)
-        return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
-                   cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
-                   layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
-                   supports_tree=stack.supports_tree, stack_id=stack.id)
-
-    @property
-    def eff(self) -> Efficiency:
-        return self.efficiency or self.hardware.efficiency
-
-    @property
-    def tp(self) -> int:
-        return self.n_devices if self.multi_gpu == "tensor_parallel" else 1
-
-    @property
-    def memory_split(self) -> int:
-        return self.n_devices
-
-
-def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, ctx_len) -> np.ndarray:
-    """One forward pass of the target (B sequences × M query tokens after L cached), seconds."""
-    t = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, ctx_len=ctx_len, tp=dep.tp,
-                  attention=dep.attention, efficiency=dep.eff).time_s
-    if dep.multi_gpu == "layer_split" and dep.n_devices > 1:
-        t = t + (dep.n_devices - 1) * dep.layer_split_hop_s
-    return t
-
-
 def cycle_overhead_s(target: ModelSpec, dep: Deployment, *, batch_size, verify_q_len, tokens_per_cycle,
                      tree: bool) -> np.ndarray:
     """Per-cycle overhead beyond drafting and the verify pass (see the section comment), seconds."""
@@ -241,8 +184,8 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     if tree and not dep.supports_tree:
         raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
                           "a stack that verifies trees (use a chain: tree_size = None)")
-    dc = draft_cost(cfg, target, dep.hardware, batch_size=batch_size, k=k, tree_size=tree_size if tree else None,
-                    ctx_len=ctx_len, tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
+    dc = draft_cost(cfg, target, dep, batch_size=batch_size, k=k, tree_size=tree_size if tree else None,
+                    ctx_len=ctx_len)
     plain = (target_step_time(target, dep, batch_size=batch_size, q_len=1, ctx_len=ctx_len)
              if plain_step_time_s is None else plain_step_time_s)
     verify = target_step_time(target, dep, batch_size=batch_size, q_len=dc.verify_q_len, ctx_len=ctx_len) + dc.verify_extra_s
@@ -250,7 +193,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
                             tokens_per_cycle=tokens_per_cycle, tree=tree)
     return cycle_times(target_step_time_s=plain, draft_time_s=dc.draft_time_s, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
-                       draft_step_time_s=dc.draft_step_time_s, overhead_s=over)
+                       draft_step_time_s=dc.draft_step_time_s, overhead_s=over, verify_q_len=dc.verify_q_len)
 
 
 # ---- decisions: best configuration, regression region, thresholds ----------------------------------
@@ -285,19 +228,23 @@ class GridResult:
 
 def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, batch_size, context_len, alpha,
                   tree_size=None, n_ranks: int = DEFAULT_N_RANKS, rank_decay: float = DEFAULT_RANK_DECAY,
-                  alpha_factor=None) -> GridResult:
+                  alpha_factor=None, conditional=None) -> GridResult:
     """Evaluate a family on the outer product of 1-D grids K × M × B × L × α, fully vectorised:
     the step costs are computed once per (K or M, B, L) and the acceptance once per (K, M, L, α).
 
-    alpha_factor: optional (nL,) multipliers of α per context length (an `acceptance.AcceptanceModel`
-    factor: acceptance falling with context or temperature); the effective α is clipped to [0, 1]."""
+    alpha_factor: optional (nL,) multipliers of the acceptance per context length (an
+    `acceptance.AcceptanceModel` factor: acceptance falling with context or temperature); the
+    effective rates are clipped to [0, 1]. conditional: per-position conditional rates (c_1..c_n)
+    instead of an i.i.d. α (then `alpha` must hold one value, c_1, shown in the α column): a chain of
+    K emits τ = 1 + Σ_{j≤K} Π_{i≤j} c_i; a tree uses c_1 as its α."""
     ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
     bs = np.atleast_1d(np.asarray(batch_size, dtype=np.int64))
     ls = np.atleast_1d(np.asarray(context_len, dtype=np.int64))
     al = np.atleast_1d(np.asarray(alpha, dtype=float))
     tree = tree_size is not None and cfg.supports_tree and cfg.method != "lookahead"
     if tree and not dep.supports_tree:
-        tree = False  # the stack verifies chains only
+        raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
+                          "a stack that verifies trees (use a chain: no tree_size)")
     K = ks[:, None, None, None, None]
     if tree:
         ms = np.atleast_1d(np.asarray(tree_size, dtype=np.int64))
@@ -307,25 +254,33 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     B = bs[None, None, :, None, None]
     L = ls[None, None, None, :, None]
     A = al[None, None, None, None, :]
-    A_eff = A
-    if alpha_factor is not None:
-        f = np.broadcast_to(np.asarray(alpha_factor, dtype=float), ls.shape)[None, None, None, :, None]
-        A_eff = np.clip(A * f, 0.0, 1.0)
-    tau = tokens_per_cycle(cfg, alpha=A_eff, k=K, tree_size=M if tree else None, n_ranks=n_ranks, rank_decay=rank_decay)
+    f = (np.ones(L.shape) if alpha_factor is None else
+         np.broadcast_to(np.asarray(alpha_factor, dtype=float), ls.shape)[None, None, None, :, None])
+    A_eff = np.clip(A * f, 0.0, 1.0)
+    if conditional is not None and not tree and cfg.method != "lookahead":
+        if al.size != 1:
+            raise field_error("evaluate_grid", "alpha", al.tolist(), "one value (c_1) when conditional rates are given")
+        c = np.asarray(conditional, dtype=float)
+        if ks.max() > c.size:
+            raise field_error("evaluate_grid", "k", int(ks.max()), f"<= {c.size} (per-position rates given)")
+        run = np.cumprod(np.clip(c[None, :] * f.reshape(-1, 1), 0.0, 1.0), axis=1)  # (nL, n)
+        tau_kl = 1.0 + np.stack([run[:, :kk].sum(axis=1) for kk in ks])                  # (nK, nL)
+        tau = tau_kl[:, None, None, :, None]
+    else:
+        tau = tokens_per_cycle(cfg, alpha=A_eff, k=K, tree_size=M if tree else None, n_ranks=n_ranks,
+                               rank_decay=rank_decay)
     plain = target_step_time(target, dep, batch_size=B, q_len=1, ctx_len=L)
     cyc = speculative_cycle(cfg, target, dep, batch_size=B, k=K, ctx_len=L, tokens_per_cycle=tau,
                             tree_size=M if tree else None, plain_step_time_s=plain)
-    dc_q = draft_cost(cfg, target, dep.hardware, batch_size=1, k=K, tree_size=M if tree else None, ctx_len=0,
-                      tp=dep.tp, attention=dep.attention, efficiency=dep.eff).verify_q_len
     shape = np.broadcast_shapes(K.shape, M.shape, B.shape, L.shape, A.shape)
     full = lambda x: np.broadcast_to(np.asarray(x, dtype=float), shape)  # noqa: E731
-    return GridResult(k=full(K), tree_size=full(M), batch_size=full(B), context_len=full(L), alpha=full(A),
-                      tokens_per_cycle=full(cyc.tokens_per_cycle), draft_time_s=full(cyc.draft_time_s),
-                      verify_time_s=full(cyc.verify_time_s), overhead_s=full(cyc.overhead_s),
-                      cycle_time_s=full(cyc.cycle_time_s), target_step_time_s=full(cyc.target_step_time_s),
-                      tokens_per_s=full(cyc.tokens_per_s), baseline_tokens_per_s=full(cyc.baseline_tokens_per_s),
-                      speedup=full(cyc.speedup), verify_q_len=full(dc_q), is_tree=tree,
-                      alpha_effective=full(A_eff))
+    return GridResult(k=full(K), tree_size=full(M), batch_size=full(B),
+                      context_len=full(L), alpha=full(A), tokens_per_cycle=full(cyc.tokens_per_cycle),
+                      draft_time_s=full(cyc.draft_time_s), verify_time_s=full(cyc.verify_time_s),
+                      overhead_s=full(cyc.overhead_s), cycle_time_s=full(cyc.cycle_time_s),
+                      target_step_time_s=full(cyc.target_step_time_s), tokens_per_s=full(cyc.tokens_per_s),
+                      baseline_tokens_per_s=full(cyc.baseline_tokens_per_s), speedup=full(cyc.speedup),
+                      verify_q_len=full(cyc.verify_q_len), is_tree=tree, alpha_effective=full(A_eff))
 
 
 def best_config(grid: GridResult) -> dict[str, np.ndarray]:
@@ -347,9 +302,11 @@ def regression_region(speedup) -> np.ndarray:
 def batch_size_threshold(batch_sizes, best_speedup, *, margin: float = 0.0):
     """The smallest batch size at which the best configuration's speedup falls below 1 + margin
     (speculation should be off from there up); None if it pays at every batch size given.
-    batch_sizes: (nB,) increasing; best_speedup: (nB,)."""
+    batch_sizes: (nB,) in any order; best_speedup: (nB,) in the same order."""
     b = np.asarray(batch_sizes)
     s = np.asarray(best_speedup, dtype=float)
+    order = np.argsort(b, kind="stable")
+    b, s = b[order], s[order]
     off = np.flatnonzero(s < 1.0 + margin)
     return None if off.size == 0 else int(b[off[0]])
 
@@ -357,9 +314,11 @@ def batch_size_threshold(batch_sizes, best_speedup, *, margin: float = 0.0):
 def acceptance_threshold(alphas, best_speedup, *, margin: float = 0.0):
     """The acceptance rate below which the best configuration stops paying (speedup < 1 + margin),
     interpolated linearly between grid points; None if it never pays on the grid, 0.0 if it pays
-    everywhere. alphas: (nα,) increasing; best_speedup: (nα,) (non-decreasing in α)."""
+    everywhere. alphas: (nα,) in any order; best_speedup: (nα,) in the same order (non-decreasing in α)."""
     a = np.asarray(alphas, dtype=float)
     s = np.asarray(best_speedup, dtype=float) - (1.0 + margin)
+    order = np.argsort(a, kind="stable")
+    a, s = a[order], s[order]
     ok = np.flatnonzero(s >= 0)
     if ok.size == 0:
         return None

@@ -1,66 +1,63 @@
-"""Drafter families: what drafting costs per cycle on the roofline, and what it holds in memory.
+"""Drafter families, declared once: what each drafts with, what it costs, what it holds, who ships it.
 
-Every family answers the same three questions, vectorised over numpy arrays of batch size B, draft
-depth K, tree size M (nodes including the root) and context L:
+A family is one entry of `FAMILIES`: its options with their defaults (`DrafterConfig`), the serving
+stacks that ship it (and what each stack calls it, with the source), whether it verifies trees, what
+it reserves per sequence in a serving engine, which reference-decoder drafter implements it, and
+one function, `work(cfg, target, tp)`, that says what drafting does as a `DrafterWork`:
 
-- how long the drafting takes *outside* the verify pass (`draft_time_s`: sequential steps);
-- how many query tokens per sequence the verify pass scores (`verify_q_len`) and what extra work
-  the family adds *inside* it (`verify_extra_s`, Medusa's heads);
-- its memory per device: weights, its own KV cache, and the speculative slots every in-flight
-  sequence reserves in the target's cache (`footprint`).
+- the sequential forward passes outside the verify pass: which model (a draft model, an EAGLE head,
+  the target's first layers, the target over a sparse cache), at which tensor-parallel degree, how
+  many tokens per sequence per pass, how much of the cache each pass attends to, any projection on
+  every drafted token, and whether the drafter also runs over every prompt token (its own cache);
+- host work per sequence (prompt lookup's n-gram search);
+- work inside the verify pass (Medusa's heads) and the verify pass's width when it is not K + 1
+  (Lookahead);
+- memory: the drafter's weights and the model whose KV cache it keeps.
+
+The analytical cycle (`draft_cost`, vectorised over B, K, M, L) and the serving simulator's
+per-iteration cost (`specsim.serving.cost`) both evaluate the same `DrafterWork`, so the two agree
+exactly on a homogeneous batch. Adding a family touches this module and its tests.
 
 The families (seed article 000_27f178a79a0f5ee3, "Choosing a drafter" … "EAGLE, Lookahead"):
 
-- `draft_model` — a separate small model (Leviathan et al. 2022; Chen et al. 2023): its own
-  roofline step at batch B, its own tensor-parallel degree, K sequential steps. For a tree the
-  drafter expands one level per step, scoring that level's nodes in one pass (q_len = the level's
-  width, taken as ⌈(M − 1)/K⌉ for an M-node tree of depth K). Tokenizers must match
-  (`predict.check_tokenizers`).
-- `prompt_lookup` — n-gram matching against the prompt (Saxena 2023, prompt-lookup-decoding;
-  vLLM's `ngram` method): no weights, no KV cache, a CPU string search per sequence per cycle.
-- `medusa` — k extra heads on the target's last hidden state (Cai et al. 2024, §2.1.1): head i
-  is `ResBlock(d) → Linear(d, V)`, i.e. (d² + d) + d·V parameters with one residual layer. The
-  heads run inside the verify pass on every scored position; candidates are verified as a tree of
-  depth k (k heads).
+- `draft_model` — a separate small model (Leviathan et al. 2022; Chen et al. 2023): K sequential
+  passes at batch B at its own tensor-parallel degree; pass j sees the L + j·w tokens cached so far.
+  A tree is drafted one level per pass, w = ⌈(M − 1)/K⌉ nodes per level. Tokenizers must match.
+- `prompt_lookup` — n-gram matching against the prompt (Saxena 2023; vLLM's `ngram`): no weights,
+  no KV cache, a host string search per sequence per cycle.
+- `medusa` — k extra heads on the target's last hidden state (Cai et al. 2024, §2.1.1): head i is
+  `ResBlock(d) → Linear(d, V)`, (d² + d) + d·V parameters with one residual layer; the heads run
+  inside the verify pass on every scored position; candidates are verified as a tree of depth k.
 - `eagle` — one decoder layer of the target's shape fed [feature; next-token embedding] through a
   2d → d projection, reusing the target's frozen LM head (Li et al. 2024, EAGLE §4.1); K sequential
-  steps, each a 1-layer forward + the LM head. EAGLE-2's dynamic tree is a tree of M nodes and depth
-  K, expanded one level per step like `draft_model`.
-- `lookahead` — Jacobi-style lookahead (Fu et al. 2024, §3): every step scores, next to the normal
-  token, a lookahead branch of W·(N − 1) tokens and a verification branch of G·(N − 1) tokens
-  (G candidate n-grams from the pool). No separate drafting; one step = one cycle.
-- `layer_skip` — self-speculation with the first n layers + the LM head as the drafter (Elhoushi
-  et al. 2024, LayerSkip §4). Shares the target's weights and the first n layers' KV cache. The
-  verify pass is charged as a full target pass (LayerSkip reuses the draft's early-layer activations,
-  which we do not credit: a conservative simplification).
-- `mtp` — DeepSeek-V3's multi-token-prediction module (DeepSeek-AI 2024, §2.2): one transformer
-  block like the last layer (MoE when the model is) + a 2d → d projection, sharing the embedding and
-  LM head; drafts like EAGLE (K sequential steps; K > n_mtp_layers reuses the module).
+  passes; EAGLE-2's dynamic tree of M nodes and depth K, one level per pass. The head keeps a
+  one-layer KV cache and runs over every prompt token.
+- `lookahead` — Jacobi-style lookahead (Fu et al. 2024, §3): each step scores, next to the normal
+  token, a lookahead branch of W·(N − 1) and a verification branch of G·(N − 1) tokens. No drafting
+  passes; one step = one cycle.
+- `layer_skip` — self-speculation with the first n layers + the LM head (Elhoushi et al. 2024,
+  LayerSkip §4): shares the target's weights and the first n layers' cache. The verify pass is
+  charged as a full target pass (the reuse of early-layer activations is not credited).
+- `mtp` — DeepSeek-V3's multi-token-prediction module (DeepSeek-AI 2024, §2.2): one block like the
+  last layer (MoE when the model is) + a 2d → d projection; drafts like EAGLE.
 - `sparse_kv` — MagicDec-style self-speculation (Chen et al. 2024, MagicDec §4): the target drafts
-  attending only to an attention sink plus a recent window (StreamingLLM, Xiao et al. 2023), so a
-  draft step reads the full weights but only `sink + window` cached tokens per sequence. At long
-  context and large batch the KV read dominates the target step, so drafting is cheap relative to
-  a target step and speculation *gains* with batch size instead of losing.
+  attending only to an attention sink plus a recent window (StreamingLLM, Xiao et al. 2023).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import numpy as np
 
+from ..cost.roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device
 from ..errors import SpecError, field_error, reject_unknown_keys
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
-from ..cost.roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device  # noqa: F401 (step_cost re-used by tests)
 
-METHODS = ("draft_model", "prompt_lookup", "medusa", "eagle", "lookahead", "layer_skip", "mtp", "sparse_kv")
-# Families whose candidates can be verified as a tree (tree_size M > K + 1 is meaningful).
-TREE_METHODS = ("draft_model", "medusa", "eagle", "mtp")
-# Families that need a separate drafter model id.
-NEEDS_DRAFTER = ("draft_model",)
-
-# CPU cost of one prompt-lookup search for one sequence. vLLM PR #13365 ("Optimize N-gram matching with
+# Host cost of one prompt-lookup search for one sequence. vLLM PR #13365 ("Optimize N-gram matching with
 # Numba", 2025): on the ShareGPT benchmark with 5,000 requests the cumulative n-gram overhead fell to
 # 1.9 s (about 2.5 % of the run). At roughly 10^2 drafting steps per request that is a few µs per
 # sequence per step for contexts of ~10^3 tokens. We take 5 µs per sequence per 1,000 context tokens,
@@ -68,9 +65,11 @@ NEEDS_DRAFTER = ("draft_model",)
 PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN = 5e-6
 
 
+# ---- options ----------------------------------------------------------------------------------------
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DrafterConfig:
-    """Which family drafts and its knobs. Defaults are the published defaults of each method.
+    """Which family drafts, with which model, and its knobs. Defaults are each method's published ones.
 
     drafter: the separate draft model (draft_model only); drafter_tp: its tensor-parallel degree.
     n_heads_medusa: Medusa heads (Cai et al. 2024 use 5 heads, 1 residual layer each).
@@ -81,7 +80,7 @@ class DrafterConfig:
     sparse_sink / sparse_window: MagicDec's StreamingLLM draft KV budget: 4 sink tokens (StreamingLLM,
       Xiao et al. 2023, keeps 4 initial tokens) + a 252-token window = the 256-token budget of the
       MagicDec README's example commands (`--streamingllm_budget 256`).
-    prompt_lookup_s_per_seq_per_ktoken: CPU search time per sequence per 1000 context tokens.
+    prompt_lookup_s_per_seq_per_ktoken: host search time per sequence per 1000 context tokens.
     """
 
     method: str
@@ -98,9 +97,9 @@ class DrafterConfig:
     prompt_lookup_s_per_seq_per_ktoken: float = PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        if self.method not in FAMILIES:
             raise field_error("drafter", "method", self.method, f"one of {', '.join(METHODS)}")
-        if self.method in NEEDS_DRAFTER and self.drafter is None:
+        if self.family.needs_drafter_model and self.drafter is None:
             raise field_error("drafter", "drafter", None, f"a drafter model for method {self.method!r}")
         for name in ("drafter_tp", "n_heads_medusa", "medusa_layers_per_head", "lookahead_window",
                      "lookahead_guesses", "sparse_window"):
@@ -109,88 +108,121 @@ class DrafterConfig:
                 raise field_error("drafter", name, v, "an integer >= 1")
         if isinstance(self.lookahead_ngram, bool) or not isinstance(self.lookahead_ngram, int) or self.lookahead_ngram < 2:
             raise field_error("drafter", "lookahead_ngram", self.lookahead_ngram, "an integer >= 2")
-        if self.sparse_sink < 0:
+        if isinstance(self.sparse_sink, bool) or not isinstance(self.sparse_sink, int) or self.sparse_sink < 0:
             raise field_error("drafter", "sparse_sink", self.sparse_sink, "an integer >= 0")
-        if self.skip_layers is not None and (not isinstance(self.skip_layers, int) or self.skip_layers < 1):
+        if self.skip_layers is not None and (isinstance(self.skip_layers, bool) or not isinstance(self.skip_layers, int)
+                                             or self.skip_layers < 1):
             raise field_error("drafter", "skip_layers", self.skip_layers, "an integer >= 1")
-        if not (self.prompt_lookup_s_per_seq_per_ktoken >= 0 and math.isfinite(self.prompt_lookup_s_per_seq_per_ktoken)):
-            raise field_error("drafter", "prompt_lookup_s_per_seq_per_ktoken", self.prompt_lookup_s_per_seq_per_ktoken,
-                              "a finite duration >= 0 s")
+        v = self.prompt_lookup_s_per_seq_per_ktoken
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+            raise field_error("drafter", "prompt_lookup_s_per_seq_per_ktoken", v, "a finite duration >= 0 s")
+
+    @property
+    def family(self) -> "Family":
+        return FAMILIES[self.method]
 
     @property
     def supports_tree(self) -> bool:
-        return self.method in TREE_METHODS
+        return self.family.tree
 
     @property
     def sparse_budget(self) -> int:
         return self.sparse_sink + self.sparse_window
 
+    def options(self) -> dict:
+        """The knobs this family reads, with their values (for printing the configuration)."""
+        return {name: getattr(self, name) for name in self.family.options}
+
+
+OPTION_KEYS = tuple(f.name for f in fields(DrafterConfig) if f.name not in ("method", "drafter", "drafter_tp"))
+
+
+# ---- what drafting does -----------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DraftCost:
-    """Drafting cost of one cycle; arrays broadcast like (B, K, M, L).
+class DrafterWork:
+    """What a family does per cycle and holds in memory, for one target and one set of options.
 
-    draft_step_time_s: one sequential drafting step; draft_time_s: all of them in a cycle (outside
-    the verify pass); verify_q_len: query tokens per sequence the verify pass scores; verify_extra_s:
-    extra time inside the verify pass (Medusa heads); n_draft_steps: sequential steps per cycle."""
+    pass_model: the model each sequential drafting pass runs (None: no passes); pass_tp: its
+      tensor-parallel degree; n_passes: "k" (K passes, one per drafted token or tree level) or 0.
+    by_level: a tree is drafted one level per pass, ⌈(M − 1)/K⌉ tokens per sequence per pass (else
+      one token per pass); context_cap: the passes attend to at most this many cached tokens.
+    projection_params: a dense layer applied to every drafted token besides pass_model (EAGLE/MTP's
+      2d → d input projection).
+    drafts_prompt: the drafter keeps its own cache and so also runs over every prompt token.
+    host_s_per_seq_per_ktoken: host work per drafting sequence per 1000 cached tokens (prompt lookup).
+    verify_head_params / verify_head_logit_rows: parameters applied to every position the verify pass
+      scores, and the extra fp32 logit rows they write per position (Medusa's heads).
+    verify_q_len: the verify pass's query tokens per sequence when it is not the chain's K + 1 or the
+      tree's M (Lookahead's fixed width).
+    weight_bytes: the drafter's own weights per device (label: weight_label).
+    cache_model / cache_tp: the model whose KV cache the drafter keeps for every sequence (label:
+      cache_label); None when it shares the target's.
+    """
 
-    draft_step_time_s: np.ndarray
-    draft_time_s: np.ndarray
-    n_draft_steps: np.ndarray
-    verify_q_len: np.ndarray
-    verify_extra_s: np.ndarray
-
-
-def check_tokenizers(target: ModelSpec, drafter: ModelSpec, *, allow_cross_tokenizer: bool = False) -> None:
-    """The seed's tokenizer trap: verification compares p and q position by position over the same
-    token ids, so a drafter must share the target's tokenizer unless the user says otherwise."""
-    if target.tokenizer != drafter.tokenizer and not allow_cross_tokenizer:
-        raise SpecError(
-            f"drafter {drafter.id!r} uses tokenizer {drafter.tokenizer!r} but target {target.id!r} uses "
-            f"{target.tokenizer!r}: their token ids do not line up, so draft tokens cannot be verified "
-            f"position by position. Pick a drafter of the same family, or pass --allow-cross-tokenizer "
-            f"(allow_cross_tokenizer = true) to model a cross-tokenizer scheme anyway."
-        )
-
-
-OPTION_KEYS = ("n_heads_medusa", "medusa_layers_per_head", "skip_layers", "lookahead_window", "lookahead_ngram",
-               "lookahead_guesses", "sparse_sink", "sparse_window", "prompt_lookup_s_per_seq_per_ktoken")
-
-
-def make_config(method: str, target: ModelSpec, *, drafter: str | ModelSpec | None = None, drafter_tp: int = 1,
-                allow_cross_tokenizer: bool = False, options=None, where: str = "drafter") -> DrafterConfig:
-    """A DrafterConfig from ids and a table of family knobs (`[sweep.drafter_options]` in a
-    scenario; keys in OPTION_KEYS). Loads and tokenizer-checks the draft model for draft_model."""
-    from ..specs.models import load_model
-
-    options = dict(options or {})
-    reject_unknown_keys(f"{where} drafter_options", options, OPTION_KEYS)
-    d = None
-    if method == "draft_model":
-        if drafter is None:
-            raise field_error(where, "drafter", None, "a drafter model id for method 'draft_model'")
-        d = drafter if isinstance(drafter, ModelSpec) else load_model(drafter)
-        check_tokenizers(target, d, allow_cross_tokenizer=allow_cross_tokenizer)
-    if method == "mtp" and not target.n_mtp_layers:
-        raise field_error(where, "method", method, f"a target with MTP layers ({target.id!r} has n_mtp_layers = 0)")
-    try:
-        return DrafterConfig(method=method, drafter=d, drafter_tp=drafter_tp, **options)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+    pass_model: ModelSpec | None = None
+    pass_tp: int = 1
+    n_passes: str | int = 0
+    by_level: bool = True
+    context_cap: int | None = None
+    projection_params: float = 0.0
+    drafts_prompt: bool = False
+    host_s_per_seq_per_ktoken: float = 0.0
+    verify_head_params: float = 0.0
+    verify_head_logit_rows: int = 0
+    verify_q_len: int | None = None
+    weight_bytes: float = 0.0
+    weight_label: str = ""
+    cache_model: ModelSpec | None = None
+    cache_tp: int = 1
+    cache_label: str = ""
 
 
-# ---- building blocks ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSupport:
+    """How a serving stack ships a family: its own name for it, and where that is documented."""
 
-def _dense_time(n_params: float, n_tokens, *, weight_bytes_per_param: float, hw: HardwareProfile,
-                eff: Efficiency, dtype: str, tp: int, extra_bytes=0.0) -> np.ndarray:
-    """Roofline time of a dense linear block of n_params applied to T tokens on one of tp devices."""
-    t = np.asarray(n_tokens, dtype=float)
-    bytes_ = (n_params * weight_bytes_per_param + np.asarray(extra_bytes, dtype=float)) / tp
-    flops = 2.0 * t * n_params / tp
-    bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
-    peak = hw.peak_flops_per_s[hw.compute_dtype_for(dtype)] * eff.compute_frac
-    return np.maximum(bytes_ / bw, flops / peak)
+    name: str
+    source: str
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Family:
+    """One drafter family (see the module docstring). `work(cfg, target, tp) -> DrafterWork`."""
+
+    name: str
+    title: str
+    paper: str
+    work: Callable[[DrafterConfig, ModelSpec, int], DrafterWork]
+    needs_drafter_model: bool = False
+    tree: bool = False
+    options: tuple[str, ...] = ()
+    stacks: Mapping[str, StackSupport] = field(default_factory=dict)
+    decoder: str | None = None
+    serving: bool = True
+    self_label: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stacks", MappingProxyType(dict(self.stacks)))
+        bad = [o for o in self.options if o not in OPTION_KEYS]
+        if bad:
+            raise ValueError(f"family {self.name}: unknown options {bad}")
+
+    def reserved_slots(self, cfg: DrafterConfig, target: ModelSpec, k: int, tree_size: int | None = None) -> int:
+        """Speculative positions a sequence holds in the target's cache and token budget per cycle
+        beyond its one real token: K for a chain, M − 1 for a tree of M nodes, the extra width for
+        Lookahead (what a serving engine reserves per decoding sequence)."""
+        w = self.work(cfg, target, 1).verify_q_len
+        if w is not None:
+            return int(w) - 1
+        return int(tree_size) - 1 if (tree_size and self.tree) else int(k)
+
+    def stack_name(self, stack_id: str) -> str | None:
+        s = self.stacks.get(stack_id)
+        return s.name if s else None
+
+
+# ---- building blocks --------------------------------------------------------------------------------
 
 def truncated_model(target: ModelSpec, n_layers: int, *, dense: bool = False, suffix: str = "") -> ModelSpec:
     """The target cut to its first n_layers (same widths, same LM head). dense=True drops the MoE
@@ -230,111 +262,304 @@ def medusa_head_params(target: ModelSpec, cfg: DrafterConfig) -> int:
     return cfg.medusa_layers_per_head * (d * d + d) + d * target.vocab_size
 
 
+def lookahead_width(cfg: DrafterConfig) -> int:
+    """Query tokens per Lookahead step: 1 + (W + G)·(N − 1) (Fu et al. 2024, §3)."""
+    return 1 + (cfg.lookahead_window + cfg.lookahead_guesses) * (cfg.lookahead_ngram - 1)
+
+
 def tree_level_width(k, tree_size) -> np.ndarray:
-    """Nodes a drafter scores per level when it expands an M-node tree of depth K one level a step."""
+    """Nodes a drafter scores per level when it expands an M-node tree of depth K one level a pass."""
     k = np.maximum(np.asarray(k, dtype=float), 1.0)
     m = np.asarray(tree_size, dtype=float)
     return np.maximum(np.ceil((m - 1.0) / k), 1.0)
 
 
+# ---- the families -----------------------------------------------------------------------------------
+
+def _draft_model(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    d = cfg.drafter
+    return DrafterWork(pass_model=d, pass_tp=cfg.drafter_tp, n_passes="k", drafts_prompt=True,
+                       weight_bytes=weight_bytes_per_device(d, cfg.drafter_tp), weight_label="drafter weights",
+                       cache_model=d, cache_tp=cfg.drafter_tp, cache_label="drafter KV cache")
+
+
+def _prompt_lookup(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    return DrafterWork(host_s_per_seq_per_ktoken=cfg.prompt_lookup_s_per_seq_per_ktoken)
+
+
+def _medusa(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    heads = cfg.n_heads_medusa * medusa_head_params(target, cfg)
+    return DrafterWork(verify_head_params=heads, verify_head_logit_rows=cfg.n_heads_medusa,
+                       weight_bytes=heads * target.weight_bytes_per_param / tp, weight_label="medusa heads")
+
+
+def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_target: bool) -> DrafterWork:
+    d = target.hidden_size
+    layer = head.decoder_layer_params + 2 * d * d
+    return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=2.0 * d * d, drafts_prompt=True,
+                       weight_bytes=0.0 if in_target else layer * target.weight_bytes_per_param / tp,
+                       weight_label=f"{label} weights" + (" (already in the target's weights)" if in_target else ""),
+                       cache_model=head, cache_tp=tp, cache_label=f"{label} KV cache")
+
+
+def _eagle(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False)
+
+
+def _mtp(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    return _eagle_like(mtp_module(target), target, tp, "mtp module", in_target=bool(target.n_mtp_layers))
+
+
+def _lookahead(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    return DrafterWork(verify_q_len=lookahead_width(cfg))
+
+
+def _layer_skip(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    early = truncated_model(target, default_skip_layers(target, cfg))
+    return DrafterWork(pass_model=early, pass_tp=tp, n_passes="k", by_level=False)
+
+
+def _sparse_kv(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    return DrafterWork(pass_model=target, pass_tp=tp, n_passes="k", by_level=False, context_cap=cfg.sparse_budget)
+
+
+_HF = "Hugging Face transformers / reference repos (stack hf-eager)"
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family(name="draft_model", title="separate draft model", paper="Leviathan et al. 2022; Chen et al. 2023",
+           work=_draft_model, needs_drafter_model=True, tree=True, decoder="draft-model",
+           stacks={
+               "vllm": StackSupport(name="draft_model", source="vLLM docs, features/speculative_decoding: "
+                                    "'Speculating with a draft model' (--speculative-config {\"model\": ...})"),
+               "sglang": StackSupport(name="STANDALONE", source="SGLang docs, speculative decoding: "
+                                      "--speculative-algorithm STANDALONE with a draft model"),
+               "trtllm": StackSupport(name="DraftTarget", source="TensorRT-LLM docs, speculative decoding: "
+                                      "draft/target (DraftTargetDecodingConfig)"),
+               "hf-eager": StackSupport(name="assistant_model", source="transformers assisted generation "
+                                        "(generate(..., assistant_model=...))"),
+               "gpt-fast": StackSupport(name="draft_checkpoint_path", source="gpt-fast README: speculative "
+                                        "sampling with a draft model (--draft_checkpoint_path)"),
+               "llama.cpp": StackSupport(name="llama-speculative", source="llama.cpp examples/speculative "
+                                         "(--model-draft)"),
+           }),
+    Family(name="prompt_lookup", title="prompt lookup (n-gram)", paper="Saxena 2023, prompt-lookup-decoding",
+           work=_prompt_lookup, options=("prompt_lookup_s_per_seq_per_ktoken",), decoder="prompt-lookup",
+           self_label="(prompt n-grams)",
+           stacks={
+               "vllm": StackSupport(name="ngram", source="vLLM docs, features/speculative_decoding: "
+                                    "'Speculating by matching n-grams in the prompt' (method ngram)"),
+               "sglang": StackSupport(name="NGRAM", source="SGLang docs, speculative decoding: "
+                                      "--speculative-algorithm NGRAM"),
+               "trtllm": StackSupport(name="NGram", source="TensorRT-LLM docs, speculative decoding: N-gram "
+                                      "(NGramDecodingConfig)"),
+               "hf-eager": StackSupport(name="prompt_lookup_num_tokens", source="transformers generate("
+                                        "prompt_lookup_num_tokens=...)"),
+               "llama.cpp": StackSupport(name="llama-lookup", source="llama.cpp examples/lookup"),
+           }),
+    Family(name="medusa", title="Medusa heads", paper="Cai et al. 2024", work=_medusa, tree=True,
+           options=("n_heads_medusa", "medusa_layers_per_head"), self_label="(medusa heads)",
+           stacks={
+               "vllm": StackSupport(name="medusa", source="vLLM docs, features/speculative_decoding: Medusa"),
+               "trtllm": StackSupport(name="Medusa", source="TensorRT-LLM docs, speculative decoding: Medusa"),
+               "hf-eager": StackSupport(name="medusa", source="FasterDecoding/Medusa reference repo on HF models"),
+           }),
+    Family(name="eagle", title="EAGLE head", paper="Li et al. 2024 (EAGLE, EAGLE-2)", work=_eagle, tree=True,
+           self_label="(eagle head)",
+           stacks={
+               "vllm": StackSupport(name="eagle", source="vLLM docs, features/speculative_decoding: EAGLE"),
+               "sglang": StackSupport(name="EAGLE", source="SGLang docs, speculative decoding: EAGLE-2/EAGLE-3"),
+               "trtllm": StackSupport(name="Eagle", source="TensorRT-LLM docs, speculative decoding: EAGLE"),
+               "hf-eager": StackSupport(name="eagle", source="SafeAILab/EAGLE reference repo on HF models"),
+           }),
+    Family(name="lookahead", title="Lookahead decoding", paper="Fu et al. 2024", work=_lookahead,
+           options=("lookahead_window", "lookahead_ngram", "lookahead_guesses"), serving=False,
+           self_label="(lookahead pool)",
+           stacks={
+               "trtllm": StackSupport(name="Lookahead", source="TensorRT-LLM docs, speculative decoding: Lookahead"),
+               "hf-eager": StackSupport(name="lookahead", source="hao-ai-lab/LookaheadDecoding patches HF models"),
+               "llama.cpp": StackSupport(name="llama-lookahead", source="llama.cpp examples/lookahead"),
+           }),
+    Family(name="layer_skip", title="layer-skip self-speculation", paper="Elhoushi et al. 2024 (LayerSkip)",
+           work=_layer_skip, options=("skip_layers",), decoder="layer-skip", self_label="(early layers)",
+           stacks={"hf-eager": StackSupport(name="assistant_early_exit", source="transformers LayerSkip "
+                                            "self-speculation (generate(..., assistant_early_exit=n))")}),
+    Family(name="mtp", title="multi-token prediction module", paper="DeepSeek-AI 2024 (DeepSeek-V3 §2.2)",
+           work=_mtp, tree=True, self_label="(mtp module)",
+           stacks={
+               "vllm": StackSupport(name="deepseek_mtp", source="vLLM docs, features/speculative_decoding: MTP"),
+               "sglang": StackSupport(name="EAGLE", source="SGLang docs: DeepSeek MTP runs through the EAGLE "
+                                      "speculative algorithm"),
+               "trtllm": StackSupport(name="MTP", source="TensorRT-LLM docs, speculative decoding: MTP"),
+           }),
+    Family(name="sparse_kv", title="sparse-KV self-speculation", paper="Chen et al. 2024 (MagicDec)",
+           work=_sparse_kv, options=("sparse_sink", "sparse_window"), self_label="(sparse-KV self)"),
+)}
+METHODS = tuple(FAMILIES)
+TREE_METHODS = tuple(n for n, f in FAMILIES.items() if f.tree)
+
+
+def family(method: str) -> Family:
+    if method not in FAMILIES:
+        raise field_error("drafter", "method", method, f"one of {', '.join(METHODS)}")
+    return FAMILIES[method]
+
+
+def stacks_shipping(method: str) -> tuple[str, ...]:
+    return tuple(family(method).stacks)
+
+
+def check_tokenizers(target: ModelSpec, drafter: ModelSpec, *, allow_cross_tokenizer: bool = False) -> None:
+    """The seed's tokenizer trap: verification compares p and q position by position over the same
+    token ids, so a drafter must share the target's tokenizer unless the user says otherwise."""
+    if target.tokenizer != drafter.tokenizer and not allow_cross_tokenizer:
+        raise SpecError(
+            f"drafter {drafter.id!r} uses tokenizer {drafter.tokenizer!r} but target {target.id!r} uses "
+            f"{target.tokenizer!r}: their token ids do not line up, so draft tokens cannot be verified "
+            f"position by position. Pick a drafter of the same family, or pass --allow-cross-tokenizer "
+            f"(allow_cross_tokenizer = true) to model a cross-tokenizer scheme anyway."
+        )
+
+
+def make_config(method: str, target: ModelSpec, *, drafter: str | ModelSpec | None = None, drafter_tp: int = 1,
+                allow_cross_tokenizer: bool = False, options=None, where: str = "drafter") -> DrafterConfig:
+    """A DrafterConfig from ids and a table of family knobs (a scenario's `[drafter_options]`; keys in
+    OPTION_KEYS). Loads and tokenizer-checks the draft model for draft_model."""
+    from ..specs.models import load_model
+
+    fam = family(method)
+    options = dict(options or {})
+    reject_unknown_keys(f"{where} [drafter_options]", options, OPTION_KEYS)
+    d = None
+    if fam.needs_drafter_model:
+        if drafter is None:
+            raise field_error(where, "drafter", None, f"a drafter model id for method {method!r}")
+        d = drafter if isinstance(drafter, ModelSpec) else load_model(drafter)
+        check_tokenizers(target, d, allow_cross_tokenizer=allow_cross_tokenizer)
+    if method == "mtp" and not target.n_mtp_layers:
+        raise field_error(where, "method", method, f"a target with MTP layers ({target.id!r} has n_mtp_layers = 0)")
+    try:
+        cfg = DrafterConfig(method=method, drafter=d, drafter_tp=drafter_tp, **options)
+        if method == "layer_skip":
+            default_skip_layers(target, cfg)
+        return cfg
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
 # ---- cost per cycle ---------------------------------------------------------------------------------
 
-def draft_cost(cfg: DrafterConfig, target: ModelSpec, hw: HardwareProfile, *, batch_size, k, tree_size=None,
-               ctx_len, tp: int = 1, attention: str = "fused", efficiency: Efficiency | None = None) -> DraftCost:
-    """Drafting cost per cycle and the verify pass's query length for one family.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftCost:
+    """Drafting cost of one cycle; arrays broadcast like (B, K, M, L).
+
+    draft_time_s: all drafting passes and host work of a cycle (outside the verify pass);
+    draft_step_time_s: their mean per pass (the one host search for prompt lookup); n_draft_steps:
+    sequential passes per cycle; verify_q_len: query tokens per sequence the verify pass scores;
+    verify_extra_s: extra time inside the verify pass (Medusa heads)."""
+
+    draft_step_time_s: np.ndarray
+    draft_time_s: np.ndarray
+    n_draft_steps: np.ndarray
+    verify_q_len: np.ndarray
+    verify_extra_s: np.ndarray
+
+
+def dense_time_s(n_params: float, n_tokens, *, weight_bytes_per_param: float, hw: HardwareProfile, eff: Efficiency,
+                 dtype: str, tp: int, extra_bytes=0.0) -> np.ndarray:
+    """Roofline time of a dense linear block of n_params applied to T tokens on one of tp devices."""
+    t = np.asarray(n_tokens, dtype=float)
+    bytes_ = (n_params * weight_bytes_per_param + np.asarray(extra_bytes, dtype=float)) / tp
+    flops = 2.0 * t * n_params / tp
+    bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
+    peak = hw.peak_flops_per_s[hw.compute_dtype_for(dtype)] * eff.compute_frac
+    return np.maximum(bytes_ / bw, flops / peak)
+
+
+def verify_q_len(cfg: DrafterConfig, work: DrafterWork, k, tree_size=None) -> np.ndarray:
+    """Query tokens per sequence of the verify pass: K + 1 for a chain, M for a tree, or the
+    family's fixed width."""
+    kk = np.asarray(k, dtype=float)
+    if work.verify_q_len is not None:
+        return np.full(np.shape(kk), float(work.verify_q_len))
+    return kk + 1.0 if tree_size is None else np.asarray(tree_size, dtype=float) + 0.0 * kk
+
+
+def pass_width(work: DrafterWork, k, tree_size=None) -> np.ndarray:
+    """Tokens per sequence in one drafting pass: 1 for chains and one-token passes, a tree level's
+    width ⌈(M − 1)/K⌉ when the family drafts a tree one level a pass."""
+    if tree_size is None or not work.by_level:
+        return np.ones(np.shape(np.asarray(k)))
+    return tree_level_width(k, tree_size)
+
+
+def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, ctx_len) -> DraftCost:
+    """Drafting cost per cycle and the verify pass's query length for one family on a deployment.
 
     batch_size B, k K (draft depth: tokens for a chain, levels for a tree), tree_size M (nodes of the
-    verified tree including the root; None or K + 1 for a chain), ctx_len L (cached tokens): arrays
-    that broadcast together. tp: the target's tensor-parallel degree (self-speculative families draft
-    on the same group). Returns a DraftCost whose arrays have the broadcast shape."""
-    eff = efficiency or hw.efficiency
+    verified tree including the root; None for a chain), ctx_len L (cached tokens): arrays that
+    broadcast together. dep: a `speculation.cycle.Deployment` (hardware, efficiency, tp, attention).
+    Drafting pass j (0-based) of a cycle sees min(L + j·w, cap) cached tokens, w the pass width."""
+    work = cfg.family.work(cfg, target, dep.tp)
     b = np.asarray(batch_size, dtype=float)
     kk = np.asarray(k, dtype=float)
     l = np.asarray(ctx_len, dtype=float)
-    chain = tree_size is None
-    m = kk + 1.0 if chain else np.asarray(tree_size, dtype=float)
+    m = kk + 1.0 if tree_size is None else np.asarray(tree_size, dtype=float)
     b, kk, m, l = np.broadcast_arrays(b, kk, m, l)
+    if tree_size is not None and not cfg.supports_tree and work.verify_q_len is None and np.any(m != kk + 1):
+        raise field_error("drafter", "tree_size", "M != K + 1", f"a chain (tree_size = K + 1) for method {cfg.method!r}")
     zero = np.zeros(b.shape)
-    width = np.ones(b.shape) if chain else tree_level_width(kk, m)
-    common = dict(attention=attention, efficiency=eff)
-    method = cfg.method
-    if method != "lookahead" and not cfg.supports_tree and not chain:
-        if np.any(m != kk + 1):
-            raise field_error("drafter", "tree_size", "M != K + 1", f"a chain (tree_size = K + 1) for method {method!r}")
-
-    if method == "draft_model":
-        d = cfg.drafter
-        step = step_cost(d, hw, batch_size=b, q_len=width, ctx_len=l, tp=cfg.drafter_tp, **common).time_s
-        return DraftCost(draft_step_time_s=step, draft_time_s=kk * step, n_draft_steps=kk, verify_q_len=m,
-                         verify_extra_s=zero)
-    if method == "prompt_lookup":
-        step = b * cfg.prompt_lookup_s_per_seq_per_ktoken * np.maximum(l, 1.0) / 1000.0
-        return DraftCost(draft_step_time_s=step, draft_time_s=step, n_draft_steps=np.ones(b.shape), verify_q_len=m,
-                         verify_extra_s=zero)
-    if method == "medusa":
-        n_params = cfg.n_heads_medusa * medusa_head_params(target, cfg)
-        logits = b * m * cfg.n_heads_medusa * target.vocab_size * 4.0
-        extra = _dense_time(n_params, b * m, weight_bytes_per_param=target.weight_bytes_per_param, hw=hw, eff=eff,
-                            dtype=target.compute_dtype, tp=tp, extra_bytes=logits)
-        return DraftCost(draft_step_time_s=zero, draft_time_s=zero, n_draft_steps=zero, verify_q_len=m,
-                         verify_extra_s=extra)
-    if method in ("eagle", "mtp"):
-        head = eagle_head(target) if method == "eagle" else mtp_module(target)
-        step = step_cost(head, hw, batch_size=b, q_len=width, ctx_len=l, tp=tp, **common).time_s
-        d = target.hidden_size
-        fc = _dense_time(2.0 * d * d, b * width, weight_bytes_per_param=target.weight_bytes_per_param, hw=hw,
-                         eff=eff, dtype=target.compute_dtype, tp=tp)
-        step = step + fc
-        return DraftCost(draft_step_time_s=step, draft_time_s=kk * step, n_draft_steps=kk, verify_q_len=m,
-                         verify_extra_s=zero)
-    if method == "layer_skip":
-        early = truncated_model(target, default_skip_layers(target, cfg))
-        step = step_cost(early, hw, batch_size=b, q_len=1, ctx_len=l, tp=tp, **common).time_s
-        return DraftCost(draft_step_time_s=step, draft_time_s=kk * step, n_draft_steps=kk, verify_q_len=m,
-                         verify_extra_s=zero)
-    if method == "sparse_kv":
-        budget = np.minimum(l, float(cfg.sparse_budget))
-        step = step_cost(target, hw, batch_size=b, q_len=1, ctx_len=budget, tp=tp, **common).time_s
-        return DraftCost(draft_step_time_s=step, draft_time_s=kk * step, n_draft_steps=kk, verify_q_len=m,
-                         verify_extra_s=zero)
-    if method == "lookahead":
-        q = 1.0 + (cfg.lookahead_window + cfg.lookahead_guesses) * (cfg.lookahead_ngram - 1.0)
-        return DraftCost(draft_step_time_s=zero, draft_time_s=zero, n_draft_steps=zero, verify_q_len=np.full(b.shape, q),
-                         verify_extra_s=zero)
-    raise field_error("drafter", "method", method, f"one of {', '.join(METHODS)}")  # pragma: no cover
+    q = verify_q_len(cfg, work, kk, None if tree_size is None else m)
+    eff = dep.eff
+    draft = zero.copy()
+    n_steps = zero.copy()
+    if work.pass_model is not None and work.n_passes == "k":
+        w = pass_width(work, kk, None if tree_size is None else m)
+        kmax = int(kk.max()) if kk.size else 0
+        for j in range(kmax):
+            ctx = l + j * w
+            if work.context_cap is not None:
+                ctx = np.minimum(ctx, float(work.context_cap))
+            t = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=w, ctx_len=ctx, tp=work.pass_tp,
+                          attention=dep.attention, efficiency=eff).time_s
+            if work.projection_params:
+                t = t + dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
+                                     hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=work.pass_tp)
+            draft = draft + np.where(j < kk, t, 0.0)
+        n_steps = kk.copy()
+    if work.host_s_per_seq_per_ktoken:
+        draft = draft + b * work.host_s_per_seq_per_ktoken * np.maximum(l, 1.0) / 1000.0
+        n_steps = np.ones(b.shape)
+    step = np.divide(draft, n_steps, out=zero.copy(), where=n_steps > 0)
+    extra = zero
+    if work.verify_head_params:
+        logits = b * q * work.verify_head_logit_rows * target.vocab_size * 4.0
+        extra = dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
+                             hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=dep.tp, extra_bytes=logits)
+    return DraftCost(draft_step_time_s=step, draft_time_s=draft, n_draft_steps=n_steps, verify_q_len=q,
+                     verify_extra_s=extra)
 
 
 # ---- memory -----------------------------------------------------------------------------------------
 
 def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, ctx_len, k, tree_size=None, tp: int = 1) -> dict:
-    """Per-device bytes the drafting adds on top of the target's weights and KV cache at context L:
-    the drafter's weights, its own KV cache, and the speculative slots (M positions per sequence the
-    verify pass writes into the target's cache before the rejected ones are discarded).
-    Keys are readable labels; values broadcast like the inputs."""
+    """Per-device bytes the drafting adds on top of the target's weights and its KV cache of L + 1
+    tokens: the drafter's weights, its own KV cache, and the speculative slots (the positions per
+    sequence beyond its real token that the verify pass writes into the target's cache before the
+    rejected ones are discarded: K for a chain, M − 1 for a tree). Keys are readable labels; values
+    broadcast like the inputs."""
+    work = cfg.family.work(cfg, target, tp)
     b = np.asarray(batch_size, dtype=float)
     l = np.asarray(ctx_len, dtype=float)
     kk = np.asarray(k, dtype=float)
-    m = kk + 1.0 if tree_size is None else np.asarray(tree_size, dtype=float)
-    if cfg.method == "lookahead":
-        m = np.full(np.shape(m), 1.0 + (cfg.lookahead_window + cfg.lookahead_guesses) * (cfg.lookahead_ngram - 1.0))
-    out = {"speculative slots": kv_bytes_per_device(target, batch_size=b, ctx_len=m, tp=tp)}
-    if cfg.method == "draft_model":
-        d = cfg.drafter
-        out["drafter weights"] = weight_bytes_per_device(d, cfg.drafter_tp)
-        out["drafter KV cache"] = kv_bytes_per_device(d, batch_size=b, ctx_len=l + m, tp=cfg.drafter_tp)
-    elif cfg.method == "medusa":
-        out["medusa heads"] = cfg.n_heads_medusa * medusa_head_params(target, cfg) * target.weight_bytes_per_param / tp
-    elif cfg.method in ("eagle", "mtp"):
-        head = eagle_head(target) if cfg.method == "eagle" else mtp_module(target)
-        layer = head.decoder_layer_params + 2 * target.hidden_size * target.hidden_size
-        if cfg.method == "mtp" and target.n_mtp_layers:
-            out["mtp weights (already in the target's weight_bytes)"] = 0.0
-        else:
-            out[f"{cfg.method} head weights"] = layer * target.weight_bytes_per_param / tp
-        out[f"{cfg.method} KV cache"] = kv_bytes_per_device(head, batch_size=b, ctx_len=l + m, tp=tp)
-    # prompt_lookup: nothing; layer_skip and sparse_kv share the target's weights and cache.
+    q = verify_q_len(cfg, work, kk, tree_size)
+    out = {"speculative slots": kv_bytes_per_device(target, batch_size=b, ctx_len=q - 1.0, tp=tp)}
+    if work.weight_label:
+        out[work.weight_label] = work.weight_bytes
+    if work.cache_model is not None:
+        out[work.cache_label] = kv_bytes_per_device(work.cache_model, batch_size=b, ctx_len=l + q, tp=work.cache_tp)
     return out
 
 
-__all__ = ["check_tokenizers", "make_config", "OPTION_KEYS", "METHODS", "TREE_METHODS", "DrafterConfig", "DraftCost", "draft_cost", "footprint",
-           "truncated_model", "eagle_head", "mtp_module", "medusa_head_params", "tree_level_width"]
+__all__ = ["FAMILIES", "Family", "StackSupport", "DrafterConfig", "DrafterWork", "DraftCost", "METHODS",
+           "TREE_METHODS", "OPTION_KEYS", "family", "make_config", "check_tokenizers", "draft_cost", "footprint",
+           "verify_q_len", "pass_width", "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
+           "medusa_head_params", "tree_level_width", "lookahead_width", "stacks_shipping"]

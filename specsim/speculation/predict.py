@@ -1,120 +1,130 @@
-"""One operating point: target, drafter, hardware, K, acceptance, batch and context → a prediction.
+"""An operating point → a prediction, and the same point evaluated over grids.
 
-The prediction keeps every input and every intermediate (each step's per-operator cost), so a
-number in the output can be traced to the formula (see `roofline` and `speculation`) and the inputs.
+`predict(op)` keeps every input and every intermediate (each step's per-operator cost), so a number
+in the output can be traced to the formula (see `cost.roofline`, `speculation.families` and
+`speculation.cycle`) and the inputs. `grid(op, ...)` evaluates the point's family on grids of K,
+tree size, batch, context and acceptance (sweeps, thresholds); `tokens_per_cycle_at(op, ...)` is the
+expected tokens per cycle the point's acceptance gives. All three read the point only.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 
-from . import families as drafters
-from .families import check_tokenizers  # noqa: F401  (kept importable from here)
-from ..errors import field_error
-from ..specs.hardware import HardwareProfile, load_hardware
-from ..specs.models import ModelSpec, load_model
-from ..cost.roofline import StepCost, check_fits, kv_bytes_per_device, step_cost, weight_bytes_per_device
-from ..specs.scenario import Scenario
-from .cycle import CycleTimes, Deployment, alpha_from_tau, cycle_times, speculative_cycle, tokens_per_cycle
-from ..specs.stacks import load_stack
+from ..cost.deployment import target_step_time
+from ..cost.roofline import StepCost, step_cost
+from .acceptance import tau_from_conditional
+from .cycle import CycleTimes, GridResult, cycle_times, evaluate_grid, speculative_cycle, tokens_per_cycle
+from .operating_point import OperatingPoint
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prediction:
-    scenario: Scenario
-    hardware: HardwareProfile
-    target: ModelSpec
-    drafter: ModelSpec | None
+    point: OperatingPoint
     alpha: float | None
     plain_step: StepCost
     draft_step: StepCost | None
     verify_step: StepCost
     cycle: CycleTimes
-    memory_per_device_bytes: dict
-    verify_q_len: int = 0
+    verify_q_len: int = 1
 
     def to_dict(self) -> dict:
-        s = self.scenario
-        c = self.cycle
+        op, c = self.point, self.cycle
         out = {
-            "scenario": s.name, "hardware": self.hardware.id, "target": self.target.id,
-            "drafter": self.drafter.id if self.drafter else None, "method": s.method, "k": s.k,
-            "alpha": self.alpha, "tau_given": s.tau, "batch_size": s.batch_size, "context_len": s.context_len,
-            "tp": s.tp, "drafter_tp": s.drafter_tp, "attention": s.attention,
+            **op.to_dict(), "alpha": self.alpha,
             "target_step_time_s": float(c.target_step_time_s), "draft_step_time_s": float(c.draft_step_time_s),
             "draft_time_s": float(c.draft_time_s), "verify_time_s": float(c.verify_time_s),
             "cycle_overhead_s": float(c.overhead_s), "cycle_time_s": float(c.cycle_time_s),
             "tokens_per_cycle": float(c.tokens_per_cycle), "baseline_tokens_per_s": float(c.baseline_tokens_per_s),
             "tokens_per_s": float(c.tokens_per_s), "speedup": float(c.speedup),
-            "ridge_flops_per_byte": self.hardware.ridge_flops_per_byte(self.target.compute_dtype),
-            "verify_tokens_in_flight": s.batch_size * (self.verify_q_len or s.k + 1),
-            "memory_per_device_bytes": self.memory_per_device_bytes,
-            "plain_step": self.plain_step.breakdown(),
-            "verify_step": self.verify_step.breakdown(),
+            "ridge_flops_per_byte": op.hardware.ridge_flops_per_byte(op.target.compute_dtype),
+            "verify_q_len": self.verify_q_len, "verify_tokens_in_flight": op.batch_size * self.verify_q_len,
+            "layer_split_hop_s": op.deployment.hop_s,
+            "plain_step": self.plain_step.breakdown(), "verify_step": self.verify_step.breakdown(),
         }
         if self.draft_step is not None:
             out["draft_step"] = self.draft_step.breakdown()
         return out
 
 
-def deployment_for(scenario: Scenario, hw: HardwareProfile) -> Deployment:
-    """The scenario's hardware × tp with its serving stack's efficiency (none named: the hardware's)."""
-    stack = load_stack(scenario.stack) if scenario.stack else None
-    return Deployment.from_stack(hw, stack, n_devices=scenario.tp, attention=scenario.attention)
+def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_len=None, temperature=None):
+    """E[tokens per cycle] (bonus included) the point's acceptance gives at depth K, tree size M,
+    context L and temperature T (each defaulting to the point's). A τ the scenario gave is used as
+    is at the scenario's own point (K, tree, context, temperature); elsewhere the i.i.d. α that gives
+    it at K stands in (for a tree, the chain-equivalent α). Per-position rates give
+    τ = 1 + Σ_j Π_{i≤j} c_i."""
+    k = op.k if k is None else k
+    tree_size = op.tree_size if tree_size is None else tree_size
+    context_len = op.context_len if context_len is None else context_len
+    temperature = op.temperature if temperature is None else temperature
+    acc = op.require_acceptance()
+    tree = tree_size is not None and op.drafter.supports_tree
+    at_point = (k == op.k and (tree_size if tree else None) == (op.tree_size if op.is_tree else None)
+                and context_len == op.context_len and temperature == op.temperature)
+    if acc.tau_given is not None and at_point:
+        return float(acc.tau_given)  # measured at this very point (a tree's mean accepted length too)
+    if acc.model.conditional is not None and not tree and op.method != "lookahead":
+        return float(tau_from_conditional(acc.model.conditional_at(k, context_len, temperature)))
+    alpha = acc.alpha_at(context_len, temperature)
+    return float(tokens_per_cycle(op.drafter, alpha=alpha, k=k, tree_size=tree_size if tree else None,
+                                  n_ranks=acc.n_ranks, rank_decay=acc.rank_decay))
 
 
-def predict(scenario: Scenario) -> Prediction:
-    """One operating point for any drafter family with a linear draft of K tokens (Lookahead: one
-    step of window W, n-gram N, guesses G), or 'none'. Trees: `specsim sweep` with tree_size.
-    Family knobs (Medusa heads, LayerSkip exit layer, Lookahead W/N/G, ...) come from the scenario's
-    `[sweep.drafter_options]` table."""
-    hw = load_hardware(scenario.hardware)
-    target = load_model(scenario.target)
-    if scenario.target_dtype:
-        target = target.with_weight_format(scenario.target_dtype)
-    dep = deployment_for(scenario, hw)
-    b, l, k = scenario.batch_size, scenario.context_len, scenario.k
-    split = dep.memory_split
-    memory = {"target weights": weight_bytes_per_device(target, dep.tp) / (split // dep.tp),
-              "target KV cache": float(kv_bytes_per_device(target, batch_size=b, ctx_len=l + k + 1, tp=dep.tp))
-              / (split // dep.tp)}
-    where = f"scenario {scenario.name!r}"
-    common = dict(attention=scenario.attention, efficiency=dep.eff)
-    plain = step_cost(target, hw, batch_size=b, q_len=1, ctx_len=l, tp=dep.tp, **common)
-    if scenario.method == "none" or k == 0:
-        check_fits(hw, dep.tp, memory, what=f"{target.id} on {scenario.tp}× {hw.id} at batch {b}, context {l}")
-        cyc = cycle_times(target_step_time_s=plain.time_s, draft_time_s=0.0, verify_time_s=plain.time_s,
-                          tokens_per_cycle=1.0, batch_size=b, draft_step_time_s=0.0)
-        return Prediction(scenario=scenario, hardware=hw, target=target, drafter=None, alpha=None,
-                          plain_step=plain, draft_step=None, verify_step=plain, cycle=cyc, memory_per_device_bytes=memory)
-    if scenario.method == "draft_model" and scenario.drafter_tp > scenario.tp:
-        raise field_error(where, "drafter_tp", scenario.drafter_tp,
-                          f"<= tp = {scenario.tp} (the drafter runs on the target's devices)")
-    options = scenario.section("sweep").get("drafter_options", {})
-    cfg = drafters.make_config(scenario.method, target, drafter=scenario.drafter, drafter_tp=scenario.drafter_tp,
-                               allow_cross_tokenizer=scenario.allow_cross_tokenizer, options=options, where=where)
-    drafter = cfg.drafter
-    extra = drafters.footprint(cfg, target, batch_size=b, ctx_len=l, k=k, tp=dep.tp)
-    memory.update({key: float(v) for key, v in extra.items() if key != "speculative slots"})
-    check_fits(hw, dep.tp, memory, what=f"{target.id}{' + ' + drafter.id if drafter else ''} on {scenario.tp}× {hw.id} "
-               f"at batch {b}, context {l}")
+def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
+    """Plain against speculative decoding at the operating point. Raises DoesNotFitError (naming
+    each part) when it does not fit, unless check_memory is False."""
+    if check_memory:
+        op.memory.check()
+    dep, target = op.deployment, op.target
+    b, l = op.batch_size, op.context_len
+    common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
+    plain = step_cost(target, op.hardware, batch_size=b, q_len=1, ctx_len=l, **common)
+    if not op.speculative:
+        t = target_step_time(target, dep, batch_size=b, q_len=1, ctx_len=l)
+        cyc = cycle_times(target_step_time_s=t, draft_time_s=0.0, verify_time_s=t, tokens_per_cycle=1.0, batch_size=b,
+                          draft_step_time_s=0.0)
+        return Prediction(point=op, alpha=None, plain_step=plain, draft_step=None, verify_step=plain, cycle=cyc)
+    tree = op.tree_size if op.is_tree else None
+    tau = tokens_per_cycle_at(op)
+    cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, ctx_len=l, tokens_per_cycle=tau,
+                            tree_size=tree)
+    q = int(np.asarray(cyc.verify_q_len))
+    verify = step_cost(target, op.hardware, batch_size=b, q_len=q, ctx_len=l, **common)
+    work = op.drafter.family.work(op.drafter, target, dep.tp)
+    draft = None
+    if work.pass_model is not None:
+        draft = step_cost(work.pass_model, op.hardware, batch_size=b, q_len=1, ctx_len=l, tp=work.pass_tp,
+                          attention=dep.attention, efficiency=dep.eff)
+    return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
+                      verify_q_len=q)
 
-    if scenario.tau is not None:
-        if scenario.method == "lookahead":
-            raise field_error(where, "tau", scenario.tau, "alpha (pool-guess acceptance) for method 'lookahead'")
-        tau, alpha = float(scenario.tau), alpha_from_tau(float(scenario.tau), k)
-    elif scenario.alpha is not None:
-        alpha = float(scenario.alpha)
-        tau = float(tokens_per_cycle(cfg, alpha=alpha, k=k))
-    else:
-        raise field_error(where, "alpha", None, "an acceptance rate alpha or a mean tokens per cycle tau")
-    cyc = speculative_cycle(cfg, target, dep, batch_size=b, k=k, ctx_len=l, tokens_per_cycle=tau,
-                            plain_step_time_s=plain.time_s)
-    dc = drafters.draft_cost(cfg, target, hw, batch_size=b, k=k, ctx_len=l, tp=dep.tp, attention=scenario.attention,
-                             efficiency=dep.eff)
-    verify = step_cost(target, hw, batch_size=b, q_len=int(dc.verify_q_len), ctx_len=l, tp=dep.tp, **common)
-    draft = (step_cost(drafter, hw, batch_size=b, q_len=1, ctx_len=l, tp=scenario.drafter_tp, **common)
-             if drafter is not None else None)
-    return Prediction(scenario=scenario, hardware=hw, target=target, drafter=drafter, alpha=alpha,
-                      plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
-                      memory_per_device_bytes=memory, verify_q_len=int(dc.verify_q_len))
+
+def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context_len=None, alpha=None) -> GridResult:
+    """The point's family evaluated on the outer product K × M × B × L × α (each axis defaulting
+    to the point's value; `alpha` defaulting to the point's acceptance, moved along the acceptance
+    model's dependence on context and temperature). See `cycle.evaluate_grid`."""
+    acc = op.require_acceptance()
+    ks = [op.k] if k is None else k
+    ls = [op.context_len] if context_len is None else context_len
+    bs = [op.batch_size] if batch_size is None else batch_size
+    factor = acc.factor(np.asarray(ls, dtype=float), op.temperature)
+    conditional = None
+    if alpha is None:
+        if acc.model.conditional is not None:
+            conditional = acc.model.conditional
+            alpha = [conditional[0]]
+        else:
+            alpha = [acc.model.alpha]
+    trees = None
+    if tree_size is not None and op.drafter.supports_tree:
+        trees = tree_size
+    elif tree_size is None and op.is_tree:
+        trees = [op.tree_size]
+    g = evaluate_grid(op.drafter, op.target, op.deployment, k=ks, tree_size=trees, batch_size=bs, context_len=ls,
+                      alpha=alpha, n_ranks=acc.n_ranks, rank_decay=acc.rank_decay, alpha_factor=factor,
+                      conditional=conditional)
+    return g
+
+
+__all__ = ["Prediction", "predict", "grid", "tokens_per_cycle_at"]

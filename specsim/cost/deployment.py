@@ -1,0 +1,93 @@
+"""A deployment: which part, how many of them, and how the serving stack runs a model on them.
+
+The roofline (`roofline.step_cost`) prices one forward pass on one device of a tensor-parallel
+group. A deployment adds what the serving stack decides: its achievable efficiency and fixed costs
+(`specs.stacks.StackProfile.efficiency`, else the hardware's own), how it spreads a model over
+devices (tensor parallel, or Hugging Face's layer split where consecutive layers sit on consecutive
+devices and run one after the other, paying one hop per device boundary), the attention kernel, its
+per-cycle host overhead for speculation, and whether it verifies trees.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import field_error
+from ..specs.hardware import Efficiency, HardwareProfile
+from ..specs.models import ModelSpec
+from .roofline import ATTENTION_KERNELS, step_cost
+
+MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """Where and how the target runs: one hardware part × n_devices, the efficiency the serving stack
+    achieves, its per-cycle host overhead, and how it spreads a model over devices.
+
+    multi_gpu: 'tensor_parallel' (tp = n_devices) or 'layer_split' (consecutive layers on consecutive
+    devices, run one after the other: the step costs what it costs on one device, plus one hop per
+    device boundary, while memory is split n ways) or 'none' (one device only)."""
+
+    hardware: HardwareProfile
+    n_devices: int = 1
+    efficiency: Efficiency | None = None
+    cycle_overhead_s: float = 0.0
+    multi_gpu: str = "tensor_parallel"
+    layer_split_hop_s: float = 0.0
+    attention: str = "fused"
+    supports_tree: bool = True
+    stack_id: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
+            raise field_error("deployment", "n_devices", self.n_devices, "an integer >= 1")
+        if self.multi_gpu not in MULTI_GPU_MODES:
+            raise field_error("deployment", "multi_gpu", self.multi_gpu, f"one of {', '.join(MULTI_GPU_MODES)}")
+        if self.multi_gpu == "none" and self.n_devices > 1:
+            raise field_error(f"stack {self.stack_id!r}", "tp", self.n_devices, "1: this stack runs a model on one device")
+        if self.attention not in ATTENTION_KERNELS:
+            raise field_error("deployment", "attention", self.attention, f"one of {', '.join(ATTENTION_KERNELS)}")
+
+    @classmethod
+    def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused"):
+        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own)."""
+        if stack is None:
+            return cls(hardware=hardware, n_devices=n_devices, attention=attention)
+        return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
+                   cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
+                   layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
+                   supports_tree=stack.supports_tree, stack_id=stack.id)
+
+    @property
+    def eff(self) -> Efficiency:
+        return self.efficiency or self.hardware.efficiency
+
+    @property
+    def tp(self) -> int:
+        """The tensor-parallel degree a layer is split over (1 under a layer split)."""
+        return self.n_devices if self.multi_gpu == "tensor_parallel" else 1
+
+    @property
+    def memory_split(self) -> int:
+        """How many devices share the weights and the cache."""
+        return self.n_devices
+
+    @property
+    def hop_s(self) -> float:
+        """Time a forward pass spends crossing device boundaries under a layer split."""
+        if self.multi_gpu == "layer_split" and self.n_devices > 1:
+            return (self.n_devices - 1) * self.layer_split_hop_s
+        return 0.0
+
+
+def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, ctx_len) -> np.ndarray:
+    """One forward pass of the target (B sequences × M query tokens after L cached), seconds: the
+    roofline step on one device of the group, plus the layer-split hops."""
+    t = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, ctx_len=ctx_len, tp=dep.tp,
+                  attention=dep.attention, efficiency=dep.eff).time_s
+    return t + dep.hop_s if dep.hop_s else t
+
+
+__all__ = ["Deployment", "target_step_time", "MULTI_GPU_MODES"]

@@ -1,0 +1,470 @@
+"""One operating point: a scenario resolved once, into everything an analysis needs, with sources.
+
+`resolve(scenario, **overrides) -> OperatingPoint` loads the hardware, the target (in the weight
+format asked for), the serving stack and the deployment it implies (efficiency, fixed costs,
+tensor-parallel or layer-split, attention kernel, tree support), the drafter family with its model
+and options, the acceptance model (α, τ or per-position rates, with its dependence on context and
+temperature), and the memory fit. It checks them against each other (a stack that does not ship the
+family, a tree on a chain-only stack, a drafter with another tokenizer, a context past the model's
+maximum, a drafter group larger than the target's). Every analysis — predict, sweep, threshold,
+replay, the serving simulator, a report — takes the OperatingPoint; none reads the scenario, so two
+commands never disagree about the same configuration. `OperatingPoint.describe()` prints the
+configuration and where each value came from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+from ..cost.deployment import Deployment
+from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
+from ..errors import DoesNotFitError, SpecError, field_error, reject_unknown_keys
+from ..specs.catalog import resolve as catalog_path
+from ..specs.hardware import HardwareProfile, load_hardware
+from ..specs.models import ModelSpec, load_model
+from ..specs.scenario import DEFAULTS, Scenario
+from ..specs.stacks import StackProfile, load_stack
+from .acceptance import AcceptanceModel, alpha_from_tau
+from .cycle import DEFAULT_N_RANKS, DEFAULT_RANK_DECAY
+from .families import FAMILIES, METHODS, DrafterConfig, footprint, make_config, verify_q_len
+
+ACCEPTANCE_KEYS = ("by_position", "context_decay_per_token", "reference_context_len", "temperature_slope",
+                   "reference_temperature", "n_ranks", "rank_decay")
+ALL_METHODS = METHODS + ("none",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Acceptance:
+    """How many drafted tokens the target accepts, as the analyses need it.
+
+    model: α (i.i.d.) or per-position conditional rates, with the (by default absent) dependence on
+    context length and temperature (`acceptance.AcceptanceModel`); None when nothing was given.
+    tau_given: a measured τ (tokens per cycle, bonus included) at the scenario's K, used as is by
+    `predict` at that K (the model then holds the i.i.d. α that gives it).
+    n_ranks, rank_decay: how α becomes a per-rank vector for trees. source: where it came from."""
+
+    model: AcceptanceModel | None
+    tau_given: float | None = None
+    n_ranks: int = DEFAULT_N_RANKS
+    rank_decay: float = DEFAULT_RANK_DECAY
+    source: str = ""
+
+    def alpha_at(self, context_len, temperature) -> np.ndarray | None:
+        """The i.i.d. α at context L and temperature T (for per-position rates: the first one's)."""
+        if self.model is None:
+            return None
+        if self.model.alpha is not None:
+            return self.model.alpha_at(context_len, temperature)
+        return np.clip(self.model.conditional[0] * self.model.factor(context_len, temperature), 0.0, 1.0)
+
+    def factor(self, context_len, temperature) -> np.ndarray:
+        """Multiplier of the reference rates at context L and temperature T (1 when independent)."""
+        if self.model is None:
+            return np.ones(np.shape(context_len))
+        return self.model.factor(context_len, temperature)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryFit:
+    """Per-device memory at the operating point, and the largest batch that fits.
+
+    parts_bytes: label → bytes on the fullest device at the point's batch and context (target
+    weights and cache, the drafter's weights and cache, the speculative slots). max_batch_plain /
+    max_batch_speculative: the largest batch that fits at the point's context without / with
+    speculation (0: the weights alone do not fit)."""
+
+    parts_bytes: Mapping[str, float]
+    capacity_bytes: float
+    max_batch_plain: int
+    max_batch_speculative: int | None
+    what: str
+
+    @property
+    def total_bytes(self) -> float:
+        return float(sum(self.parts_bytes.values()))
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    def check(self) -> None:
+        """Raise DoesNotFitError, naming each part and how much is missing, unless it fits."""
+        if self.fits:
+            return
+        detail = ", ".join(f"{k} {_gb(v)}" for k, v in self.parts_bytes.items())
+        raise DoesNotFitError(
+            f"{self.what} does not fit: needs {_gb(self.total_bytes)} per device ({detail}) but the device has "
+            f"{_gb(self.capacity_bytes)}; short by {_gb(self.total_bytes - self.capacity_bytes)}. "
+            f"Largest batch that fits at this context: {self.max_batch_plain} without speculation"
+            + (f", {self.max_batch_speculative} with it" if self.max_batch_speculative is not None else "")
+            + ". Use a larger tensor-parallel group, a smaller batch or context, or a quantised format.")
+
+
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.2f} GB" if n_bytes >= 1e8 else f"{n_bytes / 1e6:.3f} MB"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperatingPoint:
+    """A scenario resolved: every input of every analysis, immutable, with where each came from."""
+
+    name: str
+    description: str
+    hardware: HardwareProfile
+    target: ModelSpec
+    stack: StackProfile | None
+    deployment: Deployment
+    method: str
+    drafter: DrafterConfig | None
+    k: int
+    tree_size: int | None
+    batch_size: int
+    context_len: int
+    temperature: float
+    acceptance: Acceptance
+    memory: MemoryFit
+    allow_cross_tokenizer: bool = False
+    sources: Mapping[str, str] = field(default_factory=dict)
+    sections: Mapping[str, Mapping] = field(default_factory=dict)
+    scenario: Scenario = field(repr=False, default=None)
+
+    @property
+    def speculative(self) -> bool:
+        return self.method != "none" and self.drafter is not None and (self.k > 0 or self.method == "lookahead")
+
+    @property
+    def is_tree(self) -> bool:
+        return self.tree_size is not None and self.drafter is not None and self.drafter.supports_tree
+
+    @property
+    def alpha(self) -> float | None:
+        """The i.i.d. acceptance at the point's context and temperature."""
+        a = self.acceptance.alpha_at(self.context_len, self.temperature)
+        return None if a is None else float(a)
+
+    @property
+    def verify_q_len(self) -> int:
+        if not self.speculative:
+            return 1
+        work = self.drafter.family.work(self.drafter, self.target, self.deployment.tp)
+        return int(verify_q_len(self.drafter, work, self.k, self.tree_size if self.is_tree else None))
+
+    @property
+    def reserved_slots(self) -> int:
+        """Speculative positions per sequence beyond its real token (K, M − 1, or Lookahead's)."""
+        if not self.speculative:
+            return 0
+        return self.drafter.family.reserved_slots(self.drafter, self.target, self.k,
+                                                  self.tree_size if self.is_tree else None)
+
+    def section(self, name: str) -> Mapping:
+        return self.sections.get(name, MappingProxyType({}))
+
+    def with_overrides(self, **overrides) -> "OperatingPoint":
+        """The same scenario resolved again with some fields replaced (None keeps a field)."""
+        return resolve(self.scenario, **overrides)
+
+    def require_acceptance(self, where: str = "") -> Acceptance:
+        if self.acceptance.model is None:
+            raise field_error(where or f"scenario {self.name!r}", "alpha", None,
+                              "an acceptance rate alpha, a mean tokens per cycle tau, or [acceptance] by_position")
+        return self.acceptance
+
+    def to_dict(self) -> dict:
+        d = self.drafter
+        return {
+            "scenario": self.name, "hardware": self.hardware.id, "target": self.target.id,
+            "target_weight_format": self.target.weight_format, "stack": self.stack.id if self.stack else None,
+            "n_devices": self.deployment.n_devices, "tp": self.deployment.tp, "multi_gpu": self.deployment.multi_gpu,
+            "attention": self.deployment.attention, "method": self.method,
+            "drafter": d.drafter.id if d is not None and d.drafter is not None else None,
+            "drafter_tp": d.drafter_tp if d is not None else None,
+            "drafter_options": d.options() if d is not None else {}, "k": self.k, "tree_size": self.tree_size,
+            "batch_size": self.batch_size, "context_len": self.context_len, "temperature": self.temperature,
+            "alpha": self.alpha, "tau_given": self.acceptance.tau_given,
+            "acceptance_by_position": (list(self.acceptance.model.conditional)
+                                       if self.acceptance.model is not None and self.acceptance.model.conditional
+                                       else None),
+            "memory_per_device_bytes": dict(self.memory.parts_bytes), "memory_capacity_bytes": self.memory.capacity_bytes,
+            "fits": self.memory.fits, "max_batch_plain": self.memory.max_batch_plain,
+            "max_batch_speculative": self.memory.max_batch_speculative, "sources": dict(self.sources),
+        }
+
+    def describe(self) -> str:
+        """The configuration and its sources, as a user reads it."""
+        s = self.sources
+        dep = self.deployment
+        rows = [
+            ("hardware", f"{self.hardware.name} ({self.hardware.id}) × {dep.n_devices}", s.get("hardware", "")),
+            ("target", f"{self.target.id}, {self.target.weight_format}", s.get("target", "")),
+            ("stack", (f"{self.stack.name} ({self.stack.id})" if self.stack else
+                       "none: the hardware's own efficiency (an idealised roofline)"), s.get("stack", "")),
+            ("deployment", f"{dep.multi_gpu.replace('_', ' ')}, tp {dep.tp}, {dep.attention} attention, bandwidth "
+                           f"{dep.eff.bandwidth_frac:.2f} and compute {dep.eff.compute_frac:.2f} of peak, "
+                           f"{dep.eff.step_overhead_s * 1e6:.0f} µs a step + {dep.eff.per_layer_overhead_s * 1e6:.1f} µs "
+                           f"a layer, {dep.cycle_overhead_s * 1e6:.0f} µs a cycle", s.get("stack", "")),
+            ("method", self.method, s.get("method", "")),
+        ]
+        if self.drafter is not None:
+            if self.drafter.drafter is not None:
+                rows.append(("drafter", f"{self.drafter.drafter.id} at tp {self.drafter.drafter_tp}", s.get("drafter", "")))
+            if self.drafter.options():
+                rows.append(("drafter options", ", ".join(f"{k} = {v}" for k, v in self.drafter.options().items()),
+                             s.get("drafter_options", "defaults of the family")))
+            shape = (f"tree of {self.tree_size} nodes, depth {self.k}" if self.is_tree else
+                     f"chain of K = {self.k}" if self.method != "lookahead" else f"{self.verify_q_len} tokens a step")
+            rows.append(("draft", shape, s.get("k", "")))
+        rows += [("batch, context", f"B = {self.batch_size}, L = {self.context_len} tokens", s.get("batch_size", "")),
+                 ("temperature", f"{self.temperature:g}", s.get("temperature", ""))]
+        a = self.acceptance
+        if a.model is not None:
+            if a.tau_given is not None:
+                text = f"τ = {a.tau_given:g} tokens a cycle at K = {self.k} (i.i.d. α = {self.alpha:.4f})"
+            elif a.model.conditional is not None:
+                text = "per position " + ", ".join(f"{c:.3f}" for c in a.model.conditional)
+            else:
+                text = f"α = {self.alpha:.4f}"
+            if a.model.context_decay_per_token or a.model.temperature_slope:
+                text += (f", × exp(−{a.model.context_decay_per_token:g}·(L − {a.model.reference_context_len:g}) − "
+                         f"{a.model.temperature_slope:g}·(T − {a.model.reference_temperature:g}))")
+            rows.append(("acceptance", text, a.source))
+        elif self.speculative:
+            rows.append(("acceptance", "not given", "set alpha, tau or [acceptance] by_position"))
+        mem = self.memory
+        rows.append(("memory per device", ", ".join(f"{k} {_gb(v)}" for k, v in mem.parts_bytes.items())
+                     + f" = {_gb(mem.total_bytes)} of {_gb(mem.capacity_bytes)}" + ("" if mem.fits else " (DOES NOT FIT)"),
+                     "weights and KV cache from the model shape; capacity from the hardware file"))
+        rows.append(("largest batch that fits", f"{mem.max_batch_plain} plain"
+                     + (f", {mem.max_batch_speculative} speculating" if mem.max_batch_speculative is not None else "")
+                     + f" at L = {self.context_len}", ""))
+        width = max(len(r[0]) for r in rows)
+        lines = [f"operating point: {self.name}" + (f" — {self.description}" if self.description else "")]
+        for key, value, src in rows:
+            lines.append(f"  {key:<{width}}  {value}" + (f"   [{src}]" if src else ""))
+        return "\n".join(lines)
+
+
+# ---- resolving ------------------------------------------------------------------------------------
+
+def _sources(scenario: Scenario, overrides: dict) -> dict:
+    where = scenario.path or "the command line"
+    out = {}
+    for key in DEFAULTS:
+        if key in overrides:
+            out[key] = "flag / override"
+        elif key in scenario.given:
+            out[key] = where
+        else:
+            out[key] = f"default ({DEFAULTS[key]!r})"
+    for key in ("hardware", "target", "stack"):
+        value = getattr(scenario, key) if key not in overrides else overrides[key]
+        if value:
+            try:
+                kind = {"hardware": "hardware", "target": "models", "stack": "stacks"}[key]
+                if kind == "models":
+                    out[key] += f"; {load_model(value).sources.get('shape', 'catalog file')}"
+                else:
+                    out[key] += f"; {catalog_path(kind, value)}"
+            except SpecError:
+                pass
+    return out
+
+
+def _lookahead_alpha(tau: float, cfg: DrafterConfig, where: str) -> float:
+    """The pool-guess acceptance α whose Lookahead step emits τ tokens (inverting
+    cycle.lookahead_tokens_per_step, which rises from 1 at α = 0 to N at α = 1)."""
+    from scipy.optimize import brentq
+
+    from .cycle import lookahead_tokens_per_step
+
+    top = float(cfg.lookahead_ngram)
+    if not 1.0 <= tau <= top:
+        raise field_error(where, "tau", tau, f"tokens per Lookahead step in [1, N] = [1, {top:g}]")
+    if tau >= top:
+        return 1.0
+    if tau <= 1.0:
+        return 0.0
+    f = lambda a: float(lookahead_tokens_per_step(a, ngram=cfg.lookahead_ngram, guesses=cfg.lookahead_guesses)) - tau  # noqa: E731
+    return float(brentq(f, 0.0, 1.0, xtol=1e-14))
+
+
+def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, reference: Scenario) -> Acceptance:
+    """`reference`: the scenario before overrides, whose context and temperature are the default
+    reference point of the acceptance model (so overriding the context moves along the model)."""
+    raw = dict(scenario.section("acceptance"))
+    where = f"scenario {scenario.path or scenario.name!r} [acceptance]"
+    reject_unknown_keys(where, raw, ACCEPTANCE_KEYS + ("calibrated",))
+    if "calibrated" in raw:
+        raise field_error(where, "calibrated", raw["calibrated"], "a calibration name (not available in this version)")
+    for key in ("context_decay_per_token", "reference_context_len", "temperature_slope", "reference_temperature",
+                "rank_decay"):
+        if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], (int, float))
+                           or not np.isfinite(raw[key])):
+            raise field_error(where, key, raw[key], "a finite number")
+    n_ranks = raw.get("n_ranks", DEFAULT_N_RANKS)
+    if isinstance(n_ranks, bool) or not isinstance(n_ranks, int) or n_ranks < 1:
+        raise field_error(where, "n_ranks", n_ranks, "an integer >= 1 (ranks of a tree's per-rank vector)")
+    rank_decay = float(raw.get("rank_decay", DEFAULT_RANK_DECAY))
+    if not 0.0 <= rank_decay <= 1.0:
+        raise field_error(where, "rank_decay", rank_decay, "a fraction in [0, 1]")
+    dependence = dict(context_decay_per_token=raw.get("context_decay_per_token", 0.0),
+                      temperature_slope=raw.get("temperature_slope", 0.0),
+                      reference_context_len=raw.get("reference_context_len", reference.context_len),
+                      reference_temperature=raw.get("reference_temperature", reference.temperature))
+    tau_given, source = None, ""
+    by_position = raw.get("by_position")
+    given = sum(x is not None for x in (scenario.alpha, scenario.tau, by_position))
+    if given > 1:
+        raise field_error(where, "by_position", by_position, "one acceptance input: alpha, tau or [acceptance] by_position")
+    try:
+        if by_position is not None:
+            if not (isinstance(by_position, list) and by_position
+                    and all(not isinstance(a, bool) and isinstance(a, (int, float)) for a in by_position)):
+                raise field_error(where, "by_position", by_position, "a list of conditional rates in [0, 1]")
+            model = AcceptanceModel(conditional=tuple(float(a) for a in by_position), **dependence)
+            source = f"{scenario.path or 'scenario'} [acceptance] by_position"
+        elif scenario.tau is not None:
+            tau_given = float(scenario.tau)
+            if cfg is not None and cfg.method == "lookahead":
+                model = AcceptanceModel(alpha=_lookahead_alpha(tau_given, cfg, where), **dependence)
+                source = f"tau from {scenario.path or 'the command line'}; α by inverting Lookahead's tokens per step"
+            else:
+                if tau_given > k + 1:
+                    raise field_error(where, "tau", tau_given, f"mean tokens per cycle in [1, K + 1] = [1, {k + 1}]")
+                model = AcceptanceModel(alpha=alpha_from_tau(tau_given, max(k, 1)), **dependence)
+                source = f"tau from {scenario.path or 'the command line'}; α by inverting (1 − α^(K+1))/(1 − α) = τ"
+        elif scenario.alpha is not None:
+            model = AcceptanceModel(alpha=float(scenario.alpha), **dependence)
+            source = f"alpha from {scenario.path or 'the command line'}"
+        else:
+            model = None
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return Acceptance(model=model, tau_given=tau_given, n_ranks=n_ranks, rank_decay=rank_decay, source=source)
+
+
+def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size, ctx_len, k,
+                 tree_size=None) -> dict:
+    """Per-device bytes on the fullest device, by part (arrays broadcast over B, L, K, M).
+
+    It holds 1/tp of the target's weights and of its cache of L + 1 tokens per sequence (1/n under a
+    layer split) plus, when `drafter` is given, the drafter's weights and cache and the speculative
+    slots (a separate draft model runs whole on the group's first device unless drafter_tp says
+    otherwise)."""
+    split = dep.memory_split // dep.tp
+    b = np.asarray(batch_size, dtype=float)
+    l = np.asarray(ctx_len, dtype=float)
+    out = {"target weights": weight_bytes_per_device(target, dep.tp) / split,
+           "target KV cache": kv_bytes_per_device(target, batch_size=b, ctx_len=l + 1.0, tp=dep.tp) / split}
+    if drafter is not None:
+        extra = footprint(drafter, target, batch_size=b, ctx_len=l, k=k,
+                          tree_size=tree_size if drafter.supports_tree else None, tp=dep.tp)
+        out.update({label: np.asarray(v, dtype=float) / split for label, v in extra.items()})
+    return out
+
+
+def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size: int, ctx_len: int,
+               k: int, tree_size: int | None, what: str) -> MemoryFit:
+    """Per-device bytes at (B, L) (`memory_parts`) and the largest batch that fits, from the model
+    shapes: the parts are affine in B, so the largest batch is (capacity − fixed) // per-sequence."""
+    capacity = dep.hardware.memory_bytes
+
+    def total(b: float, speculative: bool) -> float:
+        parts = memory_parts(target, dep, drafter if speculative else None, batch_size=b, ctx_len=ctx_len, k=k,
+                             tree_size=tree_size)
+        return float(sum(float(v) for v in parts.values()))
+
+    def max_batch(speculative: bool) -> int:
+        per_seq = total(2.0, speculative) - total(1.0, speculative)
+        fixed = total(1.0, speculative) - per_seq
+        if fixed > capacity:
+            return 0
+        return int((capacity - fixed) // per_seq) if per_seq > 0 else 2 ** 31
+
+    parts = memory_parts(target, dep, drafter, batch_size=batch_size, ctx_len=ctx_len, k=k, tree_size=tree_size)
+    return MemoryFit(parts_bytes={key: float(v) for key, v in parts.items()}, capacity_bytes=capacity,
+                     max_batch_plain=max_batch(False),
+                     max_batch_speculative=max_batch(True) if drafter is not None else None, what=what)
+
+
+def check_context(op_or_models, context_len: int, q_len: int, *, where: str) -> None:
+    """Refuse a context whose step would run past a model's maximum context: L + q ≤ max_context
+    for the target and for a separate draft model."""
+    for model, label in op_or_models:
+        if model is not None and model.max_context and context_len + q_len > model.max_context:
+            raise field_error(where, "context_len", context_len,
+                              f"<= {model.max_context - q_len}: the {label} {model.id!r} holds at most "
+                              f"{model.max_context} tokens and a step adds {q_len}")
+
+
+def resolve(scenario: Scenario, **overrides) -> OperatingPoint:
+    """The scenario (with `overrides` of its top-level fields; None keeps a field) as an
+    OperatingPoint. Raises SpecError naming the field when the pieces do not fit together."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    s = scenario.with_overrides(**given) if given else scenario
+    where = f"scenario {s.path or s.name!r}"
+    if s.method not in ALL_METHODS:
+        raise field_error(where, "method", s.method, f"one of {', '.join(ALL_METHODS)}")
+    hw = load_hardware(s.hardware)
+    target = load_model(s.target)
+    if s.target_dtype:
+        target = target.with_weight_format(s.target_dtype)
+    stack = load_stack(s.stack) if s.stack else None
+    dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention)
+    method = s.method if s.k > 0 or s.method in ("lookahead", "none") else "none"
+    cfg = None
+    tree_size = s.tree_size
+    if method != "none":
+        fam = FAMILIES[method]
+        if stack is not None and stack.id not in fam.stacks:
+            shipped = [m for m, f in FAMILIES.items() if stack.id in f.stacks]
+            raise field_error(where, "method", method, f"a family the stack {stack.id!r} ships: {', '.join(shipped)}")
+        if method == "draft_model" and s.drafter_tp > s.tp:
+            raise field_error(where, "drafter_tp", s.drafter_tp, f"<= tp = {s.tp} (the drafter runs on the target's devices)")
+        options = dict(s.section("drafter_options"))
+        cfg = make_config(method, target, drafter=s.drafter, drafter_tp=s.drafter_tp,
+                          allow_cross_tokenizer=s.allow_cross_tokenizer, options=options, where=where)
+        if tree_size is not None and tree_size != s.k + 1:
+            if not fam.tree:
+                raise field_error(where, "tree_size", tree_size,
+                                  f"absent: method {method!r} drafts chains (trees: {', '.join(f for f in FAMILIES if FAMILIES[f].tree)})")
+            if not dep.supports_tree:
+                raise field_error(where, "tree_size", tree_size, f"absent: stack {dep.stack_id!r} verifies chains only")
+        elif tree_size == s.k + 1:
+            tree_size = None  # a tree of K + 1 nodes and depth K is the chain
+    elif s.drafter is not None and s.method == "none":
+        pass  # a drafter id without a method is harmless: nothing drafts
+    acceptance = _acceptance(s, cfg, s.k, reference=scenario)
+    q = 1
+    if cfg is not None:
+        work = cfg.family.work(cfg, target, dep.tp)
+        q = int(verify_q_len(cfg, work, s.k, tree_size))
+    check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
+                  where=where)
+    drafter_id = cfg.drafter.id if cfg is not None and cfg.drafter is not None else None
+    what = (f"{target.id}{' + ' + drafter_id if drafter_id else ''} on {s.tp}× {hw.id} at batch {s.batch_size}, "
+            f"context {s.context_len}")
+    mem = memory_fit(target, dep, cfg, batch_size=s.batch_size, ctx_len=s.context_len, k=s.k, tree_size=tree_size,
+                     what=what)
+    sections = {k: v for k, v in s.sections.items() if k not in ("drafter_options", "acceptance")}
+    return OperatingPoint(name=s.name, description=s.description, hardware=hw, target=target, stack=stack,
+                          deployment=dep, method=method, drafter=cfg, k=s.k, tree_size=tree_size,
+                          batch_size=s.batch_size, context_len=s.context_len, temperature=float(s.temperature),
+                          acceptance=acceptance, memory=mem, allow_cross_tokenizer=s.allow_cross_tokenizer,
+                          sources=MappingProxyType(_sources(scenario, given)),
+                          sections=MappingProxyType(dict(sections)), scenario=s)
+
+
+def resolve_id(id_or_path: str, **overrides) -> OperatingPoint:
+    """resolve(load_scenario(id_or_path), **overrides)."""
+    from ..specs.scenario import load_scenario
+
+    return resolve(load_scenario(id_or_path), **overrides)
+
+
+__all__ = ["OperatingPoint", "Acceptance", "MemoryFit", "resolve", "resolve_id", "memory_fit", "memory_parts",
+           "check_context", "ALL_METHODS",
+           "ACCEPTANCE_KEYS", "DEFAULT_N_RANKS", "DEFAULT_RANK_DECAY"]
