@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,29 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def cache_dir() -> Path:
     """$SPECSIM_CACHE, default ~/.cache/specsim."""
     return Path(os.environ.get("SPECSIM_CACHE") or Path.home() / ".cache" / "specsim")
+
+
+def configure_numba_cache() -> Path:
+    """Where numba keeps the decoder's compiled kernels: $NUMBA_CACHE_DIR when it is set, else
+    cache_dir()/numba (~/.cache/specsim/numba), else, when that cannot be written, a per-user folder
+    in the temporary directory — never the installed package's __pycache__ (numba's own default,
+    which breaks a read-only install and modifies a shared one). Sets NUMBA_CACHE_DIR (and numba's
+    config, if numba is already imported); the kernels module calls this before defining a kernel."""
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    for candidate in (cache_dir() / "numba", Path(tempfile.gettempdir()) / f"specsim-numba-{uid}"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=candidate).close()
+        except OSError:
+            continue
+        os.environ["NUMBA_CACHE_DIR"] = str(candidate)
+        if "numba" in sys.modules:  # its config was read at import; the compiler re-reads the environment
+            sys.modules["numba"].config.CACHE_DIR = str(candidate)
+        return candidate
+    return Path()  # nowhere writable: numba finds its own place, or compiles without a cache
 
 
 def default_model_path() -> Path:

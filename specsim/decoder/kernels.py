@@ -11,6 +11,9 @@ Dimension legend (every shape comment below uses these letters)
   LUT  65536: float16 bit pattern -> float32
 
 Conventions: outputs first; no allocation inside a kernel (scratch comes in); no random draws.
+Every entry point checks that its arrays' shapes agree before its loops (a ValueError otherwise), so a
+caller's mistake never becomes an out-of-bounds read or write: the VNNI tiles load through raw pointers,
+where numba's boundscheck cannot see. The tests run the kernels under NUMBA_BOUNDSCHECK=1 as well.
 Block-quantized matrices (Q4_0, Q4_1, Q8_0) multiply activations quantized to Q8 as in llama.cpp
 (`quantize_q8`: per 32-block, int8 values and a float32 scale, once per pass per matrix): each
 block's dot product is an exact int32 sum of weight ints times activation ints, then the float
@@ -30,11 +33,16 @@ import math
 import os
 
 import numpy as np
-import llvmlite.binding
-from llvmlite import ir
-from numba import get_num_threads, njit, prange
-from numba.core import cgutils, types
-from numba.extending import intrinsic
+
+from .fetch import configure_numba_cache
+
+configure_numba_cache()  # before numba defines anything: compiled kernels go to a user cache folder
+
+import llvmlite.binding  # noqa: E402
+from llvmlite import ir  # noqa: E402
+from numba import get_num_threads, njit, prange  # noqa: E402
+from numba.core import cgutils, types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 F16_LUT = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)  # (LUT,)
 
@@ -44,7 +52,6 @@ _JIT = dict(cache=True, fastmath=True, nogil=True)
 _JIT_ORDERED = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn"}, nogil=True)  # -inf marks masked rows
 # Block matmuls: no fast-math, so each output's float epilogue runs in the fixed order written (any tile, any M)
 _JIT_EXACT = dict(cache=True, fastmath=False, nogil=True)
-_JIT_EXACT_PLAIN = _JIT_EXACT
 
 
 @njit(**_JIT)
@@ -90,7 +97,7 @@ def quantize_q8(xq, xd, xs, sx, x):
 GROUP = 16  # weight rows per group: the 16 int32 lanes of a vpdpbusd
 
 
-@njit(**_JIT_EXACT_PLAIN)
+@njit(**_JIT_EXACT)
 def _plain_q4_1(qs, d, mn, xq, xd, xs, nb, l):
     acc = np.float32(0.0)
     for b in range(nb):
@@ -104,7 +111,7 @@ def _plain_q4_1(qs, d, mn, xq, xd, xs, nb, l):
     return acc
 
 
-@njit(**_JIT_EXACT_PLAIN)
+@njit(**_JIT_EXACT)
 def _plain_q4_0(qs, d, mn, xq, xd, xs, nb, l):
     acc = np.float32(0.0)
     for b in range(nb):
@@ -117,7 +124,7 @@ def _plain_q4_0(qs, d, mn, xq, xd, xs, nb, l):
     return acc
 
 
-@njit(**_JIT_EXACT_PLAIN)
+@njit(**_JIT_EXACT)
 def _plain_q8_0(qs, d, mn, xq, xd, xs, nb, l):
     acc = np.float32(0.0)
     for b in range(nb):
@@ -298,18 +305,25 @@ else:  # the plain loop, one query row and one lane at a time, behind the same s
 # result is the same in any tile and for any M (the same per-lane operations in the same order).
 
 
-def _tiled_matmul(tile8, tile4, tile1):
+def _tiled_matmul(tile8, tile4, tile1, qs_per_block):
     """The driver shared by every block type: Q8-quantize x, then for each group of 16 weight rows
     run the tiles of 8, then 4, then single query rows. Q4_0 and Q8_0 have no block minimum: their
-    callers pass `dq` again as `mq`, which their tile kernels ignore."""
+    callers pass `dq` again as `mq`, which their tile kernels ignore. qs_per_block: bytes of qs per
+    block of a group (256 for Q4, 512 for Q8_0)."""
 
     @njit(parallel=True, **_JIT_EXACT)
     def matmul(out, xq, xd, xs, sx, qs, dq, mq, x):
         # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (NG, NB * 256) u8 (Q4) or (NG, NB * 512)
         # i8 (Q8_0); dq, mq (NG, NB * 16) u16 float16 scale and min, groups of 16 rows as `pack` lays them
         # out (NG = ceil(N / 16)); x (M, K) f32
-        quantize_q8(xq, xd, xs, sx, x)
         n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
+        if (x.shape[1] % 32 != 0 or out.shape[0] != n_q or qs.shape[0] != (n + GROUP - 1) // GROUP
+                or qs.shape[1] != nb * qs_per_block or dq.shape[0] != qs.shape[0] or dq.shape[1] != nb * GROUP
+                or mq.shape[0] != dq.shape[0] or mq.shape[1] != dq.shape[1] or xq.shape[0] < n_q
+                or xq.shape[1] < x.shape[1] or xd.shape[0] < n_q or xd.shape[1] < nb or xs.shape[0] < n_q
+                or xs.shape[1] < nb or sx.shape[0] < n_q or sx.shape[1] < nb):
+            raise ValueError("block matmul: shapes of out, scratch, weights and x do not agree")
+        quantize_q8(xq, xd, xs, sx, x)
         n4 = n_q - n_q % 4
         for g in prange(qs.shape[0]):
             nv = min(GROUP, n - g * GROUP)
@@ -323,9 +337,9 @@ def _tiled_matmul(tile8, tile4, tile1):
     return matmul
 
 
-matmul_q4_1 = _tiled_matmul(_q4_1_t8, _q4_1_t4, _q4_1_t1)
-matmul_q4_0 = _tiled_matmul(_q4_0_t8, _q4_0_t4, _q4_0_t1)
-matmul_q8_0 = _tiled_matmul(_q8_0_t8, _q8_0_t4, _q8_0_t1)
+matmul_q4_1 = _tiled_matmul(_q4_1_t8, _q4_1_t4, _q4_1_t1, 256)
+matmul_q4_0 = _tiled_matmul(_q4_0_t8, _q4_0_t4, _q4_0_t1, 256)
+matmul_q8_0 = _tiled_matmul(_q8_0_t8, _q8_0_t4, _q8_0_t1, 512)
 
 
 @njit(**_JIT)
@@ -343,6 +357,9 @@ def _f16_rows(out, buf, w, x, lut, r0, r1):
 def matmul_f16(out, scratch, w, x, lut):
     # out (M, N) f32; scratch (T, >= K) f32; w (N, K) u16 float16 bit patterns; x (M, K); lut (LUT,)
     n, n_threads = w.shape[0], scratch.shape[0]
+    if (x.shape[1] != w.shape[1] or out.shape[0] != x.shape[0] or out.shape[1] != n or scratch.shape[1] < w.shape[1]
+            or lut.shape[0] != 65536):
+        raise ValueError("matmul_f16: shapes of out, scratch, w, x and lut do not agree")
     for t in prange(n_threads):
         _f16_rows(out, scratch[t], w, x, lut, t * n // n_threads, (t + 1) * n // n_threads)
 
@@ -358,6 +375,8 @@ def _f32_rows(out, w, x, r0, r1):
 def matmul_f32(out, scratch, w, x):
     # out (M, N) f32; scratch (T, *) only sets the thread count; w (N, K) f32; x (M, K) f32
     n, n_threads = w.shape[0], scratch.shape[0]
+    if x.shape[1] != w.shape[1] or out.shape[0] != x.shape[0] or out.shape[1] != n:
+        raise ValueError("matmul_f32: shapes of out, w and x do not agree")
     for t in prange(n_threads):
         _f32_rows(out, w, x, t * n // n_threads, (t + 1) * n // n_threads)
 
@@ -417,6 +436,8 @@ def matmul(out, scratch, type_name, packed, x, lut):
 def rmsnorm(out, x, weight, eps):
     # out (M, D) f32; x (M, D) f32; weight (D,) f32
     d = x.shape[1]
+    if out.shape[0] != x.shape[0] or out.shape[1] != d or weight.shape[0] != d:
+        raise ValueError("rmsnorm: shapes of out, x and weight do not agree")
     for m in range(x.shape[0]):
         ss = np.float32(0.0)
         for j in range(d):
@@ -430,6 +451,8 @@ def rmsnorm(out, x, weight, eps):
 def rope(x, positions, inv_freq):
     # x (M, H, E) f32, rotated in place, adjacent pairs (llama.cpp "norm" rope); positions (M,) i64;
     # inv_freq (E/2,) f64
+    if positions.shape[0] != x.shape[0] or 2 * inv_freq.shape[0] > x.shape[2]:
+        raise ValueError("rope: shapes of x, positions and inv_freq do not agree")
     for m in range(x.shape[0]):
         for i in range(inv_freq.shape[0]):
             angle = positions[m] * inv_freq[i]
@@ -549,6 +572,11 @@ def _attention(out, scores, q, k_cache, v_cache, n_shared, mask, n_c):
     # as `attention`; n_c: chunks of the G * R rows (kv head major), one per thread
     n_g, n_rows, group = k_cache.shape[0], n_shared + mask.shape[1], q.shape[1] // k_cache.shape[0]
     rows, scale = q.shape[0] * group, np.float32(1.0 / math.sqrt(q.shape[2]))
+    if (out.shape != q.shape or v_cache.shape != k_cache.shape or n_g < 1 or q.shape[1] % n_g != 0
+            or k_cache.shape[2] != q.shape[2] or mask.shape[0] != q.shape[0] or n_shared < 0
+            or n_rows > k_cache.shape[1] or scores.shape[0] < n_g or scores.shape[1] < rows
+            or scores.shape[2] < n_rows + 2 or n_c < 1):
+        raise ValueError("attention: shapes of out, scores, q, the caches and the mask do not agree")
     for c in prange(n_c):
         lo, hi = c * n_g * rows // n_c, (c + 1) * n_g * rows // n_c  # rows [lo, hi) of all kv heads
         for g in range(lo // rows, min(n_g, (hi + rows - 1) // rows)):
@@ -574,6 +602,8 @@ def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
 @njit(cache=True, fastmath=False, nogil=True)  # no reassociation: it would undo the two-part ln 2
 def swiglu(out, bits, gate, up):
     # out (M, F) f32; bits (>= M, >= F) i32 scratch; gate (M, F); up (M, F): out = silu(gate) * up
+    if out.shape != gate.shape or up.shape != gate.shape or bits.shape[0] < gate.shape[0] or bits.shape[1] < gate.shape[1]:
+        raise ValueError("swiglu: shapes of out, bits, gate and up do not agree")
     for m in range(gate.shape[0]):
         bm, om, gm = bits[m], out[m], gate[m]
         for j in range(gate.shape[1]):  # exp(-g) = 2^n e^r, r = -g - n ln 2 (Cody-Waite), e^r a polynomial

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import SpecError
 from . import reference
-from .gguf_model import GGUFModel, QTensor
+from .gguf_model import GGUFModel, QTensor, check_tensors
 from .kv_cache import KVCache
 
 
@@ -18,6 +18,7 @@ class Transformer:
             raise SpecError(f"decoder backend {backend!r}: expected 'numba' or 'numpy'")
         self.gguf = gguf
         self.config = c = gguf.config
+        check_tensors(gguf.path, c, gguf.tensors)  # every shape a kernel will see, before any kernel runs
         self.backend = backend
         self.tokenizer = gguf.tokenizer
         t = gguf.tensor
@@ -125,6 +126,14 @@ class Transformer:
         if mask.shape != (m, start + m - n_shared):
             raise SpecError(f"attention mask shape {mask.shape}: expected {(m, start + m - n_shared)}")
         n_layers = c.n_layer if n_layers is None else n_layers
+        if not 1 <= n_layers <= min(c.n_layer, cache.k.shape[0]):
+            raise SpecError(f"forward: n_layers = {n_layers}: expected 1..{min(c.n_layer, cache.k.shape[0])} "
+                            f"(the model's and the cache's layers)")
+        if cache.k.shape[1::2] != (c.n_kv_head, c.head_dim) or cache.v.shape != cache.k.shape:
+            raise SpecError(f"forward: KV cache of shape {cache.k.shape}: expected (layers, {c.n_kv_head}, "
+                            f"capacity, {c.head_dim}) for this model")
+        if not 0 <= n_shared <= start:
+            raise SpecError(f"forward: n_shared = {n_shared}: expected 0..{start} (the cache's length)")
         ws = self._workspace(m, cache.capacity)
         rms, rope, attn, swiglu = (self._op(n) for n in ("rmsnorm", "rope", "attention", "swiglu"))
         x = ws["x"]
