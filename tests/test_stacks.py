@@ -5,7 +5,7 @@ from specsim.errors import SpecError
 from specsim.specs.hardware import load_hardware
 from specsim.specs.models import load_model
 from specsim.cost.roofline import step_cost
-from specsim.speculation.cycle import Deployment, target_step_time
+from specsim.cost.deployment import Deployment, target_step_time
 from specsim.specs.stacks import list_stacks, load_stack, stack_from_dict
 
 REQUIRED = {"hf-eager", "gpt-fast", "vllm", "sglang", "trtllm", "llama.cpp"}
@@ -21,7 +21,7 @@ def test_catalog_has_the_required_stacks_with_sane_fractions():
 
 def test_every_figure_is_sourced_and_judgements_are_labelled():
     for s in list_stacks():
-        for key in ("bandwidth_frac", "compute_frac", "tree_verification", "multi_gpu", "methods"):
+        for key in ("bandwidth_frac", "compute_frac", "tree_verification", "multi_gpu"):
             assert s.sources.get(key, "").strip(), f"{s.id}: {key} has no source"
         for key, text in s.sources.items():
             # a citation names a paper/README/doc/benchmark, or the figure says it is an estimate
@@ -76,3 +76,16 @@ def test_loader_refuses_unknown_keys_and_modes():
         stack_from_dict({**good, "bandwidth_frac": 1.5})
     with pytest.raises(SpecError, match="unknown stacks id"):
         load_stack("vllm-nightly")
+
+
+def test_the_families_a_stack_ships_are_declared_once_with_sources():
+    """The family registry lists, per family, the catalog stacks that ship it (each with the stack's
+    own name for it and a source); every listed stack exists, and every catalog stack ships at
+    least the draft-model family."""
+    from specsim.speculation.families import FAMILIES
+    ids = {s.id for s in list_stacks()}
+    for fam in FAMILIES.values():
+        for stack_id, support in fam.stacks.items():
+            assert stack_id in ids, (fam.name, stack_id)
+            assert support.name and len(support.source) > 10, (fam.name, stack_id)
+    assert all(s in FAMILIES["draft_model"].stacks for s in ids)

@@ -152,8 +152,12 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
     return s, assumed
 
 
-def predict_row(row: dict) -> tuple[float, list[str]]:
-    """Predicted speedup of one measured row, and the defaults it assumed. Raises SpecError with the
+PREDICTED_COLUMNS = ("predicted_speedup", "predicted_plain_step_s", "predicted_draft_s", "predicted_verify_s",
+                     "predicted_cycle_s", "predicted_tokens_per_cycle")
+
+
+def predict_row_cycle(row: dict):
+    """The Prediction of one measured row and the defaults it assumed. Raises SpecError with the
     reason when the row cannot be predicted."""
     s, assumed = row_scenario(row)
     try:
@@ -163,7 +167,13 @@ def predict_row(row: dict) -> tuple[float, list[str]]:
             raise
         op = resolve(s.with_overrides(tree_size=0))
         assumed.append(f"stack {op.deployment.stack_id} verifies chains: tree of {s.tree_size} run as a chain of {s.k}")
-    return float(predict(op).cycle.speedup), assumed
+    return predict(op), assumed
+
+
+def predict_row(row: dict) -> tuple[float, list[str]]:
+    """Predicted speedup of one measured row, and the defaults it assumed."""
+    p, assumed = predict_row_cycle(row)
+    return float(p.cycle.speedup), assumed
 
 
 def _check_columns(table: pd.DataFrame) -> None:
@@ -182,23 +192,30 @@ def _check_columns(table: pd.DataFrame) -> None:
 def replay(table: pd.DataFrame) -> ReplayResult:
     """Predict every row of a measured table (see the module docstring)."""
     _check_columns(table)
-    preds, errs, reasons, assumptions = [], [], [], []
+    cols = {c: [] for c in PREDICTED_COLUMNS}
+    errs, reasons, assumptions = [], [], []
     for row in table.to_dict(orient="records"):
         try:
-            p, assumed = predict_row(row)
+            pred, assumed = predict_row_cycle(row)
+            meas = _float(row, "measured_speedup")
         except SpecError as exc:
-            preds.append(np.nan)
+            for c in cols:
+                cols[c].append(np.nan)
             errs.append(np.nan)
             reasons.append(str(exc))
             assumptions.append("")
             continue
-        meas = _float(row, "measured_speedup")
-        preds.append(p)
+        c = pred.cycle
+        for name, v in zip(PREDICTED_COLUMNS, (c.speedup, c.target_step_time_s, c.draft_time_s, c.verify_time_s,
+                                               c.cycle_time_s, c.tokens_per_cycle)):
+            cols[name].append(float(v))
+        p = float(c.speedup)
         errs.append(p / meas - 1.0 if meas else np.nan)
         reasons.append("" if meas else "no measured_speedup to compare with")
         assumptions.append("; ".join(assumed))
     out = table.copy()
-    out["predicted_speedup"] = preds
+    for name, values in cols.items():
+        out[name] = values
     out["relative_error"] = errs
     out["reason"] = reasons
     out["assumptions"] = assumptions
@@ -252,5 +269,5 @@ def format_replay(r: ReplayResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["replay", "replay_file", "predict_row", "row_scenario", "format_replay", "ReplayResult",
-           "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
+__all__ = ["replay", "replay_file", "predict_row", "predict_row_cycle", "row_scenario", "format_replay",
+           "ReplayResult", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PREDICTED_COLUMNS"]

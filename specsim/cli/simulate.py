@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import EmptyResultError, SpecError
+from ..errors import SpecError
 from .common import parse_list, print_json
 
 
@@ -64,14 +64,11 @@ def _table_text(table, crossovers: dict, scenario_name: str, switch_off) -> str:
 
 
 def _run(args) -> int:
-    import pandas as pd
     from tqdm import tqdm
 
     from ..presentation.output import OutputDir
-    from ..serving import build_serving, crossover_rate, sweep
+    from ..presentation.simulation import compare_policies, write_comparison
     from ..speculation.operating_point import resolve_id
-    from ..speculation.switch_off import switch_off_point
-    from ..presentation.threshold import threshold_settings
 
     if args.seed < 0:
         raise SpecError(f"--seed {args.seed}: expected an integer >= 0")
@@ -79,49 +76,27 @@ def _run(args) -> int:
     policies = parse_list(args.policies, "--policies", str)
     out = OutputDir(args.out, force=args.force) if args.out else None  # refuse a bad --out before any work
     op = resolve_id(args.scenario)
-    setup = build_serving(op, seed=args.seed)
-    n_rates = len(rates or setup.rates or [None])
-    n_pol = len(policies or setup.policies)
-    with tqdm(total=n_rates * n_pol, desc="simulate", unit="run", disable=True if args.quiet else None,
+    n_pol = len(policies) if policies else (len(op.section("policies")) or (2 if op.speculative else 1))
+    n_rates = len(rates) if rates else (len(op.section("workload").get("rates", [])) or 1)
+    with tqdm(total=n_pol * n_rates, desc="simulate", unit="run", disable=True if args.quiet else None,
               leave=False) as bar:
         def progress(name, rate):
             bar.set_postfix_str(f"{name} @ {rate if rate is not None else 'trace'}")
             bar.update(1)
-        table, results = sweep(setup, rates=rates, policies=policies, progress=progress)
-    if int(table["n_done"].sum()) == 0:
-        reasons = pd.concat([r.requests["reject_reason"] for r in results.values()])
-        top = reasons[reasons != ""].value_counts().head(3)
-        raise EmptyResultError(f"scenario {op.name!r}: no request completed in any run"
-                               + (": rejected as " + "; ".join(f"{k} ({v})" for k, v in top.items()) if len(top) else ""))
-    base = table.attrs.get("baseline_policy")
-    crossovers = {}
-    if base is not None and table["rate_per_s"].notna().sum() > 1:
-        crossovers = {p: crossover_rate(table, p) for p in dict.fromkeys(table["policy"]) if p != base}
-    switch_off = None
-    if op.speculative and op.acceptance.model is not None:
-        switch_off = switch_off_point(op, margin=threshold_settings(op).margin, workload=setup.mix(),
-                                      max_batch_speculative=setup.max_batch_speculative)
+        c = compare_policies(op, rates=rates, policies=policies, seed=args.seed, progress=progress)
     if out is not None:
         with out:
-            table.to_csv(out.file("summary.csv"), index=False)
-            sizes = []
-            for (name, rate), res in results.items():
-                tag = "trace" if rate is None else f"{rate:g}"
-                res.requests.to_csv(out.file(f"requests_{name}_rate{tag}.csv"), index=False)
-                sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
-            pd.concat(sizes, ignore_index=True).to_csv(out.file("batch_sizes.csv"), index=False)
-            if not args.no_plots and table["rate_per_s"].notna().sum() > 1:
-                from ..presentation.serving_plots import serving_figures
-                serving_figures(table, out, crossovers=crossovers, title=op.name, slo=setup.slo)
+            write_comparison(c, out, plots=not args.no_plots)
+    setup = c.setup
     if args.json:
-        print_json({"scenario": op.name, "baseline_policy": base, "kv_blocks": setup.capacity.n_blocks,
+        print_json({"scenario": op.name, "baseline_policy": c.baseline, "kv_blocks": setup.capacity.n_blocks,
                     "kv_capacity_tokens": setup.capacity.capacity_tokens,
                     "memory_per_device_bytes": setup.capacity.memory_bytes, "workload": setup.workload.source,
-                    "workload_notes": list(setup.workload.notes), "crossover_rate_per_s": crossovers,
-                    "switch_off": None if switch_off is None else switch_off.to_dict(),
-                    "runs": [dict(r.summary) for r in results.values()]})
+                    "workload_notes": list(setup.workload.notes), "crossover_rate_per_s": c.crossovers,
+                    "switch_off": None if c.switch_off is None else c.switch_off.to_dict(),
+                    "runs": [dict(r.summary) for r in c.results.values()]})
         return 0
-    print(_table_text(table, crossovers, op.name, switch_off))
+    print(_table_text(c.table, c.crossovers, op.name, c.switch_off))
     cap = setup.capacity
     print(f"\nKV cache: {cap.n_blocks} blocks of {cap.block_size_tokens} tokens ({cap.capacity_tokens} tokens); "
           + ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in cap.memory_bytes.items()) + " per device")

@@ -235,6 +235,34 @@ def write_sweep(df: pd.DataFrame, out) -> dict:
     return {"csv": out.path / "sweep.csv", "parquet": out.path / "sweep.parquet"}
 
 
+def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress: bool = False,
+                        on_figure=None) -> tuple[pd.DataFrame, dict, list, list]:
+    """The sweep command's work: the grid (run_sweep), sweep.csv and sweep.parquet, the figures with
+    the recommended switch-off point marked, and switch_off.json saying what the plot marks, into
+    `out` (an OutputDir). Returns (table, table paths, figure paths, skipped combinations)."""
+    import json
+
+    skipped: list = []
+    df = run_sweep(op, progress=progress, skipped=skipped)
+    paths = write_sweep(df, out)
+    figures: list = []
+    if plots and not df.empty:
+        from . import plots as plotting  # matplotlib only when plotting
+        from .threshold import recommended_switch_off
+
+        axes = sweep_axes(op)
+        switch_off = recommended_switch_off(op) if op.speculative and op.acceptance.model is not None else None
+        if switch_off is not None:
+            out.write_text("switch_off.json", json.dumps(switch_off.to_dict(), indent=2) + "\n")
+        ref = {"hardware": axes["hardware"][0], "target": axes["target"][0], "method": axes["method"][0],
+               "stack": axes["stack"][0] or "", "attention": op.deployment.attention, "batch_size": op.batch_size,
+               "context_len": op.context_len, "alpha": op.alpha if op.alpha is not None else axes["alpha"][0]}
+        roof = verify_roofline_points(op, batch_sizes=(1, 4, 16, 64))
+        figures = plotting.sweep_figures(df, out, reference=ref, roofline=roof, which=axes["plots"],
+                                         switch_off=switch_off, progress=on_figure)
+    return df, paths, figures, skipped
+
+
 def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch_sizes=(1,)) -> pd.DataFrame:
     """The point's verify pass over M = tree_sizes query tokens per sequence, as roofline points: one
     row per (B, M) with FLOPs, bytes, operational intensity, attained FLOP/s, time, and time
@@ -266,4 +294,5 @@ def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch
     })
 
 
-__all__ = ["run_sweep", "sweep_axes", "n_points", "write_sweep", "verify_roofline_points", "COLUMNS", "SWEEP_KEYS"]
+__all__ = ["run_sweep", "sweep_axes", "n_points", "write_sweep", "write_sweep_outputs", "verify_roofline_points",
+           "COLUMNS", "SWEEP_KEYS"]

@@ -78,9 +78,13 @@ class Observation:
         return self.window_accepted_tokens / tried
 
 
-def _check_k(where: str, k, *, minimum: int = 0) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < minimum:
-        raise SpecError(f"policy {where}: field 'k' = {k!r}: expected an integer >= {minimum}")
+MAX_K = 64  # longer drafts than any published method uses; a bound keeps per-iteration work finite
+MAX_K_SEARCHED = 16  # goodput_optimal prices every K up to k_max each iteration
+
+
+def _check_k(where: str, k, *, minimum: int = 0, maximum: int = MAX_K, name: str = "k") -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or not minimum <= k <= maximum:
+        raise SpecError(f"policy {where}: field {name!r} = {k!r}: expected an integer in {minimum}..{maximum}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +128,8 @@ class DisableByBatchSize:
         _check_k(self.name, self.k)
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold < 1:
             raise SpecError(f"policy {self.name}: field 'threshold' = {self.threshold!r}: expected an integer >= 1")
+        if not isinstance(self.sticky, bool):
+            raise SpecError(f"policy {self.name}: field 'sticky' = {self.sticky!r}: expected true or false (a boolean)")
 
     @property
     def sticky_off(self) -> bool:
@@ -206,7 +212,7 @@ class GoodputOptimalK:
     sticky_off: bool = False
 
     def __post_init__(self) -> None:
-        _check_k(self.name, self.k_max)
+        _check_k(self.name, self.k_max, maximum=MAX_K_SEARCHED, name="k_max")
 
     @property
     def k_reserved(self) -> int:

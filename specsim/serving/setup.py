@@ -24,7 +24,7 @@ comes from the operating point; each sequence's rates follow its own context.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -139,12 +139,14 @@ def build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Work
             w = wl.read_mooncake(path, rng=rng_a, quantum_s=float(jitter))
         else:
             w = wl.read_trace(path, format=fmt, rng=rng_a)
+        w = replace(w, source=str(raw["trace"]))  # as the scenario names it (the full path says little)
         if "window_s" in raw:
             win = raw["window_s"]
             if not (isinstance(win, list) and len(win) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                                     for x in win) and win[0] < win[1]):
                 raise SpecError(f"{where}: field 'window_s' = {win!r}: expected [start, end] in seconds, start < end")
             w = w.window(float(win[0]), float(win[1]))
+            w = replace(w, source=f"{w.source}, seconds {win[0]:g} to {win[1]:g}")
         if "time_scale" in raw:
             ts = raw["time_scale"]
             if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not (np.isfinite(ts) and ts > 0):

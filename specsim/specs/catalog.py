@@ -66,3 +66,43 @@ def resolve(kind: str, id_or_path: str | Path) -> Path:
     if not path.is_file():
         raise unknown_id_error(kind, text, catalog_ids(kind))
     return path
+
+
+def _toml_value(v) -> str:
+    import json
+    import math
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a TOML basic string is a JSON string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise SpecError(f"cannot write {v!r} ({type(v).__name__}) as TOML")
+
+
+def _toml_key(k: str) -> str:
+    import re
+
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+
+
+def to_toml(table: dict) -> str:
+    """TOML text for a table of scalars, lists and one level of sub-tables (what catalog and
+    scenario files hold); nested tables below that are written inline. tomllib reads it back equal."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for k, v in table.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{_toml_key(k)}]"]
+            lines += [f"{_toml_key(kk)} = {_toml_value(vv)}" for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"

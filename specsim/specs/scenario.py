@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import SpecError, field_error, reject_unknown_keys
-from .catalog import catalog_ids, read_toml, resolve
+from .catalog import catalog_ids, read_toml, resolve, to_toml
 
 SECTIONS = ("drafter_options", "acceptance", "sweep", "threshold", "workload", "engine", "policies", "slo")
 ATTENTION_KERNELS = ("fused", "naive")
@@ -87,8 +87,8 @@ class Scenario:
             v = getattr(self, name)
             if v is not None and not (isinstance(v, str) and v.strip()):
                 raise field_error(where, name, v, "a non-empty string (an id or a path)")
-        if not _is_int(self.k) or self.k < 0:
-            raise field_error(where, "k", self.k, "an integer >= 0 (draft tokens per cycle; tree depth)")
+        if not _is_int(self.k) or not 0 <= self.k <= 64:
+            raise field_error(where, "k", self.k, "an integer in 0..64 (draft tokens per cycle; a tree's depth)")
         for name in ("batch_size", "tp", "drafter_tp"):
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
@@ -149,6 +149,23 @@ class Scenario:
 
     def default_of(self, name: str):
         return DEFAULTS[name]
+
+    def to_dict(self) -> dict:
+        """The scenario as a file's table: the keys it sets, and its tables."""
+        out = {k: getattr(self, k) for k in SCALAR_KEYS if k in self.given or k == "name"}
+        out.update({k: _plain(v) for k, v in self.sections.items()})
+        return out
+
+    def to_toml(self) -> str:
+        return to_toml(self.to_dict())
+
+
+def _plain(v):
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
 
 
 SCALAR_KEYS = tuple(f.name for f in fields(Scenario) if f.name not in ("sections", "path", "given"))

@@ -13,7 +13,7 @@ configuration and where each value came from.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -42,12 +42,14 @@ class Acceptance:
 
     model: α (i.i.d.) or per-position conditional rates, with the (by default absent) dependence on
     context length and temperature (`acceptance.AcceptanceModel`); None when nothing was given.
-    tau_given: a measured τ (tokens per cycle, bonus included) at the scenario's K, used as is by
-    `predict` at that K (the model then holds the i.i.d. α that gives it).
+    tau_given: a measured τ (tokens per cycle, bonus included), used as is at the point it was
+    measured, tau_point = (K, tree size, context, temperature) of the scenario that gave it (the
+    model holds the i.i.d. α that gives it at K, which stands in everywhere else).
     n_ranks, rank_decay: how α becomes a per-rank vector for trees. source: where it came from."""
 
     model: AcceptanceModel | None
     tau_given: float | None = None
+    tau_point: tuple | None = None
     n_ranks: int = DEFAULT_N_RANKS
     rank_decay: float = DEFAULT_RANK_DECAY
     source: str = ""
@@ -419,9 +421,14 @@ def resolve(scenario: Scenario, **overrides) -> OperatingPoint:
     tree_size = s.tree_size
     if method != "none":
         fam = FAMILIES[method]
-        if stack is not None and stack.id not in fam.stacks:
-            shipped = [m for m, f in FAMILIES.items() if stack.id in f.stacks]
-            raise field_error(where, "method", method, f"a family the stack {stack.id!r} ships: {', '.join(shipped)}")
+        if stack is not None:
+            unknown = [m for m in stack.methods if m not in FAMILIES]
+            if unknown:
+                raise field_error(f"stack {stack.id!r}", "methods", unknown, f"drafter families among {', '.join(METHODS)}")
+            if stack.id not in fam.stacks and method not in stack.methods:
+                shipped = [m for m, f in FAMILIES.items() if stack.id in f.stacks] + list(stack.methods)
+                raise field_error(where, "method", method,
+                                  f"a family the stack {stack.id!r} ships: {', '.join(shipped) or 'none listed'}")
         if method == "draft_model" and s.drafter_tp > s.tp:
             raise field_error(where, "drafter_tp", s.drafter_tp, f"<= tp = {s.tp} (the drafter runs on the target's devices)")
         options = dict(s.section("drafter_options"))
@@ -438,6 +445,11 @@ def resolve(scenario: Scenario, **overrides) -> OperatingPoint:
     elif s.drafter is not None and s.method == "none":
         pass  # a drafter id without a method is harmless: nothing drafts
     acceptance = _acceptance(s, cfg, s.k, reference=scenario)
+    if acceptance.tau_given is not None:
+        # τ applies where it was measured: the file's point, or the overridden one when τ itself was given
+        src = s if "tau" in given else scenario
+        src_tree = src.tree_size if (src.tree_size is not None and src.tree_size != src.k + 1) else None
+        acceptance = replace(acceptance, tau_point=(src.k, src_tree, src.context_len, float(src.temperature)))
     q = 1
     if cfg is not None:
         work = cfg.family.work(cfg, target, dep.tp)

@@ -51,8 +51,8 @@ class Prediction:
 def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_len=None, temperature=None):
     """E[tokens per cycle] (bonus included) the point's acceptance gives at depth K, tree size M,
     context L and temperature T (each defaulting to the point's). A τ the scenario gave is used as
-    is at the scenario's own point (K, tree, context, temperature); elsewhere the i.i.d. α that gives
-    it at K stands in (for a tree, the chain-equivalent α). Per-position rates give
+    is at the point it was measured (`Acceptance.tau_point`: K, tree, context, temperature);
+    elsewhere the i.i.d. α that gives it at K stands in (for a tree, the chain-equivalent α). Per-position rates give
     τ = 1 + Σ_j Π_{i≤j} c_i."""
     k = op.k if k is None else k
     tree_size = op.tree_size if tree_size is None else tree_size
@@ -60,9 +60,8 @@ def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_l
     temperature = op.temperature if temperature is None else temperature
     acc = op.require_acceptance()
     tree = tree_size is not None and op.drafter.supports_tree
-    at_point = (k == op.k and (tree_size if tree else None) == (op.tree_size if op.is_tree else None)
-                and context_len == op.context_len and temperature == op.temperature)
-    if acc.tau_given is not None and at_point:
+    here = (k, tree_size if tree else None, context_len, float(temperature))
+    if acc.tau_given is not None and here == acc.tau_point:
         return float(acc.tau_given)  # measured at this very point (a tree's mean accepted length too)
     if acc.model.conditional is not None and not tree and op.method != "lookahead":
         return float(tau_from_conditional(acc.model.conditional_at(k, context_len, temperature)))

@@ -1,0 +1,69 @@
+"""A serving comparison, as the `simulate` command and the report present it: every policy at every
+rate, the crossover rates, the analytic switch-off point beside them, and the files written."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..errors import EmptyResultError
+from ..serving import ServingSetup, build_serving, crossover_rate, sweep
+from ..speculation.operating_point import OperatingPoint
+from ..speculation.switch_off import SwitchOff
+from .threshold import recommended_switch_off
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingComparison:
+    """table: one row per policy and rate (serving.rates.sweep); results: SimulationResults by
+    (policy, rate); crossovers: rate where each speculative policy stops beating the baseline;
+    switch_off: the analytic switch-off point under the same workload (None without speculation)."""
+
+    point: OperatingPoint
+    setup: ServingSetup
+    table: pd.DataFrame
+    results: dict
+    crossovers: dict
+    switch_off: SwitchOff | None
+
+    @property
+    def baseline(self) -> str | None:
+        return self.table.attrs.get("baseline_policy")
+
+
+def compare_policies(op: OperatingPoint, *, rates=None, policies=None, seed: int = 0, progress=None) -> ServingComparison:
+    """Run the point's serving scenario under each policy at each rate (see serving.rates.sweep).
+    Raises EmptyResultError when no request completes in any run, naming the rejection reasons."""
+    setup = build_serving(op, seed=seed)
+    table, results = sweep(setup, rates=rates, policies=policies, progress=progress)
+    if int(table["n_done"].sum()) == 0:
+        reasons = pd.concat([r.requests["reject_reason"] for r in results.values()])
+        top = reasons[reasons != ""].value_counts().head(3)
+        raise EmptyResultError(f"scenario {op.name!r}: no request completed in any run"
+                               + (": rejected as " + "; ".join(f"{k} ({v})" for k, v in top.items()) if len(top) else ""))
+    base = table.attrs.get("baseline_policy")
+    crossovers = {}
+    if base is not None and table["rate_per_s"].notna().sum() > 1:
+        crossovers = {p: crossover_rate(table, p) for p in dict.fromkeys(table["policy"]) if p != base}
+    switch_off = recommended_switch_off(op) if op.speculative and op.acceptance.model is not None else None
+    return ServingComparison(point=op, setup=setup, table=table, results=results, crossovers=crossovers,
+                             switch_off=switch_off)
+
+
+def write_comparison(c: ServingComparison, out, *, plots: bool = True) -> None:
+    """summary.csv, batch_sizes.csv, one requests_<policy>_rate<r>.csv per run and the serving plots
+    into `out` (a presentation.output.OutputDir)."""
+    c.table.to_csv(out.file("summary.csv"), index=False)
+    sizes = []
+    for (name, rate), res in c.results.items():
+        tag = "trace" if rate is None else f"{rate:g}"
+        res.requests.to_csv(out.file(f"requests_{name}_rate{tag}.csv"), index=False)
+        sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
+    pd.concat(sizes, ignore_index=True).to_csv(out.file("batch_sizes.csv"), index=False)
+    if plots and c.table["rate_per_s"].notna().sum() > 1:
+        from .serving_plots import serving_figures
+
+        serving_figures(c.table, out, crossovers=c.crossovers, title=c.point.name, slo=c.setup.slo)
+
+
+__all__ = ["ServingComparison", "compare_policies", "write_comparison"]
