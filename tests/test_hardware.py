@@ -3,6 +3,7 @@ off datasheets by hand, and bad files are refused with messages that say what is
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -371,3 +372,120 @@ def test_ridge_points_cover_every_listed_dtype_and_are_positive(values):
     hw = hardware_from_dict(raw)
     assert set(hw.ridge_points) == set(values)
     assert all(r > 0 and math.isfinite(r) for r in hw.ridge_points.values())
+
+
+# --- measured kernel curves and all-reduce tables --------------------------------------------------
+FITTED = {"h100-sxm": ("h100", "h100_dgx"), "a100-sxm-80gb": ("a100", "a100_dgx")}
+TRANSFERS = {"h100-pcie": ("h100-sxm", 114, False), "h200-sxm": ("h100-sxm", 132, True),
+             "a100-sxm-40gb": ("a100-sxm-80gb", 108, True), "a100-pcie-40gb": ("a100-sxm-80gb", 108, False)}
+
+
+@pytest.mark.parametrize("hw_id", sorted(FITTED))
+def test_fitted_tables_cite_the_data_and_the_command(hw_id):
+    with open(catalog_dir("hardware") / f"{hw_id}.toml", "rb") as f:
+        raw = tomllib.load(f)
+    gpu, network = FITTED[hw_id]
+    src = raw["sources"]
+    assert "vidur" in src["kernels"].lower() and f"compute/{gpu}" in src["kernels"]
+    assert f"specsim calibrate operators --hardware {hw_id}" in src["kernels"]
+    assert f"network/{network}/all_reduce.csv" in src["all_reduce"]
+    assert "whitepaper" in src["kernels.n_sm"].lower()  # the SM count is a datasheet figure, not fitted
+
+
+@pytest.mark.parametrize("hw_id", sorted(TRANSFERS))
+def test_related_parts_borrow_a_fit_and_say_so(hw_id):
+    source_id, n_sm, with_all_reduce = TRANSFERS[hw_id]
+    hw, source = load_hardware(hw_id), load_hardware(source_id)
+    with open(catalog_dir("hardware") / f"{hw_id}.toml", "rb") as f:
+        raw = tomllib.load(f)
+    assert raw["sources"]["kernels"].startswith(f"transferred from {source_id}")
+    # everything but the SM count (this part's own datasheet figure) is the source's fit
+    assert hw.kernels.n_sm == n_sm
+    assert replace(hw.kernels, n_sm=source.kernels.n_sm, transferred_from="") == source.kernels
+    assert (hw.all_reduce is not None) == with_all_reduce
+    if with_all_reduce:
+        assert raw["sources"]["all_reduce"].startswith(f"transferred from {source_id}")
+        assert hw.all_reduce_cost(8) == source.all_reduce_cost(8)
+
+
+def _kernel_table() -> dict:
+    with open(catalog_dir("hardware") / "h100-sxm.toml", "rb") as f:
+        return dict(tomllib.load(f)["kernels"])
+
+
+def _with_kernels(kernels: dict, **extra) -> dict:
+    raw = _good_profile()
+    raw["kernels"] = kernels
+    raw["sources"]["kernels"] = "test"
+    raw.update(extra)
+    return raw
+
+
+def test_a_kernel_table_loads_in_si_units():
+    hw = hardware_from_dict(_with_kernels(_kernel_table()))
+    k = _kernel_table()
+    assert hw.kernels.gemm_floor_s == pytest.approx(k["gemm_floor_us"] * 1e-6, rel=1e-12)
+    assert hw.kernels.elementwise_row_s_per_elem["norm"] == pytest.approx(k["norm_row_ns_per_elem"] * 1e-9, rel=1e-12)
+    assert hw.kernels.gemm_tile == tuple(k["gemm_tile"])
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("gemm_bandwidth_frac", 1.2, r"gemm_bandwidth_frac' = 1\.2: expected a fraction in \(0, 1\]"),
+    ("gemm_overlap_exponent", 0.5, r"gemm_overlap_exponent' = 0\.5: expected a number >= 1"),
+    ("gemm_tile", [64], r"gemm_tile' = \(64,\): expected \[rows, columns\]"),
+    ("norm_bandwidth_frac", 0.0, r"norm_bandwidth_frac' = 0\.0: expected a fraction"),
+    ("n_sm", 13.5, r"n_sm' = 13\.5: expected an integer > 0"),
+    ("gemm_floor_ms", 3.0, r"unknown key 'gemm_floor_ms' \(did you mean 'gemm_floor_us'"),
+])
+def test_bad_kernel_tables_are_refused(key, value, message):
+    k = _kernel_table()
+    k[key] = value
+    with pytest.raises(SpecError, match=message):
+        hardware_from_dict(_with_kernels(k))
+
+
+def test_a_kernel_table_missing_a_key_is_refused():
+    k = _kernel_table()
+    del k["act_row_ns_per_elem"]
+    with pytest.raises(SpecError, match=r"kernels\.act_row_ns_per_elem.*a fitted \[kernels\] table needs every key"):
+        hardware_from_dict(_with_kernels(k))
+
+
+def test_a_kernel_table_needs_a_source():
+    raw = _with_kernels(_kernel_table())
+    del raw["sources"]["kernels"]
+    with pytest.raises(SpecError, match=r"sources\.kernels\.n_sm"):
+        hardware_from_dict(raw)
+
+
+@pytest.mark.parametrize("table,message", [
+    ({"transfer_from": "h100-sxn", "n_sm": 100}, r"unknown hardware id 'h100-sxn'"),
+    ({"transfer_from": "l4", "n_sm": 58}, r"kernels\.transfer_from' = 'l4': expected a part with its own fitted"),
+    ({"transfer_from": "h200-sxm", "n_sm": 132}, r"expected a part with its own fitted"),  # no chains
+    ({"transfer_from": "h100-sxm"}, r"kernels\.n_sm.*own SM count"),
+    ({"transfer_from": "h100-sxm", "n_sm": 114, "gemm_floor_us": 2}, r"only the part's own n_sm"),
+])
+def test_bad_transfers_are_refused(table, message):
+    with pytest.raises(SpecError, match=message):
+        hardware_from_dict(_with_kernels(table))
+
+
+@pytest.mark.parametrize("table,message", [
+    ({"group_sizes": [2, 4], "latency_us": [30.0], "bus_gb_s": [300.0, 300.0]}, r"as long as latency_us"),
+    ({"group_sizes": [1], "latency_us": [30.0], "bus_gb_s": [300.0]}, r"group_sizes' = 1: expected integers >= 2"),
+    ({"group_sizes": [2], "latency_us": [30.0], "bus_gb_s": [0.0]}, r"bus_bandwidth_bytes_per_s' = 0\.0"),
+])
+def test_bad_all_reduce_tables_are_refused(table, message):
+    raw = _good_profile()
+    raw["all_reduce"] = table
+    raw["sources"]["all_reduce"] = "test"
+    with pytest.raises(SpecError, match=message):
+        hardware_from_dict(raw)
+
+
+def test_all_reduce_cost_uses_the_measured_group_sizes_and_falls_back_otherwise():
+    hw = load_hardware("a100-sxm-80gb")
+    # a100-sxm-80gb.toml: [all_reduce] n = 4 → 31.5 µs, 151.3 GB/s; interconnect_latency_us 10, interconnect_gb_s 300
+    assert hw.all_reduce_cost(4) == pytest.approx((31.5e-6, 151.3e9), rel=1e-12)
+    assert hw.all_reduce_cost(16) == pytest.approx((10e-6, 300e9), rel=1e-12)
+    assert load_hardware("l40s").all_reduce_cost(2) == pytest.approx((20e-6, 32e9), rel=1e-12)

@@ -171,3 +171,101 @@ def test_step_time_never_decreases_with_b_m_or_l(mi, b, m, l, kernel, axis, step
     base = float(step_cost(MODELS[mi], HBM, attention=kernel, **args).time_s)
     args[axis] += step
     assert float(step_cost(MODELS[mi], HBM, attention=kernel, **args).time_s) >= base
+
+
+# ---- parts with a measured kernel curve (h100-sxm and the parts it transfers to) --------------------
+from dataclasses import replace  # noqa: E402
+
+from specsim.cost.roofline import attention_time_s, logits_time_s, overhead_time_s, token_time_s  # noqa: E402
+
+H100 = load_hardware("h100-sxm")
+LLAMA_70B = load_model("llama-2-70b")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(range(len(MODELS))), st.integers(1, 512), st.integers(1, 64), st.integers(0, 200_000),
+       st.sampled_from(["batch_size", "q_len", "ctx_len"]), st.integers(1, 1000), st.sampled_from([1, 2]))
+def test_step_time_never_decreases_on_a_measured_curve(mi, b, m, l, axis, step, tp):
+    args = {"batch_size": b, "q_len": m, "ctx_len": l}
+    base = float(step_cost(MODELS[mi], H100, tp=tp, **args).time_s)
+    args[axis] += step
+    assert float(step_cost(MODELS[mi], H100, tp=tp, **args).time_s) >= base
+
+
+@pytest.mark.parametrize("hw_id", ["h100-sxm", "seed-hbm-2tbs", "a100-pcie-40gb"])
+def test_step_splits_into_token_logit_attention_and_fixed_parts(hw_id):
+    # second path: the tabulation functions summed must equal mixed_step_cost for random mixes
+    hw, model = load_hardware(hw_id), load_model("llama-3.1-8b")
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(1, 40))
+        q, l = rng.integers(1, 300, n), rng.integers(0, 5000, n)
+        g = np.minimum(q, rng.integers(0, 3, n))
+        for kernel in ("fused", "naive"):
+            exact = float(mixed_step_cost(model, hw, q_lens=q, ctx_lens=l, logit_lens=g, tp=2, attention=kernel).time_s)
+            pairs = float(np.sum(q * l + q * (q + 1) / 2))
+            kv = float(np.sum(l + q)) if kernel == "fused" else pairs
+            parts = (token_time_s(model, hw, q.sum(), tp=2) + logits_time_s(model, hw, g.sum(), tp=2)
+                     + attention_time_s(model, hw, kv_read_tokens=kv, attn_pairs=pairs, tp=2) + overhead_time_s(model, hw))
+            assert float(parts) == pytest.approx(exact, rel=1e-12)
+
+
+def test_token_time_tabulates_over_a_range():
+    table = token_time_s(LLAMA_70B, H100, np.arange(0, 4097), tp=4)
+    assert table.shape == (4097,) and np.all(np.diff(table) >= 0)
+    assert table[128] == pytest.approx(float(token_time_s(LLAMA_70B, H100, 128, tp=4)), rel=1e-15)
+
+
+def test_measured_all_reduce_replaces_the_guess():
+    # h100-sxm.toml [all_reduce], group of 8: 29.8 µs and 349.7 GB/s (fitted to Vidur's DGX H100 file);
+    # Llama-2-70B: 80 layers × 2 all-reduces of T · 8192 · 2 bytes
+    c = step_cost(LLAMA_70B, H100, batch_size=16, tp=8)
+    expected = 80 * 2 * (29.8e-6 + 2 * 7 / 8 * 16 * 8192 * 2 / 349.7e9)
+    assert float(c.communication_s) == pytest.approx(expected, rel=1e-12)
+    # a group size the table does not measure falls back to the catalog's link figures (10 µs, 450 GB/s)
+    c16 = step_cost(load_model("llama-3.1-405b"), H100, batch_size=16, tp=16)
+    m = load_model("llama-3.1-405b")
+    assert float(c16.communication_s) == pytest.approx(m.n_layers * 2 * (10e-6 + 2 * 15 / 16 * 16 * m.hidden_size * 2 / 450e9),
+                                                      rel=1e-12)
+
+
+def test_a_stack_efficiency_leaves_the_measured_curve_alone_and_prices_attention():
+    # a stack's fractions are roofline judgements the measured kernel times replace: halving them
+    # leaves the weights, LM head and activations as measured and doubles attention and the KV write
+    half = replace(H100.efficiency, bandwidth_frac=H100.efficiency.bandwidth_frac / 2,
+                   compute_frac=H100.efficiency.compute_frac / 2)
+    own = step_cost(LLAMA_70B, H100, batch_size=4, ctx_len=2000)
+    slow = step_cost(LLAMA_70B, H100, batch_size=4, ctx_len=2000, efficiency=half)
+    for c in ("weights", "lm_head", "activations"):
+        assert float(getattr(slow, c).time_s) == float(getattr(own, c).time_s), c
+    for c in ("attention", "kv_write"):
+        assert float(getattr(slow, c).time_s) == pytest.approx(2 * float(getattr(own, c).time_s), rel=1e-12), c
+    # on a part without a curve the same halving doubles the (bandwidth-bound) weights time
+    l4 = load_hardware("l4")
+    half_l4 = replace(l4.efficiency, bandwidth_frac=l4.efficiency.bandwidth_frac / 2)
+    assert float(step_cost(LLAMA_70B.with_weight_format("int4-awq"), l4, efficiency=half_l4).weights.time_s) == pytest.approx(
+        2 * float(step_cost(LLAMA_70B.with_weight_format("int4-awq"), l4).weights.time_s), rel=1e-12)
+
+
+def test_parts_without_a_fitted_curve_stay_on_the_pure_roofline():
+    from specsim.specs.hardware import list_hardware
+
+    fitted = {"h100-sxm", "a100-sxm-80gb"}
+    transferred = {"h100-pcie", "h200-sxm", "a100-sxm-40gb", "a100-pcie-40gb"}
+    for hw in list_hardware():
+        if hw.id in fitted:
+            assert hw.kernels is not None and not hw.kernels.transferred_from
+        elif hw.id in transferred:
+            assert hw.kernels is not None and hw.kernels.transferred_from in fitted
+        else:
+            assert hw.kernels is None and hw.all_reduce is None, hw.id
+    # and on such a part the weights are max(bytes / bw, FLOPs / peak) exactly (seed-70b on the seed part)
+    c = step_cost(SEED_70B, HBM, batch_size=1)
+    assert float(c.weights.time_s) == 80 * LAYER_LINEAR_PARAMS * 2 / 2.0e12
+
+
+def test_h100_decode_step_order_of_magnitude():
+    # Llama-2-70B at tp 8, batch 1: at least the weights (138 GB / 8 / 3.35 TB/s = 5.1 ms), well under
+    # Splitwise's measured 29.8 ms whole step (host and fixed costs are not in the device model)
+    c = step_cost(LLAMA_70B, H100, batch_size=1, ctx_len=512, tp=8)
+    assert 5.1e-3 < float(c.time_s - c.overhead_s) < 29.8e-3

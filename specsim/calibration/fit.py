@@ -6,7 +6,8 @@ achievable bandwidth and compute fractions and its fixed costs. Given measured f
 
     bandwidth_frac, compute_frac ∈ (0, 1]     achievable fractions of the part's peaks
     step_overhead_s, per_layer_overhead_s ≥ 0 fixed cost per pass and per layer
-    interconnect_latency_s ≥ 0                per all-reduce (only identifiable with tp > 1 rows)
+    interconnect_latency_s ≥ 0                per all-reduce (only identifiable with tp > 1 rows; it
+                                              replaces the measured [all_reduce] latencies too)
 
 by least squares on log(predicted / measured) with scipy's bounded trust-region solver and a
 soft-L1 loss, so one odd measurement does not drag the fit. The result is a frozen `Calibration`
@@ -94,12 +95,20 @@ def predict_rows(rows: pd.DataFrame, efficiency: Efficiency | None = None,
             cache[key] = (load_hardware(r.hardware), load_model(r.target))
         hw, model = cache[key]
         if interconnect_latency_s is not None:
-            hw = replace(hw, interconnect_latency_s=interconnect_latency_s)
+            hw = _with_latency(hw, interconnect_latency_s)
         b = int(r.batch_size)
         out[i] = float(mixed_step_cost(model, hw, q_lens=np.full(b, int(r.q_len)), ctx_lens=np.full(b, int(r.ctx_len)),
                                        logit_lens=np.full(b, int(r.logit_len)), tp=int(r.tp),
                                        efficiency=efficiency).time_s)
     return out
+
+
+def _with_latency(hw, latency_s: float):
+    """`hw` with every all-reduce's latency set to `latency_s` (the scalar and any measured table's)."""
+    ar = hw.all_reduce
+    if ar is not None:
+        ar = replace(ar, latency_s=(latency_s,) * len(ar.group_sizes))
+    return replace(hw, interconnect_latency_s=latency_s, all_reduce=ar)
 
 
 def _unpack(theta) -> tuple[Efficiency, float]:
@@ -119,7 +128,7 @@ def fit_efficiency(rows: pd.DataFrame, *, fit: tuple[str, ...] = PARAMETERS) -> 
     e0 = hw0.efficiency
     # work in µs for the fixed costs so every parameter is of order 1..1e3
     x0 = np.array([e0.bandwidth_frac, e0.compute_frac, e0.step_overhead_s * 1e6, e0.per_layer_overhead_s * 1e6,
-                   hw0.interconnect_latency_s * 1e6])
+                   hw0.all_reduce_cost(max(2, int(rows["tp"].max())))[0] * 1e6])
     lo = np.array([0.05, 0.02, 0.0, 0.0, 0.0])
     hi = np.array([1.0, 1.0, 1e6, 1e5, 1e5])
     free = np.array([p in fit for p in PARAMETERS])

@@ -27,8 +27,23 @@ all-reduce time and a fixed overhead. Classes:
   (norms, rotary, SwiGLU) is fused into those reads and writes and is not charged separately.
 - communication: tensor parallelism all-reduces the hidden state after attention and after the FFN
   (plus after cross-attention in an encoder-decoder): per all-reduce a latency plus a ring transfer
-  of 2(tp − 1)/tp · T · hidden · 2 bytes over the per-device interconnect bandwidth.
+  of 2(tp − 1)/tp · T · hidden · 2 bytes over the bus bandwidth. Where the part's `[all_reduce]`
+  table measures the group size, its latency and bus bandwidth are used; otherwise the profile's
+  `interconnect_latency_us` and datasheet `interconnect_gb_s`.
 - overhead: fixed per step (launches, scheduling, sampling) plus a per-layer term.
+
+Measured curves. On a part with a fitted `[kernels]` table (`specsim calibrate operators`; today
+the A100 and H100 SXM and the parts they transfer to), the weights, LM-head and activations classes
+take their time from `kernels.py` instead: each GEMM's time with its launch floor, tile and wave
+quantisation and partial memory/compute overlap, and the element-wise operators (norms, rotary,
+activation, residual add, embedding) with their own floors and bandwidths; an `Efficiency`'s
+fractions (a serving stack's) then apply to attention and the KV write only. Their bytes and FLOPs
+are still counted as above (so `bytes / bandwidth` no longer equals their time there). Every other
+part, the seed's idealised ones included, is the pure roofline.
+
+For callers that evaluate many steps of one model (the serving simulator), the step splits as
+`token_time_s(T) + logits_time_s(G) + attention_time_s(R, P) + overhead_time_s`: the first two
+depend on one count each and can be tabulated once per model.
 """
 from __future__ import annotations
 
@@ -39,6 +54,7 @@ import numpy as np
 from ..errors import DoesNotFitError, field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ACTIVATION_BYTES, ModelSpec
+from . import kernels
 
 ATTENTION_KERNELS = ("fused", "naive")
 LOGIT_BYTES = 4.0  # logits are written in fp32 by every stack we model
@@ -113,7 +129,7 @@ def _as_array(name: str, value, minimum: int) -> np.ndarray:
 def _check_group(model: ModelSpec, hw: HardwareProfile, tp: int) -> None:
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
         raise field_error(f"{model.id} on {hw.id}", "tp", tp, "an integer >= 1 (tensor-parallel degree)")
-    if tp > 1 and hw.interconnect_bandwidth_bytes_per_s <= 0:
+    if tp > 1 and hw.all_reduce_cost(tp)[1] <= 0:
         raise field_error(f"hardware {hw.id!r}", "interconnect_gb_s", 0,
                           f"> 0 to run a tensor-parallel group of tp = {tp}")
     if model.n_heads % tp:
@@ -183,47 +199,140 @@ def _activation_elems_per_token(model: ModelSpec, tp: int) -> float:
     return float(total)
 
 
-def _cost(model: ModelSpec, hw: HardwareProfile, *, n_tokens, n_logit_tokens, kv_read_tokens, attn_pairs,
-          tp: int, efficiency: Efficiency | None) -> StepCost:
+def _rates(model: ModelSpec, hw: HardwareProfile, efficiency: Efficiency | None):
     eff = efficiency or hw.efficiency
-    bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
     compute_dtype = hw.compute_dtype_for(model.compute_dtype)
     attention_dtype = hw.compute_dtype_for("bf16")
-    gemm_flops_per_s = hw.peak_flops_per_s[compute_dtype] * eff.compute_frac
-    attn_flops_per_s = hw.peak_flops_per_s[attention_dtype] * eff.compute_frac
+    return (eff, hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac, compute_dtype, attention_dtype,
+            hw.peak_flops_per_s[compute_dtype] * eff.compute_frac, hw.peak_flops_per_s[attention_dtype] * eff.compute_frac)
 
+
+def _kv_layer_bytes(model: ModelSpec, tp: int) -> float:
+    return model.kv_elems_per_token_per_layer * model.kv_bytes_per_elem * kv_shard_frac(model, tp)
+
+
+def _per_unique(fn, counts):
+    """fn(counts) evaluated once per distinct count: a grid of (B, M) points has few distinct B·M,
+    and the measured curves cost a few array passes per GEMM."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.size <= 1024:
+        return fn(counts)
+    values, inverse = np.unique(counts, return_inverse=True)
+    return fn(values)[inverse].reshape(counts.shape)
+
+
+def _weights(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
+    eff, bw, _, _, gemm_flops_per_s, _ = _rates(model, hw, efficiency)
     w_bytes, w_flops = _layer_weight_cost(model, n_tokens, tp)
-    weights = OperatorCost(w_bytes, w_flops, _roof(w_bytes, w_flops, bw, gemm_flops_per_s))
+    if hw.kernels is not None:
+        return OperatorCost(w_bytes, w_flops, _per_unique(lambda t: kernels.weights_time_s(model, hw, eff, t, tp), n_tokens))
+    return OperatorCost(w_bytes, w_flops, _roof(w_bytes, w_flops, bw, gemm_flops_per_s))
 
-    blocks = _n_attention_blocks(model)
-    kv_layer_bytes = model.kv_elems_per_token_per_layer * model.kv_bytes_per_elem * kv_shard_frac(model, tp)
-    a_bytes = blocks * model.n_layers * kv_layer_bytes * kv_read_tokens
-    a_flops = blocks * model.n_layers * attention_flops_per_pair(model) * attn_pairs / tp
-    attention = OperatorCost(a_bytes, a_flops, _roof(a_bytes, a_flops, bw, attn_flops_per_s))
 
-    kv_w_bytes = model.n_layers * kv_layer_bytes * n_tokens
-    kv_write = OperatorCost(kv_w_bytes, np.zeros_like(kv_w_bytes), kv_w_bytes / bw)
-
+def _lm_head(model, hw, n_logit_tokens, tp, efficiency) -> OperatorCost:
+    eff, bw, _, _, gemm_flops_per_s, _ = _rates(model, hw, efficiency)
     head_bytes = (model.lm_head_params * model.weight_bytes_per_param + n_logit_tokens * model.vocab_size * LOGIT_BYTES) / tp
     head_flops = 2.0 * n_logit_tokens * model.lm_head_params / tp
-    lm_head = OperatorCost(head_bytes, head_flops, _roof(head_bytes, head_flops, bw, gemm_flops_per_s))
+    if hw.kernels is not None:
+        return OperatorCost(head_bytes, head_flops,
+                            _per_unique(lambda g: kernels.lm_head_time_s(model, hw, eff, g, tp), n_logit_tokens))
+    return OperatorCost(head_bytes, head_flops, _roof(head_bytes, head_flops, bw, gemm_flops_per_s))
 
+
+def _activations(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
+    _, bw, *_ = _rates(model, hw, efficiency)
     act_bytes = n_tokens * _activation_elems_per_token(model, tp) * ACTIVATION_BYTES
-    activations = OperatorCost(act_bytes, np.zeros_like(act_bytes), act_bytes / bw)
+    time = (_per_unique(lambda t: kernels.activations_time_s(model, hw, t, tp), n_tokens) if hw.kernels is not None
+            else act_bytes / bw)
+    return OperatorCost(act_bytes, np.zeros_like(act_bytes), time)
 
-    if tp > 1:
-        n_allreduce = model.n_layers * (blocks + 1)
-        ring_bytes = 2.0 * (tp - 1) / tp * n_tokens * model.hidden_size * ACTIVATION_BYTES
-        comm = n_allreduce * (hw.interconnect_latency_s + ring_bytes / hw.interconnect_bandwidth_bytes_per_s)
-    else:
-        comm = np.zeros_like(np.asarray(n_tokens, dtype=float))
-    overhead = np.full(np.shape(n_tokens), eff.step_overhead_s + eff.per_layer_overhead_s * model.n_layers)
 
+def _kv_write(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
+    _, bw, *_ = _rates(model, hw, efficiency)
+    kv_w_bytes = model.n_layers * _kv_layer_bytes(model, tp) * n_tokens
+    return OperatorCost(kv_w_bytes, np.zeros_like(kv_w_bytes), kv_w_bytes / bw)
+
+
+def _attention(model, hw, kv_read_tokens, attn_pairs, tp, efficiency) -> OperatorCost:
+    _, bw, _, _, _, attn_flops_per_s = _rates(model, hw, efficiency)
+    blocks = _n_attention_blocks(model)
+    a_bytes = blocks * model.n_layers * _kv_layer_bytes(model, tp) * kv_read_tokens
+    a_flops = blocks * model.n_layers * attention_flops_per_pair(model) * attn_pairs / tp
+    return OperatorCost(a_bytes, a_flops, _roof(a_bytes, a_flops, bw, attn_flops_per_s))
+
+
+def _communication(model, hw, n_tokens, tp) -> np.ndarray:
+    if tp == 1:
+        return np.zeros_like(np.asarray(n_tokens, dtype=float))
+    latency_s, bus_bytes_per_s = hw.all_reduce_cost(tp)
+    n_allreduce = model.n_layers * (_n_attention_blocks(model) + 1)
+    ring_bytes = 2.0 * (tp - 1) / tp * n_tokens * model.hidden_size * ACTIVATION_BYTES
+    return n_allreduce * (latency_s + ring_bytes / bus_bytes_per_s)
+
+
+def _overhead(model, hw, efficiency) -> float:
+    eff = efficiency or hw.efficiency
+    return eff.step_overhead_s + eff.per_layer_overhead_s * model.n_layers
+
+
+def _cost(model: ModelSpec, hw: HardwareProfile, *, n_tokens, n_logit_tokens, kv_read_tokens, attn_pairs,
+          tp: int, efficiency: Efficiency | None) -> StepCost:
+    _, _, compute_dtype, attention_dtype, _, _ = _rates(model, hw, efficiency)
+    weights = _weights(model, hw, n_tokens, tp, efficiency)
+    attention = _attention(model, hw, kv_read_tokens, attn_pairs, tp, efficiency)
+    kv_write = _kv_write(model, hw, n_tokens, tp, efficiency)
+    lm_head = _lm_head(model, hw, n_logit_tokens, tp, efficiency)
+    activations = _activations(model, hw, n_tokens, tp, efficiency)
+    comm = _communication(model, hw, n_tokens, tp)
+    overhead = np.full(np.shape(n_tokens), _overhead(model, hw, efficiency))
     total = (weights.time_s + attention.time_s + kv_write.time_s + lm_head.time_s + activations.time_s
              + comm + overhead)
     return StepCost(weights=weights, attention=attention, kv_write=kv_write, lm_head=lm_head,
                     activations=activations, communication_s=comm, overhead_s=overhead, time_s=total,
                     compute_dtype=compute_dtype, attention_dtype=attention_dtype)
+
+
+# ---- the step split by what each part depends on (for callers that tabulate) -----------------------
+# time_s of any step = token_time_s(T) + logits_time_s(G) + attention_time_s(R, P) + overhead_time_s,
+# with T the step's tokens, G the positions that need logits, R the KV-read tokens and P the causal
+# query-key pairs (see step_cost and mixed_step_cost for how a batch gives R and P). The first two
+# depend on one count each, so a caller can tabulate them once per model over T = 0 .. T_max.
+
+def token_time_s(model: ModelSpec, hw: HardwareProfile, n_tokens, *, tp: int = 1,
+                 efficiency: Efficiency | None = None) -> np.ndarray:
+    """Time of the classes that depend only on the step's token count T: the linear layers (weights),
+    the element-wise operators (activations), the KV write and the tensor-parallel all-reduces.
+    n_tokens: T ≥ 0, any shape. On a part with a fitted `[kernels]` table this is the measured curve."""
+    _check_group(model, hw, tp)
+    t = _as_array("n_tokens", n_tokens, 0)
+    return (_weights(model, hw, t, tp, efficiency).time_s + _activations(model, hw, t, tp, efficiency).time_s
+            + _kv_write(model, hw, t, tp, efficiency).time_s + _communication(model, hw, t, tp))
+
+
+def logits_time_s(model: ModelSpec, hw: HardwareProfile, n_logit_tokens, *, tp: int = 1,
+                  efficiency: Efficiency | None = None) -> np.ndarray:
+    """Time of the LM head for G ≥ 0 positions that need logits, any shape."""
+    _check_group(model, hw, tp)
+    return _lm_head(model, hw, _as_array("n_logit_tokens", n_logit_tokens, 0), tp, efficiency).time_s
+
+
+def attention_time_s(model: ModelSpec, hw: HardwareProfile, *, kv_read_tokens, attn_pairs, tp: int = 1,
+                     efficiency: Efficiency | None = None) -> np.ndarray:
+    """Time of attention over the KV cache: R tokens' keys and values read (all sequences together)
+    and P query-key pairs scored; both ≥ 0 and broadcast."""
+    _check_group(model, hw, tp)
+    r = np.asarray(kv_read_tokens, dtype=np.float64)
+    p = np.asarray(attn_pairs, dtype=np.float64)
+    if np.any(r < 0) or np.any(p < 0):
+        raise field_error("attention time", "kv_read_tokens" if np.any(r < 0) else "attn_pairs",
+                          float(np.min(r if np.any(r < 0) else p)), "counts >= 0")
+    r, p = np.broadcast_arrays(r, p)
+    return _attention(model, hw, r, p, tp, efficiency).time_s
+
+
+def overhead_time_s(model: ModelSpec, hw: HardwareProfile, *, efficiency: Efficiency | None = None) -> float:
+    """The fixed per-step and per-layer overhead of the efficiency in force."""
+    return float(_overhead(model, hw, efficiency))
 
 
 def _visible_context(model: ModelSpec, ctx_len: np.ndarray) -> np.ndarray:

@@ -2,11 +2,24 @@
 
 Files quote the units people read on datasheets (GB, GB/s, TFLOP/s, µs); they are converted to
 SI once, here, on load. Every number in a file carries a source in its `[sources]` table.
+
+Two optional tables hold measured behaviour of the hardware class rather than datasheet figures:
+
+- `[kernels]` (`KernelProfile`): how a GEMM's and an element-wise operator's time grows with the
+  tokens in a step (launch floor, tile and wave quantisation, memory/compute overlap), fitted from
+  published operator profiles by `specsim calibrate operators`; `specsim.cost.kernels` holds the
+  formulas. A part without the table stays on the pure roofline.
+- `[all_reduce]` (`AllReduceProfile`): measured all-reduce latency and bus bandwidth per group
+  size, replacing `interconnect_latency_us` / `interconnect_gb_s` for those group sizes.
+
+A related part may borrow either table with `transfer_from = "<id>"` (plus its own `n_sm` for
+kernels): the fitted fractions and floors carry over and the part's own datasheet bandwidth, peak
+and SM count scale the times. Its source must say so.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -51,6 +64,114 @@ class Efficiency:
                 raise field_error("Efficiency", name, v, "a finite duration >= 0 s")
 
 
+ELEMENTWISE_KINDS = ("norm", "rope", "act", "add", "embed")
+# Kinds whose kernels give each token (row) to one thread block, so a few rows leave most SMs idle.
+ROW_BLOCKED_KINDS = ("norm", "rope", "act")
+
+
+def _positive(where: str, name: str, v, *, integer: bool = False, allow_zero: bool = False) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if integer:
+        ok = ok and float(v).is_integer()
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        raise field_error(where, name, v, f"{kind} {'>= 0' if allow_zero else '> 0'}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelProfile:
+    """How this part's kernels' time grows with the tokens in a step; see `specsim.cost.kernels`.
+
+    n_sm: streaming multiprocessors (datasheet). GEMMs: gemm_bandwidth_frac and gemm_compute_frac
+    of the part's peaks, reached by a GEMM kernel of the stack the curve was measured on;
+    gemm_overlap_exponent p ≥ 1: memory and compute time combine as (t_mem^p + t_comp^p)^(1/p) (p = 1:
+    a sum, no overlap; large p: the max); gemm_tile: the (rows, columns) output tile whose padding
+    and waves over the SMs quantise the compute time; gemm_floor_s: a GEMM kernel's shortest
+    duration. Element-wise kinds (ELEMENTWISE_KINDS): a floor, the fraction of peak bandwidth each
+    kind reaches and, for ROW_BLOCKED_KINDS, the time per element of one row (token) on one SM, with
+    `elementwise_rows_per_sm` rows resident per SM."""
+
+    n_sm: int
+    gemm_bandwidth_frac: float
+    gemm_compute_frac: float
+    gemm_overlap_exponent: float
+    gemm_tile: tuple[int, int]
+    gemm_floor_s: float
+    elementwise_floor_s: float
+    elementwise_rows_per_sm: int
+    elementwise_bandwidth_frac: Mapping[str, float]
+    elementwise_row_s_per_elem: Mapping[str, float]
+    transferred_from: str = ""
+
+    def __post_init__(self) -> None:
+        where = "kernels"
+        _positive(where, "n_sm", self.n_sm, integer=True)
+        _positive(where, "elementwise_rows_per_sm", self.elementwise_rows_per_sm, integer=True)
+        for name in ("gemm_floor_s", "elementwise_floor_s"):
+            _positive(where, name, getattr(self, name), allow_zero=True)
+        for name in ("gemm_bandwidth_frac", "gemm_compute_frac"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
+                raise field_error(where, name, v, "a fraction in (0, 1]")
+        p = self.gemm_overlap_exponent
+        if not (isinstance(p, (int, float)) and math.isfinite(p) and p >= 1.0):
+            raise field_error(where, "gemm_overlap_exponent", p, "a number >= 1 (1: memory and compute add up)")
+        tile = tuple(self.gemm_tile)
+        if len(tile) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in tile):
+            raise field_error(where, "gemm_tile", self.gemm_tile, "[rows, columns], two positive integers")
+        object.__setattr__(self, "gemm_tile", tile)
+        fracs = dict(self.elementwise_bandwidth_frac)
+        if set(fracs) != set(ELEMENTWISE_KINDS):
+            raise field_error(where, "elementwise_bandwidth_frac", sorted(fracs), f"one fraction for each of {ELEMENTWISE_KINDS}")
+        for kind, v in fracs.items():
+            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
+                raise field_error(where, f"{kind}_bandwidth_frac", v, "a fraction in (0, 1]")
+        rows = dict(self.elementwise_row_s_per_elem)
+        if set(rows) != set(ROW_BLOCKED_KINDS):
+            raise field_error(where, "elementwise_row_s_per_elem", sorted(rows), f"one figure for each of {ROW_BLOCKED_KINDS}")
+        for kind, v in rows.items():
+            _positive(where, f"{kind}_row_s_per_elem", v, allow_zero=True)
+        object.__setattr__(self, "elementwise_bandwidth_frac", MappingProxyType(fracs))
+        object.__setattr__(self, "elementwise_row_s_per_elem", MappingProxyType(rows))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllReduceProfile:
+    """Measured all-reduce cost per group size n: latency_s[i] + 2(n − 1)/n · bytes / bus bandwidth[i]
+    (the NCCL 'bus bandwidth' convention, so the ring's traffic factor is explicit)."""
+
+    group_sizes: tuple[int, ...]
+    latency_s: tuple[float, ...]
+    bus_bandwidth_bytes_per_s: tuple[float, ...]
+    transferred_from: str = ""
+
+    def __post_init__(self) -> None:
+        where = "all_reduce"
+        sizes, lats, bws = (tuple(getattr(self, f)) for f in ("group_sizes", "latency_s", "bus_bandwidth_bytes_per_s"))
+        if not sizes or not (len(sizes) == len(lats) == len(bws)):
+            raise field_error(where, "group_sizes", list(sizes),
+                              "a non-empty list as long as latency_us and bus_gb_s (one figure per group size)")
+        for n in sizes:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+                raise field_error(where, "group_sizes", n, "integers >= 2")
+        if len(set(sizes)) != len(sizes):
+            raise field_error(where, "group_sizes", list(sizes), "distinct group sizes")
+        for v in lats:
+            _positive(where, "latency_s", v, allow_zero=True)
+        for v in bws:
+            _positive(where, "bus_bandwidth_bytes_per_s", v)
+        object.__setattr__(self, "group_sizes", sizes)
+        object.__setattr__(self, "latency_s", tuple(float(v) for v in lats))
+        object.__setattr__(self, "bus_bandwidth_bytes_per_s", tuple(float(v) for v in bws))
+
+    def for_group(self, n: int) -> tuple[float, float] | None:
+        """(latency_s, bus_bandwidth_bytes_per_s) measured for a group of n, or None."""
+        if n in self.group_sizes:
+            i = self.group_sizes.index(n)
+            return self.latency_s[i], self.bus_bandwidth_bytes_per_s[i]
+        return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HardwareProfile:
     """One device. Group sizes (tensor parallelism) are chosen per prediction, not stored here."""
@@ -65,6 +186,8 @@ class HardwareProfile:
     interconnect_bandwidth_bytes_per_s: float = 0.0
     interconnect_latency_s: float = 0.0
     llc_bytes: float = 0.0
+    kernels: KernelProfile | None = None
+    all_reduce: AllReduceProfile | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
 
@@ -87,8 +210,19 @@ class HardwareProfile:
                 raise field_error(where, f"peak_flops_per_s.{dtype}", v, f"a dtype in {DTYPES}")
             if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
                 raise field_error(where, f"peak_flops_per_s.{dtype}", v, "a positive number")
+        for name, cls in (("kernels", KernelProfile), ("all_reduce", AllReduceProfile)):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, cls):
+                raise field_error(where, name, v, f"a {cls.__name__} or None")
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def all_reduce_cost(self, n: int) -> tuple[float, float]:
+        """(latency_s, bus_bandwidth_bytes_per_s) of an all-reduce over n devices: the measured
+        figures for this group size where `[all_reduce]` has them, else the datasheet link
+        bandwidth and the profile's `interconnect_latency_s`."""
+        measured = self.all_reduce.for_group(n) if self.all_reduce is not None else None
+        return measured or (self.interconnect_latency_s, self.interconnect_bandwidth_bytes_per_s)
 
     def compute_dtype_for(self, dtype: str) -> str:
         """The dtype whose peak this part uses for `dtype` math (see COMPUTE_FALLBACK)."""
@@ -125,7 +259,19 @@ _EFFICIENCY = {
     "step_overhead_us": ("step_overhead_s", 1e-6),
     "per_layer_overhead_us": ("per_layer_overhead_s", 1e-6),
 }
-_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", *_SCALARS}
+_KERNEL_SCALARS = {
+    "n_sm": ("n_sm", 1),
+    "gemm_bandwidth_frac": ("gemm_bandwidth_frac", 1.0),
+    "gemm_compute_frac": ("gemm_compute_frac", 1.0),
+    "gemm_overlap_exponent": ("gemm_overlap_exponent", 1.0),
+    "gemm_floor_us": ("gemm_floor_s", 1e-6),
+    "elementwise_floor_us": ("elementwise_floor_s", 1e-6),
+    "elementwise_rows_per_sm": ("elementwise_rows_per_sm", 1),
+}
+_KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
+                *(f"{k}_bandwidth_frac" for k in ELEMENTWISE_KINDS), *(f"{k}_row_ns_per_elem" for k in ROW_BLOCKED_KINDS)}
+_ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
+_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", *_SCALARS}
 
 
 def _number(where: str, key: str, value: object) -> float:
@@ -141,6 +287,8 @@ def _check_sources(where: str, raw: dict) -> dict[str, str]:
     needed = [k for k in raw if k in _SCALARS]
     needed += [f"efficiency.{k}" for k in raw.get("efficiency", {})]
     needed += [f"peak_tflops.{k}" for k in raw.get("peak_tflops", {})]
+    for table in ("kernels", "all_reduce"):
+        needed += [f"{table}.{k}" for k in raw.get(table, {})]
     for key in needed:
         group = key.split(".")[0]
         if key not in sources and group not in sources:
@@ -182,9 +330,86 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     kwargs["sources"] = _check_sources(where, raw)
+    if "kernels" in raw:
+        kwargs["kernels"] = _kernels_from_dict(where, raw["kernels"], raw["id"])
+    if "all_reduce" in raw:
+        kwargs["all_reduce"] = _all_reduce_from_dict(where, raw["all_reduce"], raw["id"])
     try:
         return HardwareProfile(**kwargs)
     except SpecError as exc:  # name the file too, not only the id
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _transfer_source(where: str, table: str, raw: dict, own_id: str):
+    """The profile a `transfer_from` names; it must hold its own (not itself transferred) table."""
+    src_id = raw["transfer_from"]
+    if not isinstance(src_id, str) or not src_id or src_id == own_id:
+        raise field_error(where, f"{table}.transfer_from", src_id, "the catalog id of another part")
+    src = load_hardware(src_id)
+    got = getattr(src, table)
+    if got is None or got.transferred_from:
+        raise field_error(where, f"{table}.transfer_from", src_id, f"a part with its own fitted [{table}] table")
+    return got
+
+
+def _kernels_from_dict(where: str, raw, own_id: str) -> KernelProfile:
+    if not isinstance(raw, dict):
+        raise field_error(where, "kernels", raw, "a [kernels] table")
+    reject_unknown_keys(f"{where} [kernels]", raw, _KERNEL_KEYS)
+    if "transfer_from" in raw:
+        reject_unknown_keys(f"{where} [kernels] (with transfer_from, only the part's own n_sm)", raw,
+                            {"transfer_from", "n_sm"})
+        if "n_sm" not in raw:
+            raise field_error(where, "kernels.n_sm", None, "this part's own SM count (datasheet) beside transfer_from")
+        src = _transfer_source(where, "kernels", raw, own_id)
+        n_sm = _number(where, "kernels.n_sm", raw["n_sm"])
+        try:
+            return replace(src, n_sm=int(n_sm) if n_sm.is_integer() else n_sm, transferred_from=raw["transfer_from"])
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+    missing = sorted(_KERNEL_KEYS - {"transfer_from"} - set(raw))
+    if missing:
+        raise field_error(where, f"kernels.{missing[0]}", None, "a value (a fitted [kernels] table needs every key)")
+    kw: dict = {}
+    for key, (attr, scale) in _KERNEL_SCALARS.items():
+        v = _number(where, f"kernels.{key}", raw[key]) * scale
+        kw[attr] = int(v) if attr in ("n_sm", "elementwise_rows_per_sm") and float(v).is_integer() else v
+    tile = raw["gemm_tile"]
+    if not isinstance(tile, list):
+        raise field_error(where, "kernels.gemm_tile", tile, "[rows, columns]")
+    kw["gemm_tile"] = tuple(tile)
+    kw["elementwise_bandwidth_frac"] = {k: _number(where, f"kernels.{k}_bandwidth_frac", raw[f"{k}_bandwidth_frac"])
+                                        for k in ELEMENTWISE_KINDS}
+    kw["elementwise_row_s_per_elem"] = {k: _number(where, f"kernels.{k}_row_ns_per_elem", raw[f"{k}_row_ns_per_elem"]) * 1e-9
+                                        for k in ROW_BLOCKED_KINDS}
+    try:
+        return KernelProfile(**kw)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _all_reduce_from_dict(where: str, raw, own_id: str) -> AllReduceProfile:
+    if not isinstance(raw, dict):
+        raise field_error(where, "all_reduce", raw, "an [all_reduce] table")
+    reject_unknown_keys(f"{where} [all_reduce]", raw, _ALL_REDUCE_KEYS)
+    if "transfer_from" in raw:
+        reject_unknown_keys(f"{where} [all_reduce] (with transfer_from)", raw, {"transfer_from"})
+        return replace(_transfer_source(where, "all_reduce", raw, own_id), transferred_from=raw["transfer_from"])
+    lists = {}
+    for key in ("group_sizes", "latency_us", "bus_gb_s"):
+        v = raw.get(key)
+        if not isinstance(v, list):
+            raise field_error(where, f"all_reduce.{key}", v, "a list with one entry per group size")
+        lists[key] = v
+    for n in lists["group_sizes"]:
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise field_error(where, "all_reduce.group_sizes", n, "integers >= 2")
+    try:
+        return AllReduceProfile(group_sizes=tuple(lists["group_sizes"]),
+                                latency_s=tuple(_number(where, "all_reduce.latency_us", v) * 1e-6 for v in lists["latency_us"]),
+                                bus_bandwidth_bytes_per_s=tuple(_number(where, "all_reduce.bus_gb_s", v) * 1e9
+                                                                for v in lists["bus_gb_s"]))
+    except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
 
