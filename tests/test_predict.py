@@ -77,7 +77,7 @@ def test_negative_k_is_refused(capsys):
 
 def test_tau_above_k_plus_one_is_refused():
     with pytest.raises(SpecError, match=r"tau.*\[1, K \+ 1\]"):
-        load_scenario("seed-70b-hbm").with_overrides(tau=7.0)
+        resolve(load_scenario("seed-70b-hbm"), tau=7.0)
 
 
 def test_unknown_hardware_lists_close_matches(capsys):

@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..errors import InputError, SpecError
 from ..specs.scenario import Scenario
-from ..speculation.families import METHODS
+from ..speculation.families import FAMILIES, METHODS
 from ..speculation.operating_point import resolve
 from ..speculation.predict import predict
 
@@ -131,7 +131,7 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
         assumed.append(f"context_len = {DEFAULT_CONTEXT_LEN}")
     k = _int(row, "k")
     if k is None:
-        if method != "lookahead":
+        if FAMILIES[method].uses_k:
             raise SpecError("missing k (draft length or tree depth)")
         k = 1
     m = _int(row, "tree_size")

@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every expected failure is one line on stderr and a distinct exit status
     (see specsim.errors). SPECSIM_DEBUG=1 shows the traceback of an internal error."""
+    import warnings
+
+    # numpy's overflow warnings would print beside the one-line error that the finite-result checks give
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -149,7 +149,7 @@ def run_sweep(op: OperatingPoint, *, progress: bool = False, skipped: list | Non
             if tree and not point.deployment.supports_tree:
                 raise field_error(f"stack {point.deployment.stack_id!r}", "tree_verification", "none",
                                   "a stack that verifies trees (the chain rows are kept)")
-            q_max = (max(axes["tree_size"]) if tree else max(axes["k"]) + 1) if point.method != "lookahead" \
+            q_max = (max(axes["tree_size"]) if tree else max(axes["k"]) + 1) if point.drafter.family.uses_k \
                 else point.verify_q_len
             contexts = []
             for ctx in axes["context_len"]:

@@ -185,7 +185,7 @@ def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None,
 
     # bands and the acceptance thresholds on the [threshold] grid, K re-tuned
     bs = np.asarray(st.batch_sizes, dtype=np.int64)
-    ks = np.arange(1, st.k_max + 1) if op.method != "lookahead" else np.array([op.k])
+    ks = np.arange(1, st.k_max + 1) if op.drafter.family.uses_k else np.array([op.k])
     retuned = answers["workload, K re-tuned" if workload is not None else "decode-only, K re-tuned"]
     curve_b = retuned.batch_sizes
     best_k = np.array([retuned.best_k[min(np.searchsorted(curve_b, b), curve_b.size - 1)] for b in bs])
@@ -203,13 +203,13 @@ def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None,
                           "pays": bool(best_s[j] >= 1.0 + m and fits), "fits": bool(fits)})
     alpha_off = per_batch[0]["alpha_off"]
     k_dep = op.k
-    if op.method != "lookahead":
+    if op.drafter.family.uses_k:
         gk = grid(op, k=[k_dep], batch_size=[int(bs[0])], alpha=list(alphas))
         alpha_off_k = acceptance_threshold(alphas, gk.speedup[0, 0, 0, 0, :], margin=m)
     else:
         alpha_off_k = alpha_off
     ratio = None
-    if alpha_off_k is not None and op.method != "lookahead" and k_dep > 0:
+    if alpha_off_k is not None and op.drafter.family.uses_k and k_dep > 0:
         ratio = float((tokens_per_cycle_iid(alpha_off_k, k_dep) - 1.0) / k_dep)
     drafter = op.drafter.drafter.id if op.drafter.drafter is not None else None
     policy = ThresholdPolicy(scenario=op.name, method=op.method, hardware=op.hardware.id, target=op.target.id,
@@ -253,9 +253,8 @@ def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None) 
         cfg: dict = {}
         if method != "draft_model":
             cfg["method"] = name
-        if method == "prompt_lookup":
-            cfg.update({"prompt_lookup_max": 4, "prompt_lookup_min": 2})
-        elif method != "mtp":
+        cfg.update(fam.stacks["vllm"].extra)
+        if fam.weights:
             cfg["model"] = model
         cfg["num_speculative_tokens"] = int(k)
         if off is not None:
@@ -273,7 +272,7 @@ def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None) 
     name = fam.stack_name("sglang")
     if name and not never:
         flags = ["--speculative-algorithm", name]
-        if method in ("eagle", "draft_model"):
+        if fam.weights:
             flags += ["--speculative-draft-model-path", model]
         flags += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
                   "--speculative-num-draft-tokens", str(k + 1)]
@@ -288,7 +287,7 @@ def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None) 
     if name and on:
         schedule = {int(b["batch_max"]): int(b["k"]) for b in on}
         cfg = {"decoding_type": name, "max_draft_len": int(max(schedule.values()))}
-        if method in ("draft_model", "eagle", "medusa"):
+        if fam.weights:
             cfg["speculative_model"] = model
         last_on = max(schedule)
         if policy.bands[-1]["k"] == 0:

@@ -100,10 +100,9 @@ class Scenario:
                               f"an integer >= K + 1 = {self.k + 1} (tree nodes, root included), or absent for a chain")
         if self.alpha is not None and (not _is_number(self.alpha) or not 0.0 <= self.alpha <= 1.0):
             raise field_error(where, "alpha", self.alpha, "an acceptance rate in [0, 1]")
-        # Lookahead's bound depends on its n-gram size: the operating point checks it
-        top = math.inf if self.method == "lookahead" else self.k + 1
-        if self.tau is not None and (not _is_number(self.tau) or not 1.0 <= self.tau <= top):
-            raise field_error(where, "tau", self.tau, f"mean tokens per cycle in [1, K + 1] = [1, {self.k + 1}]")
+        # the upper bound (K + 1, or Lookahead's n-gram size) depends on the family: resolve checks it
+        if self.tau is not None and (not _is_number(self.tau) or self.tau < 1.0):
+            raise field_error(where, "tau", self.tau, "mean tokens per cycle >= 1 (the bonus token included)")
         if self.alpha is not None and self.tau is not None:
             raise field_error(where, "tau", self.tau, "either alpha or tau, not both")
         if not _is_number(self.temperature) or self.temperature < 0:

@@ -152,7 +152,7 @@ def lookahead_tokens_per_step(alpha, *, ngram: int, guesses: int) -> np.ndarray:
 def tokens_per_cycle(cfg: DrafterConfig, *, alpha, k, tree_size=None, n_ranks: int = DEFAULT_N_RANKS,
                      rank_decay: float = DEFAULT_RANK_DECAY) -> np.ndarray:
     """E[tokens per cycle] for a family at acceptance α, depth K and tree size M (None: chain)."""
-    if cfg.method == "lookahead":
+    if not cfg.family.uses_k:  # Lookahead: best of G pool guesses per step
         a, _ = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(k, dtype=float))
         return lookahead_tokens_per_step(a, ngram=cfg.lookahead_ngram, guesses=cfg.lookahead_guesses)
     if tree_size is None or not cfg.supports_tree:
@@ -180,7 +180,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
 
     batch_size B, k K, tree_size M (None: chain of K + 1), ctx_len L, tokens_per_cycle τ (from
     `tokens_per_cycle` or measured): arrays that broadcast. Returns CycleTimes (aggregate tokens/s)."""
-    tree = tree_size is not None and cfg.supports_tree and cfg.method != "lookahead"
+    tree = tree_size is not None and cfg.supports_tree
     if tree and not dep.supports_tree:
         raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
                           "a stack that verifies trees (use a chain: tree_size = None)")
@@ -241,7 +241,7 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     bs = np.atleast_1d(np.asarray(batch_size, dtype=np.int64))
     ls = np.atleast_1d(np.asarray(context_len, dtype=np.int64))
     al = np.atleast_1d(np.asarray(alpha, dtype=float))
-    tree = tree_size is not None and cfg.supports_tree and cfg.method != "lookahead"
+    tree = tree_size is not None and cfg.supports_tree
     if tree and not dep.supports_tree:
         raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
                           "a stack that verifies trees (use a chain: no tree_size)")
@@ -257,7 +257,7 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     f = (np.ones(L.shape) if alpha_factor is None else
          np.broadcast_to(np.asarray(alpha_factor, dtype=float), ls.shape)[None, None, None, :, None])
     A_eff = np.clip(A * f, 0.0, 1.0)
-    if conditional is not None and not tree and cfg.method != "lookahead":
+    if conditional is not None and not tree and cfg.family.uses_k:
         if al.size != 1:
             raise field_error("evaluate_grid", "alpha", al.tolist(), "one value (c_1) when conditional rates are given")
         c = np.asarray(conditional, dtype=float)

@@ -180,15 +180,20 @@ class DrafterWork:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackSupport:
-    """How a serving stack ships a family: its own name for it, and where that is documented."""
+    """How a serving stack ships a family: its own name for it, where that is documented, and any
+    further keys its configuration needs (printed as they are)."""
 
     name: str
     source: str
+    extra: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Family:
-    """One drafter family (see the module docstring). `work(cfg, target, tp) -> DrafterWork`."""
+    """One drafter family (see the module docstring). `work(cfg, target, tp) -> DrafterWork`.
+
+    uses_k: the draft length K means something (False for Lookahead, whose step has a fixed width);
+    weights: it needs trained weights a serving config must point to (a draft model, heads)."""
 
     name: str
     title: str
@@ -201,6 +206,8 @@ class Family:
     decoder: str | None = None
     serving: bool = True
     self_label: str = ""
+    uses_k: bool = True
+    weights: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stacks", MappingProxyType(dict(self.stacks)))
@@ -343,10 +350,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            }),
     Family(name="prompt_lookup", title="prompt lookup (n-gram)", paper="Saxena 2023, prompt-lookup-decoding",
            work=_prompt_lookup, options=("prompt_lookup_s_per_seq_per_ktoken",), decoder="prompt-lookup",
-           self_label="(prompt n-grams)",
+           self_label="(prompt n-grams)", weights=False,
            stacks={
                "vllm": StackSupport(name="ngram", source="vLLM docs, features/speculative_decoding: "
-                                    "'Speculating by matching n-grams in the prompt' (method ngram)"),
+                                    "'Speculating by matching n-grams in the prompt' (method ngram)",
+                                    extra={"prompt_lookup_max": 4, "prompt_lookup_min": 2}),
                "sglang": StackSupport(name="NGRAM", source="SGLang docs, speculative decoding: "
                                       "--speculative-algorithm NGRAM"),
                "trtllm": StackSupport(name="NGram", source="TensorRT-LLM docs, speculative decoding: N-gram "
@@ -372,18 +380,18 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            }),
     Family(name="lookahead", title="Lookahead decoding", paper="Fu et al. 2024", work=_lookahead,
            options=("lookahead_window", "lookahead_ngram", "lookahead_guesses"), serving=False,
-           self_label="(lookahead pool)",
+           self_label="(lookahead pool)", uses_k=False, weights=False,
            stacks={
                "trtllm": StackSupport(name="Lookahead", source="TensorRT-LLM docs, speculative decoding: Lookahead"),
                "hf-eager": StackSupport(name="lookahead", source="hao-ai-lab/LookaheadDecoding patches HF models"),
                "llama.cpp": StackSupport(name="llama-lookahead", source="llama.cpp examples/lookahead"),
            }),
     Family(name="layer_skip", title="layer-skip self-speculation", paper="Elhoushi et al. 2024 (LayerSkip)",
-           work=_layer_skip, options=("skip_layers",), decoder="layer-skip", self_label="(early layers)",
+           work=_layer_skip, options=("skip_layers",), decoder="layer-skip", self_label="(early layers)", weights=False,
            stacks={"hf-eager": StackSupport(name="assistant_early_exit", source="transformers LayerSkip "
                                             "self-speculation (generate(..., assistant_early_exit=n))")}),
     Family(name="mtp", title="multi-token prediction module", paper="DeepSeek-AI 2024 (DeepSeek-V3 §2.2)",
-           work=_mtp, tree=True, self_label="(mtp module)",
+           work=_mtp, tree=True, self_label="(mtp module)", weights=False,
            stacks={
                "vllm": StackSupport(name="deepseek_mtp", source="vLLM docs, features/speculative_decoding: MTP"),
                "sglang": StackSupport(name="EAGLE", source="SGLang docs: DeepSeek MTP runs through the EAGLE "
@@ -391,7 +399,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                "trtllm": StackSupport(name="MTP", source="TensorRT-LLM docs, speculative decoding: MTP"),
            }),
     Family(name="sparse_kv", title="sparse-KV self-speculation", paper="Chen et al. 2024 (MagicDec)",
-           work=_sparse_kv, options=("sparse_sink", "sparse_window"), self_label="(sparse-KV self)"),
+           work=_sparse_kv, options=("sparse_sink", "sparse_window"), self_label="(sparse-KV self)", weights=False),
 )}
 METHODS = tuple(FAMILIES)
 TREE_METHODS = tuple(n for n, f in FAMILIES.items() if f.tree)

@@ -135,7 +135,7 @@ class OperatingPoint:
 
     @property
     def speculative(self) -> bool:
-        return self.method != "none" and self.drafter is not None and (self.k > 0 or self.method == "lookahead")
+        return self.method != "none" and self.drafter is not None and (self.k > 0 or not self.drafter.family.uses_k)
 
     @property
     def is_tree(self) -> bool:
@@ -217,7 +217,7 @@ class OperatingPoint:
                 rows.append(("drafter options", ", ".join(f"{k} = {v}" for k, v in self.drafter.options().items()),
                              s.get("drafter_options", "defaults of the family")))
             shape = (f"tree of {self.tree_size} nodes, depth {self.k}" if self.is_tree else
-                     f"chain of K = {self.k}" if self.method != "lookahead" else f"{self.verify_q_len} tokens a step")
+                     f"chain of K = {self.k}" if self.drafter.family.uses_k else f"{self.verify_q_len} tokens a step")
             rows.append(("draft", shape, s.get("k", "")))
         rows += [("batch, context", f"B = {self.batch_size}, L = {self.context_len} tokens", s.get("batch_size", "")),
                  ("temperature", f"{self.temperature:g}", s.get("temperature", ""))]
@@ -330,7 +330,7 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
             source = f"{scenario.path or 'scenario'} [acceptance] by_position"
         elif scenario.tau is not None:
             tau_given = float(scenario.tau)
-            if cfg is not None and cfg.method == "lookahead":
+            if cfg is not None and not cfg.family.uses_k:
                 model = AcceptanceModel(alpha=_lookahead_alpha(tau_given, cfg, where), **dependence)
                 source = f"tau from {scenario.path or 'the command line'}; α by inverting Lookahead's tokens per step"
             else:
@@ -416,7 +416,7 @@ def resolve(scenario: Scenario, **overrides) -> OperatingPoint:
         target = target.with_weight_format(s.target_dtype)
     stack = load_stack(s.stack) if s.stack else None
     dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention)
-    method = s.method if s.k > 0 or s.method in ("lookahead", "none") else "none"
+    method = s.method if (s.method == "none" or s.k > 0 or not FAMILIES[s.method].uses_k) else "none"
     cfg = None
     tree_size = s.tree_size
     if method != "none":

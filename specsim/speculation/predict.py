@@ -16,6 +16,7 @@ from ..cost.deployment import target_step_time
 from ..cost.roofline import StepCost, step_cost
 from .acceptance import tau_from_conditional
 from .cycle import CycleTimes, GridResult, cycle_times, evaluate_grid, speculative_cycle, tokens_per_cycle
+from ..errors import SpecError
 from .operating_point import OperatingPoint
 
 
@@ -63,7 +64,7 @@ def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_l
     here = (k, tree_size if tree else None, context_len, float(temperature))
     if acc.tau_given is not None and here == acc.tau_point:
         return float(acc.tau_given)  # measured at this very point (a tree's mean accepted length too)
-    if acc.model.conditional is not None and not tree and op.method != "lookahead":
+    if acc.model.conditional is not None and not tree and op.drafter.family.uses_k:
         return float(tau_from_conditional(acc.model.conditional_at(k, context_len, temperature)))
     alpha = acc.alpha_at(context_len, temperature)
     return float(tokens_per_cycle(op.drafter, alpha=alpha, k=k, tree_size=tree_size if tree else None,
@@ -83,6 +84,7 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
         t = target_step_time(target, dep, batch_size=b, q_len=1, ctx_len=l)
         cyc = cycle_times(target_step_time_s=t, draft_time_s=0.0, verify_time_s=t, tokens_per_cycle=1.0, batch_size=b,
                           draft_step_time_s=0.0)
+        _check_finite(op, cyc)
         return Prediction(point=op, alpha=None, plain_step=plain, draft_step=None, verify_step=plain, cycle=cyc)
     tree = op.tree_size if op.is_tree else None
     tau = tokens_per_cycle_at(op)
@@ -95,8 +97,20 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
     if work.pass_model is not None:
         draft = step_cost(work.pass_model, op.hardware, batch_size=b, q_len=1, ctx_len=l, tp=work.pass_tp,
                           attention=dep.attention, efficiency=dep.eff)
+    _check_finite(op, cyc)
     return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
                       verify_q_len=q)
+
+
+def _check_finite(op: OperatingPoint, cyc) -> None:
+    """A time that overflows or vanishes means an input far outside any real part or model: say so
+    rather than print a speedup of NaN."""
+    values = [cyc.target_step_time_s, cyc.cycle_time_s, cyc.tokens_per_s, cyc.baseline_tokens_per_s]
+    if not all(np.all(np.isfinite(v)) and np.all(np.asarray(v) > 0) for v in values):
+        hw = op.hardware
+        raise SpecError(f"scenario {op.name!r}: the step or cycle time is not a finite positive number on hardware "
+                        f"{hw.id!r} (memory bandwidth {hw.mem_bandwidth_bytes_per_s / 1e9:g} GB/s, peak compute "
+                        f"{max(hw.peak_flops_per_s.values()) / 1e12:g} TFLOP/s): expected figures of a real part")
 
 
 def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context_len=None, alpha=None) -> GridResult:
@@ -123,6 +137,7 @@ def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context
     g = evaluate_grid(op.drafter, op.target, op.deployment, k=ks, tree_size=trees, batch_size=bs, context_len=ls,
                       alpha=alpha, n_ranks=acc.n_ranks, rank_decay=acc.rank_decay, alpha_factor=factor,
                       conditional=conditional)
+    _check_finite(op, g)
     return g
 
 

@@ -212,7 +212,7 @@ def switch_off_point(op: OperatingPoint, *, margin: float = 0.0, retune_k: bool 
     if not (np.isfinite(margin) and 0.0 <= margin < 10.0):
         raise field_error("switch-off", "margin", margin, "a safety margin in [0, 10) (0.1 = require 1.1×)")
     op.require_acceptance()
-    ks = np.arange(1, k_max + 1) if (retune_k and op.method != "lookahead") else np.array([op.k])
+    ks = np.arange(1, k_max + 1) if (retune_k and op.drafter.family.uses_k) else np.array([op.k])
     mem_max = op.memory.max_batch_speculative if max_batch_speculative is None else max_batch_speculative
     limit = int(batch_limit)
     floor = 1.0 + margin
@@ -257,7 +257,7 @@ def switch_off_point(op: OperatingPoint, *, margin: float = 0.0, retune_k: bool 
     memory_limited = False
     if mem_max is not None and mem_max < limit and (off is None or off > mem_max + 1):
         off, memory_limited = mem_max + 1, True
-    return SwitchOff(batch_off=off, margin=margin, retune_k=bool(retune_k and op.method != "lookahead"), k=op.k,
+    return SwitchOff(batch_off=off, margin=margin, retune_k=bool(retune_k and op.drafter.family.uses_k), k=op.k,
                      view=view, memory_limited=memory_limited, max_batch_speculative=mem_max, batch_limit=limit,
                      batch_sizes=bs, speedup=best, best_k=ks[best_i], context_len=ctx, workload=workload)
 
