@@ -140,3 +140,15 @@ def _without_curve(hw):
     from dataclasses import replace
 
     return replace(hw, kernels=None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 9000), st.integers(1, 30000), st.floats(1.0, 30000.0), st.floats(1.0, 6.0), st.booleans())
+def test_scalar_gemm_path_matches_the_array_path(t, k, n, p, floor):
+    # the plain-float twin used for one step at a time must agree with the numpy path
+    kp = _profile(gemm_overlap_exponent=p, n_sm=132)
+    args = dict(k=k, n=n, bandwidth_bytes_per_s=3e12, flops_per_s=7e14, weight_bytes_per_elem=0.5, out_bytes_per_elem=4.0,
+                with_floor=floor)
+    scalar = float(K.gemm_time_s(kp, n_tokens=t, **args))
+    array = K.gemm_time_s(kp, n_tokens=np.array([t, t]), **args)
+    assert scalar == pytest.approx(float(array[0]), rel=1e-12, abs=1e-18)

@@ -39,6 +39,7 @@ Every formula is non-decreasing in T, so step time never falls when tokens are a
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,9 @@ def gemm_time_s(kernels: KernelProfile | None, *, n_tokens, k, n, bandwidth_byte
     """Time of a (T × K)·(K × N) GEMM on one device. n_tokens (T), k and n broadcast as numpy arrays.
     bandwidth_bytes_per_s and flops_per_s are the achievable rates (see `gemm_rates`).
     kernels=None gives the pure roofline max(bytes / bandwidth, FLOPs / peak)."""
+    if kernels is not None and all(isinstance(x, (int, float)) or np.ndim(x) == 0 for x in (n_tokens, k, n)):
+        return np.float64(_gemm_scalar(kernels, float(n_tokens), float(k), float(n), bandwidth_bytes_per_s, flops_per_s,
+                                       weight_bytes_per_elem, out_bytes_per_elem, with_floor))
     t = np.asarray(n_tokens, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
@@ -67,6 +71,19 @@ def gemm_time_s(kernels: KernelProfile | None, *, n_tokens, k, n, bandwidth_byte
     waves = np.ceil(np.ceil(t / tm) * np.ceil(n / tn) / kernels.n_sm)
     comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops_per_s
     out = _overlap(mem, comp, kernels.gemm_overlap_exponent)
+    return out + kernels.gemm_floor_s if with_floor else out
+
+
+def _gemm_scalar(kernels: KernelProfile, t: float, k: float, n: float, bw: float, flops: float, w: float, o: float,
+                 with_floor: bool) -> float:
+    """gemm_time_s for one (T, K, N) in plain floats (the serving simulator's per-step calls)."""
+    mem = (k * n * w + t * (k * ACTIVATION_BYTES + n * o)) / bw
+    tm, tn = kernels.gemm_tile
+    waves = math.ceil(math.ceil(t / tm) * math.ceil(n / tn) / kernels.n_sm)
+    comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops
+    m = max(mem, comp)
+    p = kernels.gemm_overlap_exponent
+    out = m * ((mem / m) ** p + (comp / m) ** p) ** (1.0 / p) if m > 0 else 0.0
     return out + kernels.gemm_floor_s if with_floor else out
 
 

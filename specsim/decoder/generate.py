@@ -112,9 +112,12 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
         drafter.capacity = cache.capacity
     drafter.reset()
     rng = request_rng(seed, index)
+    feed = getattr(drafter, "uses_features", False)  # Medusa, EAGLE: they read the target's hidden states
     t0 = time.perf_counter()
     logits = model.prefill(cache, prompt)
     t1 = time.perf_counter()
+    if feed:
+        drafter.observe(model.last_hidden)
     first = _pick(logits, sampling, rng.random())
     i, v = _top(logits)
     out, ids, vals = [first], [i], [v]
@@ -143,6 +146,8 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
         new = [int(toks[n]) for n in verdict.path] + [verdict.next_token]
         for node, tok in zip(path, new):  # the logits each emitted token was decided from
             i, v = _top(lg[node])
+        if feed:  # the features of the root and the accepted nodes: the tokens the target now holds
+            drafter.observe(model.last_hidden[list(path)])
             ids.append(i), vals.append(v)
         out.extend(new)
         context = np.concatenate([context, new])

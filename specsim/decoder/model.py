@@ -36,6 +36,7 @@ class Transformer:
         self.inv_freq = c.rope_base ** (-np.arange(0, e, 2, dtype=np.float64) / e)  # (E/2,)
         self._dense = {}
         self._work = {}
+        self.last_hidden = None  # (M, D) f32: the final-norm hidden state of the last forward pass (a view)
         self.weight_bytes_per_pass = sum(
             qt.n_bytes for qt in {id(w): w for lw in self.layers for w in lw.values() if hasattr(w, "raw")}.values()
         ) + self.output.n_bytes  # the matrices every full forward pass streams (norms and embedding rows aside)
@@ -93,7 +94,7 @@ class Transformer:
                       k=f32(m, nk), v=f32(m, nk), att=f32(m, nq), o=f32(m, c.d_model), gate_up=f32(m, 2 * c.n_ff),
                       gate=f32(m, c.n_ff), up=f32(m, c.n_ff), act=f32(m, c.n_ff), down=f32(m, c.d_model),
                       bits=np.zeros((m, c.n_ff), np.int32),
-                      logits=f32(m, c.n_vocab),
+                      logits=f32(m, self.output.n_rows),  # n_vocab, or fewer where a drafter narrows the head
                       scores=f32(c.n_kv_head, m * (c.n_head // c.n_kv_head), capacity + 2))  # attention scratch
             if len(self._work) > 16:
                 self._work.clear()
@@ -105,11 +106,12 @@ class Transformer:
         return reference.dequantize(e.type_name, e.raw[tokens], e.n_cols)  # (M, D), M rows only
 
     def forward(self, cache: KVCache, tokens, positions, mask=None, *, n_shared=None,
-                n_layers=None) -> np.ndarray:
+                n_layers=None, inputs=None) -> np.ndarray:
         """Run M tokens. tokens, positions: int64 (M,); mask: bool (M, W) over cache rows
         [n_shared, length + M) (default: causal over the new rows, n_shared = cache.length).
         Writes K/V into slots [length, length + M) and advances the length. n_layers: run only the
-        first n layers (layer-skip drafting); the cache must have that many layers.
+        first n layers (layer-skip drafting); the cache must have that many layers. inputs: float32
+        (M, D) rows to use instead of the token embeddings (EAGLE's fused feature-and-token input).
         Returns logits float32 (M, V) — a view into a reused buffer; copy to keep."""
         c = self.config
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
@@ -137,7 +139,7 @@ class Transformer:
         ws = self._workspace(m, cache.capacity)
         rms, rope, attn, swiglu = (self._op(n) for n in ("rmsnorm", "rope", "attention", "swiglu"))
         x = ws["x"]
-        x[:] = self.embed(tokens)
+        x[:] = self.embed(tokens) if inputs is None else inputs
         e, g = c.head_dim, c.n_kv_head
         for li in range(n_layers):
             lw, fw = self.layers[li], self.fused[li]
@@ -171,6 +173,7 @@ class Transformer:
             x += ws["down"]
         cache.length = start + m
         rms(ws["xn"], x, self.output_norm, c.rms_eps)
+        self.last_hidden = ws["xn"]  # what the LM head reads; feature-level drafters (Medusa, EAGLE) read it too
         self._matmul(ws["logits"], self.output, ws["xn"])
         return ws["logits"]
 

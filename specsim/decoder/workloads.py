@@ -87,7 +87,14 @@ def code_edit(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 800) -> Wor
     return Workload(name="code-edit", prompts=tuple(prompts), sources=tuple(sources), response_prefix="```python\n")
 
 
-def prose(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 1200) -> Workload:
+HELDOUT_FRAC = 0.1  # the last tenth of each book: the trained drafters never see it (decoder/train)
+
+
+def prose(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 1200, split: str = "all") -> Workload:
+    """split: "all" (passages from anywhere), or "heldout" (passages starting in the last HELDOUT_FRAC of
+    each book, text the trained drafters were not trained on)."""
+    if split not in ("all", "heldout"):
+        raise SpecError(f"prose workload split {split!r}: expected 'all' or 'heldout'")
     root = corpora_dir()
     files = sorted(root.glob("*/*.txt")) if root.is_dir() else []
     if not files:
@@ -98,16 +105,23 @@ def prose(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 1200) -> Worklo
     for _ in range(n_prompts):
         path = files[int(rng.integers(len(files)))]
         text = strip_gutenberg(path.read_text(encoding="utf-8", errors="replace"))
-        paras = [m.start() for m in re.finditer(r"\n\n(?=\S)", text)] or [0]
+        lo = int(len(text) * (1 - HELDOUT_FRAC)) if split == "heldout" else 0
+        paras = [m.start() for m in re.finditer(r"\n\n(?=\S)", text) if m.start() >= lo] or [lo]
         at = paras[int(rng.integers(len(paras)))]
         passage = text[at:at + max_chars].strip()
         passage = passage[:passage.rfind(" ")] if " " in passage else passage
         prompts.append(f"Continue this passage in the same style:\n\n{passage}")
         sources.append(f"{path}:char {at}")
-    return Workload(name="prose", prompts=tuple(prompts), sources=tuple(sources))
+    return Workload(name="prose" if split == "all" else f"prose-{split}", prompts=tuple(prompts),
+                    sources=tuple(sources))
 
 
-WORKLOADS = {"code-edit": code_edit, "prose": prose}
+def prose_heldout(n_prompts: int = 3, *, seed: int = 0, max_chars: int = 1200) -> Workload:
+    return prose(n_prompts, seed=seed, max_chars=max_chars, split="heldout")
+
+
+# code-edit draws from STDLIB_MODULES, which decoder/train leaves out of its training text: held out too
+WORKLOADS = {"code-edit": code_edit, "prose": prose, "prose-heldout": prose_heldout}
 
 
 def load_workload(name: str, n_prompts: int = 3, *, seed: int = 0) -> Workload:
