@@ -15,16 +15,18 @@ operating point:
 On a batch of B sequences decoding at one context this equals the analytical cycle to rounding
 (tests/test_operating_point.py checks 1e-9).
 
-Speed: the roofline's per-class bytes and FLOPs are affine in four sums over the mix (tokens, logit
-tokens, KV-read tokens, query–key pairs) for a dense model without a sliding window, so `FastStep`
-fits them once per model from `mixed_step_cost` itself and checks the fit on other mixes; when the
-check fails (MoE, sliding windows) the exact function is called instead.
+Speed: a step's time splits into parts that depend on one sum over the mix each (tokens, logit
+tokens) and an attention term in two more (KV-read tokens, query–key pairs), so `FastStep` tabulates
+the first two once per model (the measured GEMM curves included) and prices attention in closed
+form, checked against `mixed_step_cost` on a set of mixes; when the check fails the exact function
+is called instead.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..cost.roofline import LOGIT_BYTES, kv_shard_frac, mixed_step_cost
+from ..cost.roofline import (LOGIT_BYTES, attention_time_s, kv_shard_frac, logits_time_s, mixed_step_cost,
+                             overhead_time_s, token_time_s)
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
 from ..speculation.families import dense_time_s, tree_level_width
@@ -42,58 +44,55 @@ def mix_features(q: np.ndarray, l: np.ndarray, g: np.ndarray) -> tuple[float, fl
 
 
 class FastStep:
-    """A fast twin of `roofline.mixed_step_cost` for one model on one deployment (see the module
-    docstring). `ok` is False when the affine fit does not reproduce mixed_step_cost to 1e-9."""
+    """A fast twin of `roofline.mixed_step_cost` for one model on one deployment.
 
-    PROBES = [([1], [0], [1]), ([1, 1, 1], [100, 50, 7], [1, 1, 1]), ([5], [1000], [0]), ([17, 3], [0, 4000], [1, 3]),
-              ([256], [2048], [256]), ([2000], [0], [1]), ([1] * 8, [300] * 8, [1] * 8)]
-    CHECKS = [([5] * 256, list(range(0, 256 * 40, 40)), [5] * 256), ([8192], [0], [1]), ([1, 3, 900], [77, 6000, 123], [1, 3, 0]),
-              ([1], [131000], [1])]
+    A step's time is token_time(T) + logits_time(G) + attention(R, P) + overhead (roofline's split:
+    T tokens, G logit positions, R KV-read tokens, P query–key pairs). The first two depend on one
+    count each, so they are tabulated once over 0..T_max (the table grows on demand); attention is
+    max(R·a, P·b) per the roofline. The twin is checked against mixed_step_cost on a set of mixes
+    and `ok` is False (every call goes to the exact function) if any differs by more than 1e-9."""
+
+    CHECKS = [([1], [0], [1]), ([1, 1, 1], [100, 50, 7], [1, 1, 1]), ([5], [1000], [0]), ([17, 3], [0, 4000], [1, 3]),
+              ([256], [2048], [256]), ([2000], [0], [1]), ([1] * 8, [300] * 8, [1] * 8),
+              ([5] * 256, list(range(0, 256 * 40, 40)), [5] * 256), ([8192], [0], [1]),
+              ([1, 3, 900], [77, 6000, 123], [1, 3, 0]), ([1], [131000], [1])]
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tp: int, attention: str, efficiency: Efficiency | None,
-                 exact: bool = False):
+                 exact: bool = False, max_tokens: int = 8192):
         self.kw = dict(tp=tp, attention=attention, efficiency=efficiency)
         self.model, self.hw = model, hw
-        self.ok = not exact and model.moe is None and not model.sliding_window
+        self.window = model.sliding_window or 0
+        self._tokens = np.zeros(0)
+        self._logits = np.zeros(0)
+        self.ok = not exact
         if not self.ok:
             return
-        rows, ys = [], []
-        for q, l, g in self.PROBES:
-            q, l, g = (np.asarray(v, dtype=np.int64) for v in (q, l, g))
-            sc = mixed_step_cost(model, hw, q_lens=q, ctx_lens=l, logit_lens=g, **self.kw)
-            rows.append((1.0, *mix_features(q, l, g)))
-            ys.append([float(getattr(sc, c).bytes) for c in _CLASSES] + [float(getattr(sc, c).flops) for c in _CLASSES]
-                      + [float(sc.communication_s), float(sc.overhead_s)])
-        X, Y = np.asarray(rows), np.asarray(ys)
-        scale = np.abs(X).max(axis=0)
-        coef, *_ = np.linalg.lstsq(X / scale, Y, rcond=None)
-        coef = coef / scale[:, None]
-        eff = efficiency or hw.efficiency
-        bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
-        gemm = hw.peak_flops_per_s[sc.compute_dtype] * eff.compute_frac
-        attn = hw.peak_flops_per_s[sc.attention_dtype] * eff.compute_frac
-        fps = {"weights": gemm, "attention": attn, "kv_write": gemm, "lm_head": gemm, "activations": gemm}
-        n = len(_CLASSES)
-        # per class: bytes coefficients / bandwidth and FLOP coefficients / peak, so time = max(two dot products)
-        self.classes = [(tuple(float(v) / bw for v in coef[:, j]), tuple(float(v) / fps[c] for v in coef[:, n + j]))
-                        for j, c in enumerate(_CLASSES)]
-        self.fixed = tuple(float(v) for v in coef[:, 2 * n] + coef[:, 2 * n + 1])  # communication + overhead
-        for q, l, g in self.CHECKS + self.PROBES:
-            q, l, g = (np.asarray(v, dtype=np.int64) for v in (q, l, g))
-            exact_t = float(mixed_step_cost(model, hw, q_lens=q, ctx_lens=l, logit_lens=g, **self.kw).time_s)
-            if abs(self.time(*mix_features(q, l, g)) - exact_t) > 1e-9 * exact_t:
+        self._grow(max_tokens)
+        kw = dict(tp=tp, efficiency=efficiency)
+        self.r_coef = float(attention_time_s(model, hw, kv_read_tokens=1.0, attn_pairs=0.0, **kw))
+        self.p_coef = float(attention_time_s(model, hw, kv_read_tokens=0.0, attn_pairs=1.0, **kw))
+        self.fixed = overhead_time_s(model, hw, efficiency=efficiency)
+        for q, l, g in self.CHECKS:
+            exact_t = self.exact(q, l, g)
+            if abs(self(q, l, g) - exact_t) > 1e-9 * exact_t:
                 self.ok = False
                 return
 
+    def _grow(self, n: int) -> None:
+        """Tables of token_time_s and logits_time_s over 0..n (at least doubling)."""
+        size = max(n + 1, 2 * self._tokens.size)
+        counts = np.arange(size, dtype=np.float64)
+        kw = dict(tp=self.kw["tp"], efficiency=self.kw["efficiency"])
+        self._tokens = np.asarray(token_time_s(self.model, self.hw, counts, **kw), dtype=np.float64)
+        self._logits = np.asarray(logits_time_s(self.model, self.hw, counts, **kw), dtype=np.float64)
+
     def time(self, t: float, g: float, r: float, p: float) -> float:
         """Step time from the mix sums (tokens t, logit tokens g, KV-read tokens r, pairs p)."""
-        c0, c1, c2, c3, c4 = self.fixed
-        total = c0 + c1 * t + c2 * g + c3 * r + c4 * p
-        for (b0, b1, b2, b3, b4), (f0, f1, f2, f3, f4) in self.classes:
-            mem = b0 + b1 * t + b2 * g + b3 * r + b4 * p
-            comp = f0 + f1 * t + f2 * g + f3 * r + f4 * p
-            total += mem if mem > comp else comp
-        return total
+        ti, gi = int(t), int(g)
+        if ti >= self._tokens.size or gi >= self._tokens.size:
+            self._grow(max(ti, gi))
+        a, b = r * self.r_coef, p * self.p_coef
+        return float(self._tokens[ti]) + float(self._logits[gi]) + (a if a > b else b) + self.fixed
 
     def exact(self, q, l, g) -> float:
         return float(mixed_step_cost(self.model, self.hw, q_lens=np.asarray(q, dtype=np.int64),
@@ -104,7 +103,13 @@ class FastStep:
         """Step time of the mix given as arrays (query tokens, cached context, logit tokens)."""
         if not self.ok:
             return self.exact(q, l, g)
-        return self.time(*mix_features(np.asarray(q), np.asarray(l), np.asarray(g)))
+        q, l, g = np.asarray(q, dtype=np.int64), np.asarray(l, dtype=np.int64), np.asarray(g, dtype=np.int64)
+        if self.window:
+            l = np.minimum(l, self.window)
+        if self.kw["attention"] == "fused":
+            return self.time(*mix_features(q, l, g))
+        t, gg, _, p = mix_features(q, l, g)
+        return self.time(t, gg, p, p)  # a naive kernel re-reads a key per query: R = P
 
 
 class ServingCost:
