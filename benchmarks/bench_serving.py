@@ -6,7 +6,7 @@ Target: the full hour in under 20 s of wall time.
 
     python benchmarks/bench_serving.py [--requests N] [--policy static_k4] [--profile]
 
-The trace is found through $SPECSIM_DATA (default <repo>/../shared/data).
+The trace ships with the package (the data folder; $SPECSIM_DATA points elsewhere).
 """
 from __future__ import annotations
 
@@ -29,21 +29,27 @@ def main() -> int:
 
     from dataclasses import replace
 
+    from specsim.errors import SpecError
+    from specsim.serving import build_serving, simulate
     from specsim.specs.scenario import load_scenario
-    from specsim.serving.simulate import build_serving, simulate
+    from specsim.speculation.operating_point import resolve
 
     scenario = load_scenario(args.scenario)
     workload_section = {k: v for k, v in scenario.section("workload").items() if k not in ("window_s", "rates")}
     scenario = replace(scenario, sections={**scenario.sections, "workload": workload_section})
     t0 = time.perf_counter()
-    setup = build_serving(scenario)
+    try:
+        setup = build_serving(resolve(scenario))
+    except SpecError as exc:
+        print(f"bench_serving: {exc}")
+        return 2
     w = setup.workload if not args.requests else setup.workload.head(args.requests)
     t_setup = time.perf_counter() - t0
     policy = setup.policies[args.policy]
 
     def run():
         return simulate(w, config=setup.config, cost=setup.cost, policy=policy, acceptance=setup.acceptance,
-                        seed=0, slo=setup.slo)
+                        seed=0, slo=setup.slo, acceptance_factor=setup.acceptance_factor)
 
     if args.profile:
         import cProfile
