@@ -356,13 +356,19 @@ def test_numba_cache_stays_out_of_the_package(tmp_path):
     before = {p: p.stat().st_mtime_ns for ext in ("*.nbi", "*.nbc") for p in package.rglob(ext)}
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["SPECSIM_CACHE"] = str(tmp_path / "cache")
-    code = ("import numpy as np\nfrom specsim.decoder import kernels\n"
+    code = ("import numpy as np\nfrom numba.core.dispatcher import Dispatcher\nfrom specsim.decoder import kernels\n"
             "x = np.ones((2, 8), np.float32); o = np.zeros_like(x)\n"
             "kernels.rmsnorm(o, x, np.ones(8, np.float32), 1e-5)\nassert abs(o[0, 0] - 1) < 1e-3\n"
-            "import numba; print(numba.config.CACHE_DIR)")
+            "import numba; print(numba.config.CACHE_DIR)\n"
+            # every cached kernel of the module, compiled or not, has its cache in that folder
+            "kernels_ = [f for f in vars(kernels).values() if isinstance(f, Dispatcher) and f._cache is not None"
+            " and hasattr(f._cache, '_cache_path')]\n"
+            "assert len(kernels_) >= 10, len(kernels_)\n"
+            "bad = [f.__name__ for f in kernels_ if not f._cache._cache_path.startswith(numba.config.CACHE_DIR)]\n"
+            "assert not bad, bad\n")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == str(tmp_path / "cache" / "numba")
+    assert done.stdout.strip().splitlines()[0] == str(tmp_path / "cache" / "numba")
     after = {p: p.stat().st_mtime_ns for ext in ("*.nbi", "*.nbc") for p in package.rglob(ext)}
     assert after == before, "numba wrote cache files into the package"
     assert list((tmp_path / "cache" / "numba").rglob("*rmsnorm*.nbi")), "no cache file in the user cache folder"

@@ -209,6 +209,10 @@ class ModelDrafter:
         self.cache = self.model.new_cache(self.capacity, n_layer=self.n_layers)
         self.cached = np.zeros(0, np.int64)  # the tokens whose rows are in the cache
 
+    def start(self, prompt) -> None:
+        """Read the prompt into the drafter's cache (its prefill), so a cycle holds only that cycle's work."""
+        self._sync(np.asarray(prompt, dtype=np.int64))
+
     def _sync(self, context: np.ndarray) -> np.ndarray:
         """Roll the cache back to the longest prefix it shares with the context, run the rest;
         return the logits after the last context token."""
@@ -290,6 +294,9 @@ class TreeDrafter:
 
     def reset(self) -> None:
         self.base.reset()
+
+    def start(self, prompt) -> None:
+        self.base.start(prompt)
 
     def propose(self, context: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         b, tree = self.base, self.tree

@@ -18,8 +18,8 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise field_error("SamplingParams", "temperature", self.temperature, "a number >= 0")
+        if not 0 <= self.temperature < float("inf"):
+            raise field_error("SamplingParams", "temperature", self.temperature, "a finite number >= 0")
         if self.top_k < 0:
             raise field_error("SamplingParams", "top_k", self.top_k, "an integer >= 0")
         if not 0 < self.top_p <= 1:
