@@ -11,7 +11,6 @@ not yet in its cache). A chain of K tokens is the tree `trees.chain(K)`.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -234,15 +233,15 @@ class ModelDrafter:
         u = rng.random(k)
         for i in range(k):
             q = probs(logits, sampling)
-            qs.append(q)
-            tokens.append(pick)
-            if i + 1 < k:
-                logits = self.model.forward(self.cache, np.array(tokens[-1:]), np.array([self.cache.length]),
             pick = int(np.argmax(q)) if sampling.greedy else sample(q, u[i])
             if self.vocab is not None:  # back to full-vocabulary ids; q is 0 outside the drafting vocabulary
                 full = np.zeros(self.model.config.n_vocab)
                 full[self.vocab] = q
                 q, pick = full, int(self.vocab[pick])
+            qs.append(q)
+            tokens.append(pick)
+            if i + 1 < k:
+                logits = self.model.forward(self.cache, np.array(tokens[-1:]), np.array([self.cache.length]),
                                             n_layers=self.n_layers)[-1].copy()
         self.cached = np.concatenate([ctx, np.array(tokens[1:-1], np.int64)]) if k else ctx.copy()
         q = np.stack(qs + [np.zeros_like(qs[0])]) if qs else None  # row k (a leaf) drafts nothing
@@ -253,10 +252,6 @@ def layer_skip(model: Transformer, *, k: int = 4, n_layers: int, capacity: int |
     return ModelDrafter(model, k=k, n_layers=n_layers, name=f"layer-skip-{n_layers}", capacity=capacity)
 
 
-def check_same_vocabulary(target: Transformer, draft: Transformer) -> None:
-    """Speculation compares p and q over the same token ids: the vocabularies must be identical."""
-    a, b = target.gguf.tokens, draft.gguf.tokens
-    if a == b and target.config.n_vocab == draft.config.n_vocab:
 def distilled(target: Transformer, *, k: int = 4, path=None, capacity: int | None = None) -> ModelDrafter:
     """The distilled draft model shipped in specsim/decoder/weights (or `path`), as a chain drafter."""
     from .trained import load_draft_model
@@ -265,6 +260,10 @@ def distilled(target: Transformer, *, k: int = 4, path=None, capacity: int | Non
     return ModelDrafter(model, k=k, name=f"draft-model:{model.gguf.path.name}", capacity=capacity, vocab=vocab)
 
 
+def check_same_vocabulary(target: Transformer, draft: Transformer) -> None:
+    """Speculation compares p and q over the same token ids: the vocabularies must be identical."""
+    a, b = target.gguf.tokens, draft.gguf.tokens
+    if a == b and target.config.n_vocab == draft.config.n_vocab:
         return
     diff = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     first = (f"first difference at id {diff}: target {a[diff]!r} vs drafter {b[diff]!r}"
@@ -326,9 +325,3 @@ class TreeDrafter:
             fed = fed_now
         b.cache.truncate(base_len)
         return Draft(tokens, tree)
-
-
-def timed_propose(drafter, context, sampling, rng) -> tuple[Draft, float]:
-    t0 = time.perf_counter()
-    d = drafter.propose(context, sampling, rng)
-    return d, time.perf_counter() - t0

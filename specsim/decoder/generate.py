@@ -43,11 +43,6 @@ class Generation:
     cycles: tuple = field(default=())
     draft_prefill_s: float = 0.0  # a model drafter reading the prompt into its own cache (not in decode_s)
 
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens after the first (which comes from the prefill) per second of decoding."""
-        return (self.tokens.size - 1) / self.decode_s if self.decode_s > 0 else float("nan")
-
 
 def request_rng(seed: int, index: int = 0) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, index]))
