@@ -256,7 +256,37 @@ def _largest_difference(a, b) -> float:
 
 
 # name -> (one-line description, registering function); `specsim calibrate NAME ...`
+def _register_host(sub) -> None:
+    p = sub.add_parser(
+        "host", help="a serving engine's host work per iteration, fitted to Vidur's measured CPU overheads",
+        description="Fit host = step + per_seq x batch (+ a multi-GPU term for tp > 1) to Vidur's published "
+        "per-iteration CPU overheads of a vLLM-V0-style engine on an A100 server (the shipped "
+        "perf/vidur/cpu_overheads/a100.csv, or --file), and print the figures a stack's [host] table takes.")
+    p.add_argument("--file", help="a CSV in Vidur's cpu_overheads format (default: the shipped one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_run_host)
+
+
+def _run_host(args) -> int:
+    from ..calibration.host import fit_host_overheads
+
+    f = fit_host_overheads(args.file)
+    out = {"step_us": f.step_s * 1e6, "per_seq_us": f.per_seq_s * 1e6, "multi_gpu_step_us": f.multi_gpu_step_s * 1e6,
+           "max_relative_error_by_model": f.max_relative_error, "n_rows": f.n_rows, "source": f.source}
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"host work per iteration (fitted to {f.n_rows} rows: {f.source})")
+    print(f"  step_us           = {out['step_us']:.0f}")
+    print(f"  per_seq_us        = {out['per_seq_us']:.1f}")
+    print(f"  multi_gpu_step_us = {out['multi_gpu_step_us']:.0f}   (tp > 1: Ray broadcast of each step and its setup)")
+    for model, err in f.max_relative_error.items():
+        print(f"  {model:<40} worst |error| {err:.1%}")
+    return 0
+
+
 SUBCOMMANDS = {
     "steps": ("a stack's efficiency from measured forward-pass times", _register_steps),
     "operators": ("a part's kernel curve and all-reduce figures from Vidur's operator profiles", _register_operators),
+    "host": ("a serving engine's host work per iteration from Vidur's CPU overheads", _register_host),
 }

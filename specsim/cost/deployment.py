@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
+from ..specs.stacks import HostCost
 from .roofline import ATTENTION_KERNELS, step_cost
 
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
@@ -39,6 +40,7 @@ class Deployment:
     attention: str = "fused"
     supports_tree: bool = True
     stack_id: str = ""
+    host: HostCost = HostCost()
 
     def __post_init__(self) -> None:
         if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
@@ -58,7 +60,7 @@ class Deployment:
         return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
                    layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
-                   supports_tree=stack.supports_tree, stack_id=stack.id)
+                   supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host)
 
     @property
     def eff(self) -> Efficiency:
@@ -73,6 +75,25 @@ class Deployment:
     def memory_split(self) -> int:
         """How many devices share the weights and the cache."""
         return self.n_devices
+
+    def host_time_s(self, *, n_seqs, n_tokens, n_spec_seqs=0, n_draft_tokens=0):
+        """The engine's host work for one iteration of n_seqs sequences and n_tokens tokens, of which
+        n_spec_seqs speculate with n_draft_tokens drafted in all (the stack's [host] model)."""
+        h = self.host
+        n = np.asarray(n_seqs, dtype=float)
+        t = h.step_s + h.per_seq_s * n + h.per_token_s * np.asarray(n_tokens, dtype=float)
+        if self.n_devices > 1:
+            t = t + h.multi_gpu_step_s
+        ns = np.asarray(n_spec_seqs, dtype=float)
+        spec = np.where(ns > 0, self.cycle_overhead_s + h.spec_per_seq_s * ns
+                        + h.spec_per_draft_token_s * np.asarray(n_draft_tokens, dtype=float), 0.0)
+        return t + spec
+
+    def iteration_time_s(self, device_s, host_s, *, speculative: bool):
+        """An iteration: device and host work in turn, or overlapped when the stack hides the host's."""
+        if self.host.overlaps(speculative):
+            return np.maximum(device_s, host_s)
+        return np.asarray(device_s) + host_s
 
     @property
     def hop_s(self) -> float:

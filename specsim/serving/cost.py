@@ -10,8 +10,11 @@ operating point:
   at its tensor-parallel degree, plus the input projection of EAGLE/MTP; a drafter with its own cache
   also runs the iteration's prefill chunks in its first pass; prompt lookup's host search per
   drafting sequence at its own context; Medusa's heads on every verified position;
-- the stack's per-cycle overhead when anybody speculates (`speculation.cycle.cycle_overhead_s`:
-  host work, reading the extra logits for rejection, a tree's KV compaction).
+- the device's per-cycle work when anybody speculates (`speculation.cycle.device_cycle_overhead_s`:
+  reading the extra logits for rejection, a tree's KV compaction);
+- the engine's host work for the iteration (`cost.deployment.Deployment.host_time_s`: per step, per
+  sequence, per token, per speculating sequence and drafted token, and the stack's cycle overhead),
+  added to the device's or overlapped with it as the stack does.
 On a batch of B sequences decoding at one context this equals the analytical cycle to rounding
 (tests/test_operating_point.py checks 1e-9).
 
@@ -196,17 +199,34 @@ class ServingCost:
                                   eff=self.dep.eff, dtype=self.target_model.compute_dtype, tp=self.dep.tp,
                                   extra_bytes=positions * w.verify_head_logit_rows * self.target_model.vocab_size * 4.0))
 
-    def overhead_s(self, mix: IterationMix) -> float:
-        """The stack's per-cycle overhead, when anybody speculates this iteration."""
+    def device_overhead_s(self, mix: IterationMix) -> float:
+        """Device work of a speculative cycle beyond drafting and verifying: reading the extra
+        logits, and a tree's KV compaction (speculation.cycle.device_cycle_overhead_s)."""
         spec = mix.draft_k > 0
         if self.work is None or not spec.any():
             return 0.0
         n = int(spec.sum())
         extra_positions = float(mix.q_lens[spec].sum()) - n
-        over = self.dep.cycle_overhead_s + extra_positions * self._logit_s_per_extra_position
+        over = extra_positions * self._logit_s_per_extra_position
         if mix.tree_size:
             over += n * self.expected_tokens(int(mix.draft_k[spec].max()), mix) * self._compact_s_per_token
         return over
+
+    def host_s(self, mix: IterationMix) -> float:
+        """The engine's host work for the iteration (the stack's [host] model and cycle overhead)."""
+        spec = mix.draft_k > 0
+        n_spec = int(spec.sum()) if self.work is not None else 0
+        drafted = float(mix.q_lens[spec].sum()) - n_spec if n_spec else 0.0
+        return float(self.dep.host_time_s(n_seqs=mix.n_seqs, n_tokens=float(mix.q_lens.sum()), n_spec_seqs=n_spec,
+                                          n_draft_tokens=drafted))
+
+    def device_s(self, mix: IterationMix) -> float:
+        return self.target_time_s(mix) + self.draft_time_s(mix) + self.verify_extra_s(mix) + self.device_overhead_s(mix)
+
+    def overhead_s(self, mix: IterationMix) -> float:
+        """Everything of the iteration beyond the target's pass and the drafting (as the analytical
+        cycle's overhead_s counts it)."""
+        return self(mix) - self.target_time_s(mix) - self.draft_time_s(mix) - self.verify_extra_s(mix)
 
     def expected_tokens(self, k: int, mix: IterationMix) -> float:
         """E[tokens per cycle] at depth K (a tree's compaction moves that many rows)."""
@@ -219,7 +239,8 @@ class ServingCost:
         return self._tau_cache[key]
 
     def __call__(self, mix: IterationMix) -> float:
-        return self.target_time_s(mix) + self.draft_time_s(mix) + self.verify_extra_s(mix) + self.overhead_s(mix)
+        speculative = self.work is not None and bool((mix.draft_k > 0).any())
+        return float(self.dep.iteration_time_s(self.device_s(mix), self.host_s(mix), speculative=speculative))
 
 
 __all__ = ["ServingCost", "FastStep", "mix_features"]

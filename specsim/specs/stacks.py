@@ -11,6 +11,13 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   launch gaps, Python dispatch, scheduling), which speculation amortises over several tokens;
 - `cycle_overhead_us`: extra host work per speculative cycle (proposer bookkeeping, rejection
   sampling launch, KV-pointer rollback);
+- `[host]`: the serving engine's host (CPU) work per iteration — `step_us` fixed, `per_seq_us` per
+  running sequence (scheduling, input preparation, sampling, output processing), `per_token_us`
+  per token in the step, `multi_gpu_step_us` per iteration when the model spans several devices
+  (broadcasting the step to the workers), `spec_per_seq_us` per speculating sequence and
+  `spec_per_draft_token_us` per drafted token (rejection sampling, draft bookkeeping) — and
+  `overlap`: whether that work hides behind the device's ("none"; "plain": only without
+  speculation, as with an overlap scheduler that speculation disables; "always");
 - `tree_verification`: "none" (chains only), "static" (a fixed tree/choice list), "dynamic"
   (EAGLE-2-style trees rebuilt every cycle);
 - `multi_gpu`: "tensor_parallel" (each layer split across devices, all-reduce per layer) or
@@ -36,6 +43,42 @@ from ..errors import SpecError, field_error, reject_unknown_keys
 from .hardware import Efficiency
 
 TREE_MODES = ("none", "static", "dynamic")
+OVERLAP_MODES = ("none", "plain", "always")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostCost:
+    """A serving engine's host (CPU) work per iteration, and whether it hides behind the device.
+
+    An iteration's host time is step + per_seq·n + per_token·T (+ multi_gpu_step when the model
+    spans several devices), and when it speculates, + the stack's cycle overhead + spec_per_seq·n_spec
+    + spec_per_draft_token·drafted tokens. The iteration lasts device + host, or max(device, host)
+    when the work overlaps (`overlap` = "always", or "plain" for iterations that do not speculate)."""
+
+    step_s: float = 0.0
+    per_seq_s: float = 0.0
+    per_token_s: float = 0.0
+    multi_gpu_step_s: float = 0.0
+    spec_per_seq_s: float = 0.0
+    spec_per_draft_token_s: float = 0.0
+    overlap: str = "none"
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "per_seq_s", "per_token_s", "multi_gpu_step_s", "spec_per_seq_s",
+                     "spec_per_draft_token_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+                raise field_error("host", name, v, "a finite duration >= 0 s")
+        if self.overlap not in OVERLAP_MODES:
+            raise field_error("host", "overlap", self.overlap, f"one of {', '.join(OVERLAP_MODES)}")
+
+    def overlaps(self, speculative: bool) -> bool:
+        return self.overlap == "always" or (self.overlap == "plain" and not speculative)
+
+
+_HOST_US = {"step_us": "step_s", "per_seq_us": "per_seq_s", "per_token_us": "per_token_s",
+            "multi_gpu_step_us": "multi_gpu_step_s", "spec_per_seq_us": "spec_per_seq_s",
+            "spec_per_draft_token_us": "spec_per_draft_token_s"}
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
 
 
@@ -49,6 +92,7 @@ class StackProfile:
     tree_verification: str = "none"
     multi_gpu: str = "tensor_parallel"
     layer_split_hop_s: float = 0.0
+    host: HostCost = field(default_factory=HostCost)
     methods: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
@@ -73,7 +117,7 @@ class StackProfile:
 _US = {"step_overhead_us": "step_overhead_s", "per_layer_overhead_us": "per_layer_overhead_s"}
 _TOP = {"id", "name", "version", "notes", "bandwidth_frac", "compute_frac", "step_overhead_us",
         "per_layer_overhead_us", "cycle_overhead_us", "tree_verification", "multi_gpu", "layer_split_hop_us",
-        "methods", "sources"}
+        "methods", "host", "sources"}
 _NEEDS_SOURCE = ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us", "cycle_overhead_us",
                  "tree_verification", "multi_gpu", "layer_split_hop_us", "methods")
 
@@ -93,7 +137,21 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
                 "layer_split_hop_us"):
         if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], (int, float))):
             raise field_error(where, key, raw[key], "a number")
+    host_raw = raw.get("host", {})
+    if not isinstance(host_raw, dict):
+        raise field_error(where, "host", host_raw, "a [host] table")
+    reject_unknown_keys(f"{where} [host]", host_raw, set(_HOST_US) | {"overlap"})
+    host_sources = sources.get("host", {})
+    if host_raw and not isinstance(host_sources, dict):
+        raise field_error(where, "sources.host", host_sources, "a [sources.host] table citing each [host] figure")
+    for key in host_raw:
+        if not str(host_sources.get(key, "")).strip():
+            raise field_error(where, f"sources.host.{key}", None, "a citation or 'estimate: …' for each [host] figure")
+        if key != "overlap" and (isinstance(host_raw[key], bool) or not isinstance(host_raw[key], (int, float))):
+            raise field_error(f"{where} [host]", key, host_raw[key], "a number of microseconds")
     try:
+        host = HostCost(**{attr: float(host_raw[k]) * 1e-6 for k, attr in _HOST_US.items() if k in host_raw},
+                        overlap=host_raw.get("overlap", "none"))
         eff = Efficiency(bandwidth_frac=float(raw["bandwidth_frac"]), compute_frac=float(raw["compute_frac"]),
                          **{attr: float(raw.get(k, 0.0)) * 1e-6 for k, attr in _US.items()})
         methods = raw.get("methods", [])
@@ -103,7 +161,7 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
                             cycle_overhead_s=float(raw.get("cycle_overhead_us", 0.0)) * 1e-6,
                             tree_verification=raw.get("tree_verification", "none"),
                             multi_gpu=raw.get("multi_gpu", "tensor_parallel"),
-                            layer_split_hop_s=float(raw.get("layer_split_hop_us", 0.0)) * 1e-6,
+                            layer_split_hop_s=float(raw.get("layer_split_hop_us", 0.0)) * 1e-6, host=host,
                             methods=tuple(methods), sources=sources, notes=raw.get("notes", ""))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
@@ -122,4 +180,5 @@ def list_stacks() -> list[StackProfile]:
     return [load_stack(i) for i in catalog_ids("stacks")]
 
 
-__all__ = ["StackProfile", "load_stack", "list_stacks", "stack_from_dict", "TREE_MODES", "MULTI_GPU_MODES"]
+__all__ = ["StackProfile", "HostCost", "load_stack", "list_stacks", "stack_from_dict", "TREE_MODES",
+           "MULTI_GPU_MODES", "OVERLAP_MODES"]

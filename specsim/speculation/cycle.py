@@ -160,18 +160,27 @@ def tokens_per_cycle(cfg: DrafterConfig, *, alpha, k, tree_size=None, n_ranks: i
     return tree_tokens_per_cycle(alpha, k, tree_size, n_ranks=n_ranks, rank_decay=rank_decay)
 
 
-def cycle_overhead_s(target: ModelSpec, dep: Deployment, *, batch_size, verify_q_len, tokens_per_cycle,
-                     tree: bool) -> np.ndarray:
-    """Per-cycle overhead beyond drafting and the verify pass (see the section comment), seconds."""
+def device_cycle_overhead_s(target: ModelSpec, dep: Deployment, *, batch_size, verify_q_len, tokens_per_cycle,
+                            tree: bool) -> np.ndarray:
+    """Device work per cycle beyond drafting and the verify pass: reading the extra logits for
+    rejection, and a tree's KV compaction (see the section comment), seconds."""
     b = np.asarray(batch_size, dtype=float)
     m = np.asarray(verify_q_len, dtype=float)
     bw = dep.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
-    sampling = 2.0 * b * (m - 1.0) * target.vocab_size * LOGIT_BYTES / dep.tp / bw
-    over = dep.cycle_overhead_s + sampling
+    over = 2.0 * b * (m - 1.0) * target.vocab_size * LOGIT_BYTES / dep.tp / bw
     if tree:
         kv = target.kv_bytes_per_token * kv_shard_frac(target, dep.tp)
         over = over + 2.0 * b * np.asarray(tokens_per_cycle, dtype=float) * kv / bw
     return over
+
+
+def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, ctx_len, device_time_s=None):
+    """One plain decoding iteration of B sequences: the target's step and the engine's host work
+    (overlapped if the stack hides it), seconds. device_time_s: the step if already computed."""
+    b = np.asarray(batch_size, dtype=float)
+    dev = target_step_time(target, dep, batch_size=b, q_len=1, ctx_len=ctx_len) if device_time_s is None \
+        else device_time_s
+    return dep.iteration_time_s(dev, dep.host_time_s(n_seqs=b, n_tokens=b), speculative=False)
 
 
 def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, ctx_len,
@@ -179,21 +188,28 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     """One speculative cycle of family `cfg` against plain decoding at the same B and L.
 
     batch_size B, k K, tree_size M (None: chain of K + 1), ctx_len L, tokens_per_cycle τ (from
-    `tokens_per_cycle` or measured): arrays that broadcast. Returns CycleTimes (aggregate tokens/s)."""
+    `tokens_per_cycle` or measured): arrays that broadcast. plain_step_time_s: the target's plain
+    step (device) when already computed. Both sides include the engine's host work per iteration
+    (the stack's [host] model; overlapped with the device where the stack does that). Returns
+    CycleTimes (aggregate tokens/s; target_step_time_s is the plain iteration)."""
     tree = tree_size is not None and cfg.supports_tree
     if tree and not dep.supports_tree:
         raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
                           "a stack that verifies trees (use a chain: tree_size = None)")
     dc = draft_cost(cfg, target, dep, batch_size=batch_size, k=k, tree_size=tree_size if tree else None,
                     ctx_len=ctx_len)
-    plain = (target_step_time(target, dep, batch_size=batch_size, q_len=1, ctx_len=ctx_len)
-             if plain_step_time_s is None else plain_step_time_s)
-    verify = target_step_time(target, dep, batch_size=batch_size, q_len=dc.verify_q_len, ctx_len=ctx_len) + dc.verify_extra_s
-    over = cycle_overhead_s(target, dep, batch_size=batch_size, verify_q_len=dc.verify_q_len,
-                            tokens_per_cycle=tokens_per_cycle, tree=tree)
+    b = np.asarray(batch_size, dtype=float)
+    plain = plain_iteration_s(target, dep, batch_size=b, ctx_len=ctx_len, device_time_s=plain_step_time_s)
+    verify = target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, ctx_len=ctx_len) + dc.verify_extra_s
+    device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
+                                                                tokens_per_cycle=tokens_per_cycle, tree=tree)
+    q = np.asarray(dc.verify_q_len, dtype=float)
+    host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0))
+    cycle = dep.iteration_time_s(device, host, speculative=True)
     return cycle_times(target_step_time_s=plain, draft_time_s=dc.draft_time_s, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
-                       draft_step_time_s=dc.draft_step_time_s, overhead_s=over, verify_q_len=dc.verify_q_len)
+                       draft_step_time_s=dc.draft_step_time_s, overhead_s=cycle - dc.draft_time_s - verify,
+                       verify_q_len=dc.verify_q_len)
 
 
 # ---- decisions: best configuration, regression region, thresholds ----------------------------------

@@ -337,6 +337,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            stacks={
                "vllm": StackSupport(name="draft_model", source="vLLM docs, features/speculative_decoding: "
                                     "'Speculating with a draft model' (--speculative-config {\"model\": ...})"),
+               "vllm-v0": StackSupport(name="draft_model", source="vLLM 0.5.1 docs, models/spec_decode: "
+                                       "'Speculating with a draft model' (speculative_model=...)"),
                "sglang": StackSupport(name="STANDALONE", source="SGLang docs, speculative decoding: "
                                       "--speculative-algorithm STANDALONE with a draft model"),
                "trtllm": StackSupport(name="DraftTarget", source="TensorRT-LLM docs, speculative decoding: "
@@ -355,6 +357,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                "vllm": StackSupport(name="ngram", source="vLLM docs, features/speculative_decoding: "
                                     "'Speculating by matching n-grams in the prompt' (method ngram)",
                                     extra={"prompt_lookup_max": 4, "prompt_lookup_min": 2}),
+               "vllm-v0": StackSupport(name="[ngram]", source="vLLM 0.5.1 docs, models/spec_decode: 'Speculating "
+                                       "by matching n-grams in the prompt' (speculative_model='[ngram]')",
+                                       extra={"ngram_prompt_lookup_max": 4}),
                "sglang": StackSupport(name="NGRAM", source="SGLang docs, speculative decoding: "
                                       "--speculative-algorithm NGRAM"),
                "trtllm": StackSupport(name="NGram", source="TensorRT-LLM docs, speculative decoding: N-gram "

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost.deployment import target_step_time
 from ..cost.roofline import StepCost, step_cost
 from .acceptance import tau_from_conditional
-from .cycle import CycleTimes, GridResult, cycle_times, evaluate_grid, speculative_cycle, tokens_per_cycle
+from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_iteration_s, speculative_cycle,
+                    tokens_per_cycle)
 from ..errors import SpecError
 from .operating_point import OperatingPoint
 
@@ -81,7 +81,7 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
     common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
     plain = step_cost(target, op.hardware, batch_size=b, q_len=1, ctx_len=l, **common)
     if not op.speculative:
-        t = target_step_time(target, dep, batch_size=b, q_len=1, ctx_len=l)
+        t = plain_iteration_s(target, dep, batch_size=b, ctx_len=l)
         cyc = cycle_times(target_step_time_s=t, draft_time_s=0.0, verify_time_s=t, tokens_per_cycle=1.0, batch_size=b,
                           draft_step_time_s=0.0)
         _check_finite(op, cyc)

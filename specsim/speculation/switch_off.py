@@ -143,8 +143,9 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
     t = float(mixed_step_cost(target, op.hardware, q_lens=q_lens, ctx_lens=ctx_lens, logit_lens=logit, **common).time_s)
     t += dep.hop_s
+    n_tokens = int(q_lens.sum())
     if not draft:
-        return t
+        return float(dep.iteration_time_s(t, dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens), speculative=False))
     cfg = op.drafter
     work = cfg.family.work(cfg, target, dep.tp)
     tree = op.tree_size if op.is_tree else None
@@ -170,11 +171,13 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
         t += float(dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
                                 hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=dep.tp,
                                 extra_bytes=b * q * work.verify_head_logit_rows * target.vocab_size * 4.0))
-    from .cycle import cycle_overhead_s
+    from .cycle import device_cycle_overhead_s
 
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
-    t += float(cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q, tokens_per_cycle=tau, tree=tree is not None))
-    return t
+    t += float(device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q, tokens_per_cycle=tau,
+                                       tree=tree is not None))
+    host = dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens, n_spec_seqs=b, n_draft_tokens=b * (q - 1))
+    return float(dep.iteration_time_s(t, host, speculative=True))
 
 
 def workload_speedup(op: OperatingPoint, mix: WorkloadMix, *, b: int, k: int) -> float:
