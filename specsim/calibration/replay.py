@@ -105,7 +105,10 @@ def _options(text) -> dict:
         try:
             out[key.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
-            raise SpecError(f"column 'drafter_options' = {text!r}: {key.strip()} = {value!r} is not a number") from None
+            if not value.replace("-", "").replace("_", "").isalnum():
+                raise SpecError(f"column 'drafter_options' = {text!r}: {key.strip()} = {value!r} is neither a number "
+                                f"nor a name") from None
+            out[key.strip()] = value
     return out
 
 
@@ -156,16 +159,17 @@ PREDICTED_COLUMNS = ("predicted_speedup", "predicted_plain_step_s", "predicted_d
                      "predicted_cycle_s", "predicted_tokens_per_cycle")
 
 
-def predict_row_cycle(row: dict):
+def predict_row_cycle(row: dict, *, stack_profile=None):
     """The Prediction of one measured row and the defaults it assumed. Raises SpecError with the
-    reason when the row cannot be predicted."""
+    reason when the row cannot be predicted. stack_profile: use this StackProfile for the row's stack
+    (calibration varies a stack's figures)."""
     s, assumed = row_scenario(row)
     try:
-        op = resolve(s)
+        op = resolve(s, stack_profile=stack_profile)
     except SpecError as exc:
         if s.tree_size is None or "verifies chains only" not in str(exc):
             raise
-        op = resolve(s.with_overrides(tree_size=0))
+        op = resolve(s.with_overrides(tree_size=0), stack_profile=stack_profile)
         assumed.append(f"stack {op.deployment.stack_id} verifies chains: tree of {s.tree_size} run as a chain of {s.k}")
     return predict(op), assumed
 
@@ -230,9 +234,20 @@ def replay(table: pd.DataFrame) -> ReplayResult:
     return ReplayResult(table=out, n_rows=len(out), n_predicted=int(ok.sum()), **stats)
 
 
-def replay_file(path) -> ReplayResult:
+def read_replay_table(path) -> pd.DataFrame:
+    """A replay CSV read with clear errors (a path, or one relative to the data folder)."""
+    from pathlib import Path
+
+    from ..specs.data import data_path
+
+    p = Path(path)
+    if not p.exists() and not p.is_absolute():
+        try:
+            p = data_path(path, what="replay table")
+        except SpecError:
+            raise InputError(f"{path}: file not found") from None
     try:
-        table = pd.read_csv(path, dtype={"id": str}, comment=None)
+        table = pd.read_csv(p, dtype={"id": str}, comment=None)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except IsADirectoryError:
@@ -247,7 +262,11 @@ def replay_file(path) -> ReplayResult:
         raise InputError(f"{path}: not a valid CSV ({exc})") from None
     if table.empty:
         raise InputError(f"{path}: a header but no rows")
-    return replay(table)
+    return table
+
+
+def replay_file(path) -> ReplayResult:
+    return replay(read_replay_table(path))
 
 
 def format_replay(r: ReplayResult) -> str:
@@ -271,3 +290,75 @@ def format_replay(r: ReplayResult) -> str:
 
 __all__ = ["replay", "replay_file", "predict_row", "predict_row_cycle", "row_scenario", "format_replay",
            "ReplayResult", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PREDICTED_COLUMNS"]
+
+
+# ---- fitting one stack term to chosen rows -----------------------------------------------------------
+
+HOST_TERMS = ("step_us", "per_seq_us", "per_token_us", "multi_gpu_step_us", "spec_per_seq_us",
+              "spec_per_draft_token_us", "cycle_overhead_us")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TermFit:
+    """One stack figure fitted so that the chosen rows' predicted speedups match their measured
+    ones (least squares on log(predicted / measured)); the other rows' errors before and after."""
+
+    stack: str
+    term: str
+    value_us: float
+    before_us: float
+    fit_ids: tuple
+    table: pd.DataFrame  # id, measured, predicted before, predicted after, fitted?
+
+
+def _with_term(stack, term: str, value_us: float):
+    from dataclasses import replace as _replace
+
+    if term == "cycle_overhead_us":
+        return _replace(stack, cycle_overhead_s=value_us * 1e-6)
+    attr = term[: -len("_us")] + "_s"
+    return _replace(stack, host=_replace(stack.host, **{attr: value_us * 1e-6}))
+
+
+def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids) -> TermFit:
+    """Fit `term` of stack `stack_id` on the rows `fit_ids`, then predict every row of the table
+    that uses that stack with the fitted value. The stack file is not changed: the value is
+    reported, to be written into the stack's [host] table with this fit as its source."""
+    from scipy.optimize import minimize_scalar
+
+    from ..specs.stacks import load_stack
+
+    if term not in HOST_TERMS:
+        raise SpecError(f"--term {term!r}: expected one of {', '.join(HOST_TERMS)}")
+    _check_columns(table)
+    stack = load_stack(stack_id)
+    rows = [r for r in table.to_dict(orient="records") if _str(r, "stack") == stack_id]
+    fit_ids = tuple(fit_ids)
+    missing = [i for i in fit_ids if i not in {str(r["id"]) for r in rows}]
+    if missing:
+        raise SpecError(f"--rows: {missing} are not rows of stack {stack_id!r} in the table")
+
+    def speedups(value_us):
+        patched = _with_term(stack, term, value_us)
+        out = {}
+        for r in rows:
+            try:
+                out[str(r["id"])] = float(predict_row_cycle(r, stack_profile=patched)[0].cycle.speedup)
+            except SpecError:
+                out[str(r["id"])] = float("nan")
+        return out
+
+    measured = {str(r["id"]): _float(r, "measured_speedup") for r in rows}
+
+    def loss(value_us):
+        s = speedups(value_us)
+        return float(sum(np.log(s[i] / measured[i]) ** 2 for i in fit_ids))
+
+    before_us = {"cycle_overhead_us": stack.cycle_overhead_s * 1e6}.get(
+        term, getattr(stack.host, term[: -len("_us")] + "_s", 0.0) * 1e6)
+    res = minimize_scalar(loss, bounds=(0.0, 1e5), method="bounded", options={"xatol": 1e-3})
+    before, after = speedups(before_us), speedups(float(res.x))
+    out = pd.DataFrame({"id": list(measured), "measured_speedup": list(measured.values()),
+                        "predicted_before": [before[i] for i in measured], "predicted_after": [after[i] for i in measured],
+                        "fitted_on": [i in fit_ids for i in measured]})
+    return TermFit(stack=stack_id, term=term, value_us=float(res.x), before_us=before_us, fit_ids=fit_ids, table=out)

@@ -285,8 +285,50 @@ def _run_host(args) -> int:
     return 0
 
 
+def _register_stack_term(sub) -> None:
+    from ..calibration.replay import HOST_TERMS
+
+    p = sub.add_parser(
+        "stack-term", help="fit one host figure of a stack to chosen rows of a replay table",
+        description="Fit one of a serving stack's host figures (its [host] table or cycle_overhead_us) so that the "
+        "chosen rows of a replay table (measured speedups, `specsim replay` format) are predicted as measured, "
+        "by least squares on log(predicted / measured); print the value and every row of that stack before and "
+        "after, so the rows the fit never saw check it. The stack file is not changed.")
+    p.add_argument("file", help="replay CSV (e.g. the shipped data/published/speculative_decoding.csv)")
+    p.add_argument("--stack", required=True, help="stack id")
+    p.add_argument("--term", required=True, choices=HOST_TERMS, help="the figure to fit")
+    p.add_argument("--rows", required=True, help="comma-separated row ids to fit on")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_run_stack_term)
+
+
+def _run_stack_term(args) -> int:
+    from ..calibration.replay import fit_stack_term, read_replay_table
+    from .common import parse_list
+
+    table = read_replay_table(args.file)
+    f = fit_stack_term(table, stack_id=args.stack, term=args.term, fit_ids=parse_list(args.rows, "--rows", str))
+    t = f.table.assign(error_before=f.table["predicted_before"] / f.table["measured_speedup"] - 1,
+                       error_after=f.table["predicted_after"] / f.table["measured_speedup"] - 1)
+    held = t[~t["fitted_on"]]
+    if args.json:
+        print_json({"stack": f.stack, "term": f.term, "value_us": f.value_us, "before_us": f.before_us,
+                    "fit_ids": list(f.fit_ids), "rows": t.to_dict(orient="records")})
+        return 0
+    print(f"{f.stack} {f.term}: {f.before_us:g} -> {f.value_us:.1f} (fitted on {len(f.fit_ids)} row(s))")
+    for r in t.to_dict(orient="records"):
+        mark = "fit" if r["fitted_on"] else "   "
+        print(f"  {mark} {r['id']:<48} measured {r['measured_speedup']:.2f}  before {r['predicted_before']:.2f} "
+              f"({r['error_before']:+.0%})  after {r['predicted_after']:.2f} ({r['error_after']:+.0%})")
+    if len(held):
+        print(f"rows the fit never saw: median |error| {held['error_before'].abs().median():.1%} -> "
+              f"{held['error_after'].abs().median():.1%}")
+    return 0
+
+
 SUBCOMMANDS = {
     "steps": ("a stack's efficiency from measured forward-pass times", _register_steps),
     "operators": ("a part's kernel curve and all-reduce figures from Vidur's operator profiles", _register_operators),
     "host": ("a serving engine's host work per iteration from Vidur's CPU overheads", _register_host),
+    "stack-term": ("one host figure of a stack fitted to chosen rows of a replay table", _register_stack_term),
 }

@@ -81,6 +81,9 @@ class DrafterConfig:
       Xiao et al. 2023, keeps 4 initial tokens) + a 252-token window = the 256-token budget of the
       MagicDec README's example commands (`--streamingllm_budget 256`).
     prompt_lookup_s_per_seq_per_ktoken: host search time per sequence per 1000 context tokens.
+    k_schedule: "fixed" (K every cycle) or "hf-heuristic" (Hugging Face assisted generation's
+      num_assistant_tokens schedule: +2 after a fully accepted cycle, −1 otherwise; see
+      speculation.schedule), K then being the starting draft length.
     """
 
     method: str
@@ -95,6 +98,7 @@ class DrafterConfig:
     sparse_sink: int = 4
     sparse_window: int = 252
     prompt_lookup_s_per_seq_per_ktoken: float = PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN
+    k_schedule: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.method not in FAMILIES:
@@ -116,6 +120,10 @@ class DrafterConfig:
         v = self.prompt_lookup_s_per_seq_per_ktoken
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
             raise field_error("drafter", "prompt_lookup_s_per_seq_per_ktoken", v, "a finite duration >= 0 s")
+        if self.k_schedule not in ("fixed", "hf-heuristic"):
+            raise field_error("drafter", "k_schedule", self.k_schedule, "'fixed' or 'hf-heuristic'")
+        if self.k_schedule != "fixed" and "k_schedule" not in self.family.options:
+            raise field_error("drafter", "k_schedule", self.k_schedule, f"'fixed' for method {self.method!r}")
 
     @property
     def family(self) -> "Family":
@@ -333,7 +341,7 @@ def _sparse_kv(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
 _HF = "Hugging Face transformers / reference repos (stack hf-eager)"
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family(name="draft_model", title="separate draft model", paper="Leviathan et al. 2022; Chen et al. 2023",
-           work=_draft_model, needs_drafter_model=True, tree=True, decoder="draft-model",
+           work=_draft_model, needs_drafter_model=True, tree=True, decoder="draft-model", options=("k_schedule",),
            stacks={
                "vllm": StackSupport(name="draft_model", source="vLLM docs, features/speculative_decoding: "
                                     "'Speculating with a draft model' (--speculative-config {\"model\": ...})"),

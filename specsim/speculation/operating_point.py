@@ -333,6 +333,12 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
             if cfg is not None and not cfg.family.uses_k:
                 model = AcceptanceModel(alpha=_lookahead_alpha(tau_given, cfg, where), **dependence)
                 source = f"tau from {scenario.path or 'the command line'}; α by inverting Lookahead's tokens per step"
+            elif cfg is not None and cfg.k_schedule == "hf-heuristic":
+                from .schedule import alpha_from_hf_heuristic_tau
+
+                model = AcceptanceModel(alpha=alpha_from_hf_heuristic_tau(tau_given, where=where), **dependence)
+                source = (f"tau from {scenario.path or 'the command line'}; α by inverting the mean tokens per cycle "
+                          f"of Hugging Face's heuristic draft-length schedule")
             else:
                 if tau_given > k + 1:
                     raise field_error(where, "tau", tau_given, f"mean tokens per cycle in [1, K + 1] = [1, {k + 1}]")
@@ -402,9 +408,11 @@ def check_context(op_or_models, context_len: int, q_len: int, *, where: str) -> 
                               f"{model.max_context} tokens and a step adds {q_len}")
 
 
-def resolve(scenario: Scenario, **overrides) -> OperatingPoint:
+def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **overrides) -> OperatingPoint:
     """The scenario (with `overrides` of its top-level fields; None keeps a field) as an
-    OperatingPoint. Raises SpecError naming the field when the pieces do not fit together."""
+    OperatingPoint. Raises SpecError naming the field when the pieces do not fit together.
+    stack_profile: a StackProfile object to use instead of loading the scenario's stack id (for
+    calibration, which varies a stack's figures)."""
     given = {k: v for k, v in overrides.items() if v is not None}
     s = scenario.with_overrides(**given) if given else scenario
     where = f"scenario {s.path or s.name!r}"
@@ -414,7 +422,7 @@ def resolve(scenario: Scenario, **overrides) -> OperatingPoint:
     target = load_model(s.target)
     if s.target_dtype:
         target = target.with_weight_format(s.target_dtype)
-    stack = load_stack(s.stack) if s.stack else None
+    stack = stack_profile if stack_profile is not None else (load_stack(s.stack) if s.stack else None)
     dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention)
     method = s.method if (s.method == "none" or s.k > 0 or not FAMILIES[s.method].uses_k) else "none"
     cfg = None

@@ -87,10 +87,14 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
         _check_finite(op, cyc)
         return Prediction(point=op, alpha=None, plain_step=plain, draft_step=None, verify_step=plain, cycle=cyc)
     tree = op.tree_size if op.is_tree else None
-    tau = tokens_per_cycle_at(op)
-    cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, ctx_len=l, tokens_per_cycle=tau,
-                            tree_size=tree)
-    q = int(np.asarray(cyc.verify_q_len))
+    if op.drafter.k_schedule == "hf-heuristic":
+        cyc = _scheduled_cycle(op)
+        q = op.k + 1
+    else:
+        tau = tokens_per_cycle_at(op)
+        cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, ctx_len=l, tokens_per_cycle=tau,
+                                tree_size=tree)
+        q = int(np.asarray(cyc.verify_q_len))
     verify = step_cost(target, op.hardware, batch_size=b, q_len=q, ctx_len=l, **common)
     work = op.drafter.family.work(op.drafter, target, dep.tp)
     draft = None
@@ -100,6 +104,27 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
     _check_finite(op, cyc)
     return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
                       verify_q_len=q)
+
+
+def _scheduled_cycle(op: OperatingPoint) -> CycleTimes:
+    """The long-run cycle under Hugging Face's heuristic draft-length schedule: each quantity the
+    stationary-probability-weighted mean over the draft lengths K the schedule visits, so that
+    tokens/s = Σ π_K τ_K / Σ π_K cycle_K (speculation.schedule)."""
+    from .acceptance import tokens_per_cycle_iid
+    from .schedule import hf_heuristic_stationary
+
+    alpha = float(op.acceptance.alpha_at(op.context_len, op.temperature))
+    ks, pi = hf_heuristic_stationary(alpha)
+    keep = pi > 1e-12
+    ks, pi = ks[keep], pi[keep] / pi[keep].sum()
+    tau = tokens_per_cycle_iid(alpha, ks)
+    c = speculative_cycle(op.drafter, op.target, op.deployment, batch_size=op.batch_size, k=ks, ctx_len=op.context_len,
+                          tokens_per_cycle=tau)
+    mean = lambda x: float(pi @ np.broadcast_to(np.asarray(x, dtype=float), ks.shape))  # noqa: E731
+    return cycle_times(target_step_time_s=mean(c.target_step_time_s), draft_time_s=mean(c.draft_time_s),
+                       verify_time_s=mean(c.verify_time_s), tokens_per_cycle=mean(tau), batch_size=op.batch_size,
+                       draft_step_time_s=mean(c.draft_step_time_s), overhead_s=mean(c.overhead_s),
+                       verify_q_len=mean(c.verify_q_len))
 
 
 def _check_finite(op: OperatingPoint, cyc) -> None:
@@ -118,6 +143,9 @@ def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context
     to the point's value; `alpha` defaulting to the point's acceptance, moved along the acceptance
     model's dependence on context and temperature). See `cycle.evaluate_grid`."""
     acc = op.require_acceptance()
+    if op.drafter.k_schedule != "fixed":
+        raise SpecError(f"scenario {op.name!r}: k_schedule {op.drafter.k_schedule!r} is predicted at one point "
+                        f"(predict, replay); grids (sweep, threshold) need a fixed K")
     ks = [op.k] if k is None else k
     ls = [op.context_len] if context_len is None else context_len
     bs = [op.batch_size] if batch_size is None else batch_size
