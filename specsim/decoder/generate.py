@@ -107,13 +107,13 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
     if hasattr(drafter, "capacity"):
         drafter.capacity = cache.capacity
     drafter.reset()
-    rng = request_rng(seed, index)
     feed = getattr(drafter, "uses_features", False)  # Medusa, EAGLE: they read the target's hidden states
+    rng = request_rng(seed, index)
     t0 = time.perf_counter()
     logits = model.prefill(cache, prompt)
-    t1 = time.perf_counter()
     if feed:
         drafter.observe(model.last_hidden)
+    t1 = time.perf_counter()
     if hasattr(drafter, "start"):  # the drafter's own prefill of the prompt, timed apart from decoding
         drafter.start(prompt)
     t1d = time.perf_counter()
@@ -141,12 +141,12 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
             else:
                 verdict = V.verify_typical(tree, toks, p, u)
         path = (0,) + verdict.path
+        if feed:  # the features of the root and the accepted nodes: the tokens the target now holds
+            drafter.observe(model.last_hidden[list(path)])
         cache.compact(start, start + np.array(path, np.int64))  # keep root + accepted path, in order
         new = [int(toks[n]) for n in verdict.path] + [verdict.next_token]
         for node, tok in zip(path, new):  # the logits each emitted token was decided from
             i, v = _top(lg[node])
-        if feed:  # the features of the root and the accepted nodes: the tokens the target now holds
-            drafter.observe(model.last_hidden[list(path)])
             ids.append(i), vals.append(v)
         out.extend(new)
         context = np.concatenate([context, new])
