@@ -50,6 +50,20 @@ def _check_vocab(target: Transformer, want: str, path: Path) -> None:
                         f"({target.gguf.path}) is {got[:16]}…: the drafter needs the tokenizer it was trained with")
 
 
+WEIGHT_TYPES = ("Q8_0", "F16")
+
+
+def _matrix(name: str, a: np.ndarray, weight_type: str) -> QTensor:
+    """A shipped fp16 matrix as the decoder runs it: Q8_0 (quantized at load, the VNNI kernels; the
+    default) or F16 (as shipped, float activations)."""
+    if weight_type not in WEIGHT_TYPES:
+        raise SpecError(f"drafter weight type {weight_type!r}: expected one of {', '.join(WEIGHT_TYPES)}")
+    a = np.asarray(a)
+    if weight_type == "Q8_0" and a.shape[1] % 32 == 0:
+        return _q8(name, a.astype(np.float32))
+    return _f16(name, a)
+
+
 def _f16(name: str, a: np.ndarray) -> QTensor:
     a = np.ascontiguousarray(a, dtype=np.float16)
     return QTensor(name=name, type_name="F16", n_rows=a.shape[0], n_cols=a.shape[1], raw=a.view(np.uint16))
@@ -112,7 +126,8 @@ def _gguf_scalar(reader, key: str, path: Path):
     return f.contents()
 
 
-def load_draft_model(target: Transformer, path: Path | None = None) -> tuple[Transformer, np.ndarray]:
+def load_draft_model(target: Transformer, path: Path | None = None, *,
+                     weight_type: str = "Q8_0") -> tuple[Transformer, np.ndarray]:
     """The distilled draft model as a Transformer whose logits cover the drafting vocabulary, and that
     vocabulary (N,) int64. Embedding = target embedding @ token_embd_proj^T; LM head = target head rows
     @ output_proj, quantized to Q8_0 (as the target's head) at load time."""
@@ -145,7 +160,7 @@ def load_draft_model(target: Transformer, path: Path | None = None) -> tuple[Tra
     for i in range(cfg.n_layer):
         for n in LAYER_TENSORS:
             a = raw[f"blk.{i}.{n}.weight"]
-            tensors[f"blk.{i}.{n}.weight"] = _f16(f"blk.{i}.{n}.weight", a.reshape(a.shape[0], -1))
+            tensors[f"blk.{i}.{n}.weight"] = _matrix(f"blk.{i}.{n}.weight", a.reshape(a.shape[0], -1), weight_type)
         for n in ("attn_norm", "ffn_norm"):
             tensors[f"blk.{i}.{n}.weight"] = QTensor(name=f"blk.{i}.{n}.weight", type_name="F32", n_rows=1,
                                                      n_cols=cfg.d_model, raw=raw[f"blk.{i}.{n}.weight"].astype(np.float32).reshape(1, -1))
@@ -191,7 +206,8 @@ class MedusaDrafter:
     gives_q = False
     uses_features = True
 
-    def __init__(self, target: Transformer, *, path: Path | None = None, choices=MEDUSA_TREE):
+    def __init__(self, target: Transformer, *, path: Path | None = None, choices=MEDUSA_TREE,
+                 weight_type: str = "Q8_0"):
         path = Path(path or weights_dir() / MEDUSA_NPZ)
         z = _load_npz(path, "Medusa")
         _check_vocab(target, str(z["vocabulary_sha256"]), path)
@@ -204,6 +220,8 @@ class MedusaDrafter:
         if self.tree.max_depth > self.w.shape[0]:
             raise SpecError(f"Medusa tree depth {self.tree.max_depth} exceeds the {self.w.shape[0]} trained heads")
         self.head = Head(head_rows(target, self.vocab, "medusa"), target.backend)
+        k, d, _ = self.w.shape  # the K residual blocks read the same h: one (K*D, D) matrix, one matmul
+        self.blocks = Head(_matrix("medusa.w", z["w"].reshape(k * d, d), weight_type), target.backend)
         self.name = f"medusa({self.tree.n_nodes} nodes)"
         self.k = self.tree.max_depth
         self._depth = self.tree.depths
@@ -219,7 +237,7 @@ class MedusaDrafter:
 
     def head_logits(self, h: np.ndarray) -> np.ndarray:
         """h (D,) -> (K, N) logits of every head."""
-        z = np.einsum("kij,j->ki", self.w, h) + self.b
+        z = self.blocks(h[None, :]).reshape(self.b.shape) + self.b
         z = h[None, :] + z / (1.0 + np.exp(-z))
         return self.head(z)
 
@@ -253,7 +271,7 @@ class EagleDrafter:
     uses_features = True
 
     def __init__(self, target: Transformer, *, path: Path | None = None, depth: int = 4, top_k: int = 3,
-                 n_nodes: int = 8, capacity: int | None = None):
+                 n_nodes: int = 8, capacity: int | None = None, weight_type: str = "Q8_0"):
         if depth < 1 or top_k < 1 or n_nodes < 2:
             raise SpecError(f"EAGLE drafter: depth {depth}, top_k {top_k}, n_nodes {n_nodes}: expected >= 1, >= 1, >= 2")
         path = Path(path or weights_dir() / EAGLE_NPZ)
@@ -275,7 +293,7 @@ class EagleDrafter:
                    "blk.0.attn_norm.weight": norm(z["block.attn_norm.weight"]),
                    "blk.0.ffn_norm.weight": norm(z["block.ffn_norm.weight"])}
         for n in LAYER_TENSORS:
-            tensors[f"blk.0.{n}.weight"] = _f16(f"blk.0.{n}.weight", z[f"block.{n}.weight"])
+            tensors[f"blk.0.{n}.weight"] = _matrix(f"blk.0.{n}.weight", z[f"block.{n}.weight"], weight_type)
         self.net = Transformer(GGUFModel(path=path, config=cfg, tensors=tensors, tokenizer=target.tokenizer,
                                          tokens=target.gguf.tokens, bos_id=0, eos_id=0), backend=target.backend)
         self.target = target

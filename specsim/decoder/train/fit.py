@@ -47,9 +47,9 @@ class Recipe:
     eagle_token_weight: float = 0.1  # EAGLE's w_cls
     eagle_noise: float = 0.1  # uniform feature noise U(-a, a) during training (EAGLE)
     eagle_unroll: int = 2  # passes per step; pass j > 1 reads the features pass j - 1 predicted
-    draft: Schedule = field(default_factory=lambda: Schedule(steps=600, lr=2e-3))
-    medusa: Schedule = field(default_factory=lambda: Schedule(steps=300, lr=1e-3))
-    eagle: Schedule = field(default_factory=lambda: Schedule(steps=500, lr=1e-3))
+    draft: Schedule = field(default_factory=lambda: Schedule(steps=500, lr=2e-3))
+    medusa: Schedule = field(default_factory=lambda: Schedule(steps=250, lr=1e-3))
+    eagle: Schedule = field(default_factory=lambda: Schedule(steps=400, lr=1e-3))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -147,13 +147,13 @@ def _train(module, params, sched: Schedule, data: Windows, gen: torch.Generator,
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        curve.append((step, float(loss)))
+        curve.append((step, float(loss.detach())))
         if (step + 1) % sched.eval_every == 0 or step + 1 == sched.steps:
             module.eval()
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
                 ev = evaluate()
             evals.append(dict(step=step + 1, **ev))
-            log(f"{name}: step {step + 1}/{sched.steps} loss {float(loss):.3f} held-out {ev} "
+            log(f"{name}: step {step + 1}/{sched.steps} loss {float(loss.detach()):.3f} held-out {ev} "
                 f"({time.perf_counter() - t0:.0f} s)")
     return dict(train_loss=curve, heldout=evals, seconds=time.perf_counter() - t0)
 
@@ -215,7 +215,7 @@ def train_medusa(recipe: Recipe, train: Windows, held: Windows, head, gen, log) 
             ok += [a for a, _ in accs]
             n += [m for _, m in accs]
             nb += 1
-        return dict(loss=[round(x, 4) for x in lsum / nb], top1=[round(x, 4) for x in ok / n])
+        return dict(loss=[round(float(x), 4) for x in lsum / nb], top1=[round(float(x), 4) for x in ok / n])
 
     return model, _train(model, list(model.parameters()), recipe.medusa, train, gen, step_loss, evaluate, log,
                          "medusa")
@@ -271,7 +271,7 @@ def train_eagle(recipe: Recipe, target: LayerShape, train: Windows, held: Window
                 n[j] += m
                 fl[j] += float(F.smooth_l1_loss(fh.float(), ft))
             nb += 1
-        return dict(feature_loss=[round(x, 4) for x in fl / nb], top1=[round(x, 4) for x in ok / n])
+        return dict(feature_loss=[round(float(x), 4) for x in fl / nb], top1=[round(float(x), 4) for x in ok / n])
 
     return model, _train(model, list(model.parameters()), recipe.eagle, train, gen, step_loss, evaluate, log,
                          "eagle")

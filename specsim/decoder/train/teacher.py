@@ -39,6 +39,8 @@ class DataPlan:
     n_prose_heldout: int = 32
     n_chat_heldout: int = 8
     chat_new_tokens: int = 128
+    chat_code_chars: int = 800  # the code-edit workload's size of code block
+    chat_prose_chars: int = 1200  # the prose workload's passage size
 
 
 def _records(model: Transformer, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -74,14 +76,14 @@ def build(model: Transformer, out: Path, plan: DataPlan = DataPlan(), *, log=pri
     add_chunks("heldout", "code", code_held_t, plan.n_code_heldout, 3)
     add_chunks("heldout", "prose", prose_held, plan.n_prose_heldout, 4)
     chats = [("train", "chat-code", p) for p in C.chat_prompts(code_train_t, n=plan.n_chat_code_train, seed=s,
-                                                                 stream=5, max_chars=800)]
+                                                                 stream=5, max_chars=plan.chat_code_chars)]
     chats += [("train", "chat-prose", p) for p in C.chat_prompts(prose_train, n=plan.n_chat_prose_train, seed=s,
-                                                                   stream=6, max_chars=1200)]
+                                                                   stream=6, max_chars=plan.chat_prose_chars)]
     n_ho = plan.n_chat_heldout
     chats += [("heldout", "chat-code", p) for p in C.chat_prompts(code_held_t, n=n_ho // 2, seed=s, stream=7,
-                                                                    max_chars=800)]
+                                                                    max_chars=plan.chat_code_chars)]
     chats += [("heldout", "chat-prose", p) for p in C.chat_prompts(prose_held, n=n_ho - n_ho // 2, seed=s,
-                                                                     stream=8, max_chars=1200)]
+                                                                     stream=8, max_chars=plan.chat_prose_chars)]
     t0 = time.perf_counter()
     for i, (split, kind, (text, prefix, src)) in enumerate(chats):  # the target answers (greedy)
         prompt = np.array(chat_prompt(tok, text, prefix), np.int64)
