@@ -85,3 +85,27 @@ def test_shipped_examples_replay_within_the_reported_errors(capsys, tmp_path):
 def test_missing_columns_are_named():
     with pytest.raises(Exception, match="lacks columns"):
         replay(pd.DataFrame([{"id": "x"}]))
+
+
+def test_fp32_checkpoint_on_a_part_without_fp32_runs_as_bf16_and_says_so():
+    # TPU v4 lists bf16 and int8 matrix figures only: an fp32 checkpoint's matmuls run as bf16 passes
+    r = replay(pd.DataFrame([_row(hardware="tpu-v4", target_dtype="fp32", target="llama-2-7b", drafter="llama-68m",
+                                  measured_speedup=1.5, context_len=256)]))
+    row = r.table.iloc[0]
+    assert row["reason"] == "" and "fp32 matmuls run as bf16 on tpu-v4" in row["assumptions"]
+
+
+def test_impossible_rows_are_refused_with_the_reason():
+    rows = [_row(id="tau100", tau=100.0), _row(id="tauneg", tau=-1.0), _row(id="meas0", measured_speedup=0.0),
+            _row(id="tree0", tree_size=0), _row(id="huge", batch_size=10**7)]
+    r = replay(pd.DataFrame(rows)).table.set_index("id")
+    assert "[1, K + 1]" in r.loc["tau100", "reason"] and "tau" in r.loc["tauneg", "reason"]
+    assert "measured_speedup" in r.loc["meas0", "reason"] and "tree_size" in r.loc["tree0", "reason"]
+    assert "does not fit" in r.loc["huge", "reason"]
+    assert r["predicted_speedup"].isna().all()
+
+
+def test_a_misspelt_optional_column_is_refused():
+    from specsim.errors import InputError
+    with pytest.raises(InputError, match="unknown column 'target_dtyp'.*target_dtype"):
+        replay(pd.DataFrame([{**_row(), "target_dtyp": "fp8"}]))

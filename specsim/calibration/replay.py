@@ -171,7 +171,12 @@ def predict_row_cycle(row: dict, *, stack_profile=None):
             raise
         op = resolve(s.with_overrides(tree_size=0), stack_profile=stack_profile)
         assumed.append(f"stack {op.deployment.stack_id} verifies chains: tree of {s.tree_size} run as a chain of {s.k}")
-    return predict(op), assumed
+    p = predict(op)
+    used = p.plain_step.compute_dtype
+    if used != op.target.compute_dtype:
+        assumed.append(f"{op.target.compute_dtype} matmuls run as {used} on {op.hardware.id} (it lists no "
+                       f"{op.target.compute_dtype} figure)")
+    return p, assumed
 
 
 def predict_row(row: dict) -> tuple[float, list[str]]:
@@ -295,7 +300,7 @@ __all__ = ["replay", "replay_file", "predict_row", "predict_row_cycle", "row_sce
 # ---- fitting one stack term to chosen rows -----------------------------------------------------------
 
 HOST_TERMS = ("step_us", "per_seq_us", "per_token_us", "multi_gpu_step_us", "spec_per_seq_us",
-              "spec_per_draft_token_us", "cycle_overhead_us")
+              "spec_per_draft_token_us", "spec_per_draft_pass_us", "cycle_overhead_us")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

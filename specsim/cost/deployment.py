@@ -76,9 +76,10 @@ class Deployment:
         """How many devices share the weights and the cache."""
         return self.n_devices
 
-    def host_time_s(self, *, n_seqs, n_tokens, n_spec_seqs=0, n_draft_tokens=0):
+    def host_time_s(self, *, n_seqs, n_tokens, n_spec_seqs=0, n_draft_tokens=0, n_draft_passes=0):
         """The engine's host work for one iteration of n_seqs sequences and n_tokens tokens, of which
-        n_spec_seqs speculate with n_draft_tokens drafted in all (the stack's [host] model)."""
+        n_spec_seqs speculate with n_draft_tokens drafted in all over n_draft_passes sequential
+        drafting passes (the stack's [host] model)."""
         h = self.host
         n = np.asarray(n_seqs, dtype=float)
         t = h.step_s + h.per_seq_s * n + h.per_token_s * np.asarray(n_tokens, dtype=float)
@@ -86,7 +87,8 @@ class Deployment:
             t = t + h.multi_gpu_step_s
         ns = np.asarray(n_spec_seqs, dtype=float)
         spec = np.where(ns > 0, self.cycle_overhead_s + h.spec_per_seq_s * ns
-                        + h.spec_per_draft_token_s * np.asarray(n_draft_tokens, dtype=float), 0.0)
+                        + h.spec_per_draft_token_s * np.asarray(n_draft_tokens, dtype=float)
+                        + h.spec_per_draft_pass_s * np.asarray(n_draft_passes, dtype=float), 0.0)
         return t + spec
 
     def iteration_time_s(self, device_s, host_s, *, speculative: bool):

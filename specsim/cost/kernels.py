@@ -87,6 +87,22 @@ def _gemm_scalar(kernels: KernelProfile, t: float, k: float, n: float, bw: float
     return out + kernels.gemm_floor_s if with_floor else out
 
 
+def grouped_gemm_time_s(kernels: KernelProfile, *, n_groups, n_rows, k, n, bandwidth_bytes_per_s: float,
+                        flops_per_s: float, weight_bytes_per_elem: float = ACTIVATION_BYTES) -> np.ndarray:
+    """One grouped GEMM (a fused MoE kernel): n_groups weight matrices of K × N (the experts a step
+    touches), n_rows token rows in all spread over them, every group's tiles scheduled together on
+    the SMs. Memory: the groups' weights and the rows' activations. Compute: each group fills at
+    least one row tile, so the row tiles are max(n_groups, n_rows / m), times ⌈N / n⌉ column
+    tiles, in waves over the SMs. No launch floor (the caller charges one per kernel)."""
+    g = np.asarray(n_groups, dtype=np.float64)
+    r = np.asarray(n_rows, dtype=np.float64)
+    mem = (g * k * n * weight_bytes_per_elem + r * (k + n) * ACTIVATION_BYTES) / bandwidth_bytes_per_s
+    tm, tn = kernels.gemm_tile
+    tiles = np.maximum(g, r / tm) * math.ceil(n / tn)
+    comp = np.ceil(tiles / kernels.n_sm) * 2.0 * tm * tn * k * kernels.n_sm / flops_per_s
+    return _overlap(mem, comp, kernels.gemm_overlap_exponent)
+
+
 def gemm_rates(hw: HardwareProfile, dtype: str, eff: Efficiency | None = None) -> tuple[float, float]:
     """(bytes/s, FLOP/s) a GEMM reaches on `hw` in compute dtype `dtype`. With a fitted curve: peak ×
     the curve's measured GEMM fractions, whatever `eff` says (a stack's fractions are whole-step
@@ -200,8 +216,8 @@ def _rates(model: ModelSpec, hw: HardwareProfile, eff: Efficiency) -> dict:
 def weights_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tokens, tp: int) -> np.ndarray:
     """Every linear layer except the LM head for T tokens, on the part's fitted curve: the GEMMs of
     `step_operators`, plus for an MoE layer the E·(1 − (1 − k/E)^T) routed experts a step touches
-    (the expectation roofline.py uses) as one grouped kernel (one floor) whose experts each see
-    T·k / touched tokens."""
+    (the expectation roofline.py uses) as grouped kernels (one floor a layer) over the T·k routed
+    rows, every expert's tiles scheduled together (`grouped_gemm_time_s`)."""
     t = np.asarray(n_tokens, dtype=np.float64)
     total = np.zeros_like(t)
     for op in step_operators(model, tp):
@@ -213,11 +229,11 @@ def weights_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tok
         fe = moe.expert_ffn_size / tp
         e, top_k = moe.n_experts, moe.n_experts_per_token
         touched = e * (1.0 - (1.0 - top_k / e) ** t)
-        rows = np.where(touched > 0, t * top_k / np.where(touched > 0, touched, 1.0), 0.0)
+        rows = t * top_k
         rates = _rates(model, hw, eff)
-        per_expert = (gemm_time_s(hw.kernels, n_tokens=rows, k=d, n=gate_up * fe, with_floor=False, **rates)
-                      + gemm_time_s(hw.kernels, n_tokens=rows, k=fe, n=d, with_floor=False, **rates))
-        total = total + model.n_moe_layers * (hw.kernels.gemm_floor_s + touched * per_expert)
+        grouped = (grouped_gemm_time_s(hw.kernels, n_groups=touched, n_rows=rows, k=d, n=gate_up * fe, **rates)
+                   + grouped_gemm_time_s(hw.kernels, n_groups=touched, n_rows=rows, k=fe, n=d, **rates))
+        total = total + model.n_moe_layers * (hw.kernels.gemm_floor_s + grouped)
     return total
 
 

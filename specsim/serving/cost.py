@@ -217,8 +217,9 @@ class ServingCost:
         spec = mix.draft_k > 0
         n_spec = int(spec.sum()) if self.work is not None else 0
         drafted = float(mix.q_lens[spec].sum()) - n_spec if n_spec else 0.0
+        passes = int(mix.draft_k.max()) if (n_spec and self.work.pass_model is not None and self.work.n_passes == "k") else 0
         return float(self.dep.host_time_s(n_seqs=mix.n_seqs, n_tokens=float(mix.q_lens.sum()), n_spec_seqs=n_spec,
-                                          n_draft_tokens=drafted))
+                                          n_draft_tokens=drafted, n_draft_passes=passes))
 
     def device_s(self, mix: IterationMix) -> float:
         return self.target_time_s(mix) + self.draft_time_s(mix) + self.verify_extra_s(mix) + self.device_overhead_s(mix)

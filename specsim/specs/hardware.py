@@ -39,8 +39,11 @@ COMPUTE_FALLBACK = {
     "int4": ("int4", "int8", "bf16", "fp16", "fp32"),
     "bf16": ("bf16", "fp16", "fp32"),
     "fp16": ("fp16", "bf16", "fp32"),
-    "tf32": ("tf32", "fp32"),
-    "fp32": ("fp32",),
+    "tf32": ("tf32", "fp32", "bf16"),
+    # a part with no fp32 matrix unit (a TPU) runs fp32 checkpoints' matmuls as bf16 passes (JAX/XLA's
+    # default matmul precision on TPU is bf16 inputs with fp32 accumulation); the dtype used is
+    # reported with every step cost, so the substitution is visible
+    "fp32": ("fp32", "tf32", "bf16"),
 }
 
 

@@ -15,7 +15,9 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   running sequence (scheduling, input preparation, sampling, output processing), `per_token_us`
   per token in the step, `multi_gpu_step_us` per iteration when the model spans several devices
   (broadcasting the step to the workers), `spec_per_seq_us` per speculating sequence and
-  `spec_per_draft_token_us` per drafted token (rejection sampling, draft bookkeeping) — and
+  `spec_per_draft_token_us` per drafted token (rejection sampling, draft bookkeeping),
+  `spec_per_draft_pass_us` per sequential drafting pass (launching the drafter, top-k and tree
+  expansion between passes) — and
   `overlap`: whether that work hides behind the device's ("none"; "plain": only without
   speculation, as with an overlap scheduler that speculation disables; "always");
 - `tree_verification`: "none" (chains only), "static" (a fixed tree/choice list), "dynamic"
@@ -52,7 +54,7 @@ class HostCost:
 
     An iteration's host time is step + per_seq·n + per_token·T (+ multi_gpu_step when the model
     spans several devices), and when it speculates, + the stack's cycle overhead + spec_per_seq·n_spec
-    + spec_per_draft_token·drafted tokens. The iteration lasts device + host, or max(device, host)
+    + spec_per_draft_token·drafted tokens + spec_per_draft_pass·sequential drafting passes. The iteration lasts device + host, or max(device, host)
     when the work overlaps (`overlap` = "always", or "plain" for iterations that do not speculate)."""
 
     step_s: float = 0.0
@@ -61,11 +63,12 @@ class HostCost:
     multi_gpu_step_s: float = 0.0
     spec_per_seq_s: float = 0.0
     spec_per_draft_token_s: float = 0.0
+    spec_per_draft_pass_s: float = 0.0
     overlap: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("step_s", "per_seq_s", "per_token_s", "multi_gpu_step_s", "spec_per_seq_s",
-                     "spec_per_draft_token_s"):
+                     "spec_per_draft_token_s", "spec_per_draft_pass_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
                 raise field_error("host", name, v, "a finite duration >= 0 s")
@@ -78,7 +81,7 @@ class HostCost:
 
 _HOST_US = {"step_us": "step_s", "per_seq_us": "per_seq_s", "per_token_us": "per_token_s",
             "multi_gpu_step_us": "multi_gpu_step_s", "spec_per_seq_us": "spec_per_seq_s",
-            "spec_per_draft_token_us": "spec_per_draft_token_s"}
+            "spec_per_draft_token_us": "spec_per_draft_token_s", "spec_per_draft_pass_us": "spec_per_draft_pass_s"}
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
 
 

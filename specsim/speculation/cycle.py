@@ -204,7 +204,10 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
                                                                 tokens_per_cycle=tokens_per_cycle, tree=tree)
     q = np.asarray(dc.verify_q_len, dtype=float)
-    host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0))
+    work = cfg.family.work(cfg, target, dep.tp)
+    passes = np.asarray(k, dtype=float) if (work.pass_model is not None and work.n_passes == "k") else 0.0
+    host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0),
+                           n_draft_passes=passes)
     cycle = dep.iteration_time_s(device, host, speculative=True)
     return cycle_times(target_step_time_s=plain, draft_time_s=dc.draft_time_s, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,

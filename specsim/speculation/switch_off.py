@@ -176,7 +176,9 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
     t += float(device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q, tokens_per_cycle=tau,
                                        tree=tree is not None))
-    host = dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens, n_spec_seqs=b, n_draft_tokens=b * (q - 1))
+    passes = k if (work.pass_model is not None and work.n_passes == "k") else 0
+    host = dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens, n_spec_seqs=b, n_draft_tokens=b * (q - 1),
+                           n_draft_passes=passes)
     return float(dep.iteration_time_s(t, host, speculative=True))
 
 
