@@ -159,3 +159,27 @@ def test_text_output_is_readable(capsys):
     assert main(["predict", "seed-70b-hbm"]) == 0
     out = capsys.readouterr().out
     assert "speedup" in out and "ms" in out and "seed-70b" in out
+
+
+def test_a_measured_baseline_anchors_the_stacks_fixed_costs(capsys):
+    """Spec-Bench's vanilla Vicuna-7B runs about 40 tok/s (25 ms) where hf-eager's estimated overheads
+    give 39 ms: anchored, the plain step is exactly the measured one, the device time is unchanged,
+    and the fixed costs of every pass shrink by one factor (so the speculative cycle changes too)."""
+    base = load_scenario("seed-70b-hbm")
+    s = base.with_overrides(hardware="a100-sxm-80gb", target="vicuna-7b", method="medusa", k=4, tree_size=64,
+                            tau=2.32, stack="hf-eager", context_len=512, drafter="")
+    plain = resolve(s)
+    anchored = resolve(s, baseline_tokens_per_s=40.0)
+    assert float(predict(anchored).cycle.target_step_time_s) == pytest.approx(1 / 40.0, rel=1e-9)
+    a = anchored.anchor
+    assert a["predicted_step_time_s"] == pytest.approx(float(predict(plain).cycle.target_step_time_s), rel=1e-12)
+    assert 0 < a["fixed_cost_scale"] < 1 and anchored.deployment.eff.per_layer_overhead_s < plain.deployment.eff.per_layer_overhead_s
+    assert main(["predict", "--hardware", "a100-sxm-80gb", "--target", "vicuna-7b", "--method", "none",
+                 "--stack", "hf-eager", "--baseline-tokens-per-s", "40"]) == 0
+    assert "anchored" in capsys.readouterr().out
+
+
+def test_a_baseline_faster_than_the_device_is_refused():
+    # 70B fp16 on 2 TB/s cannot step in 1 ms: 140 GB must stream every step
+    with pytest.raises(SpecError, match="baseline_tokens_per_s.*device time alone"):
+        resolve(load_scenario("seed-70b-hbm"), baseline_step_time_s=0.001)

@@ -35,7 +35,7 @@ from ..speculation.predict import predict
 
 REQUIRED_COLUMNS = ("id", "hardware", "n_devices", "stack", "target", "drafter", "method", "k", "tree_size",
                     "batch_size", "context_len", "temperature", "alpha", "tau", "measured_speedup")
-OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "source", "notes")
+OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "baseline_tokens_per_s", "source", "notes")
 DEFAULT_CONTEXT_LEN = 512
 
 
@@ -145,11 +145,15 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
     if measured is not None and measured <= 0:
         raise SpecError(f"column 'measured_speedup' = {measured}: expected a speedup > 0")
     temperature = _float(row, "temperature")
+    baseline = _float(row, "baseline_tokens_per_s")
+    if baseline is not None:
+        assumed.append(f"anchored to the measured baseline {baseline:g} tokens/s")
     s = Scenario(name=str(row.get("id") or "row"), hardware=_str(row, "hardware"), target=_str(row, "target"),
                  drafter=_str(row, "drafter"), method=method, k=k,
                  tree_size=m if (m is not None and m != k + 1) else None, alpha=alpha, tau=tau, batch_size=b,
                  context_len=ctx, tp=n_dev, stack=_str(row, "stack"), target_dtype=_str(row, "target_dtype"),
                  temperature=0.0 if temperature is None else temperature, allow_cross_tokenizer=True,
+                 baseline_tokens_per_s=baseline,
                  sections={"drafter_options": _options(row.get("drafter_options"))}, path=f"row {row.get('id')!r}",
                  given=frozenset())
     return s, assumed

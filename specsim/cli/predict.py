@@ -39,6 +39,11 @@ def add_point_flags(p) -> None:
     p.add_argument("--attention", choices=["fused", "naive"], help="attention kernel model" + _d("attention"))
     p.add_argument("--temperature", type=float, help="sampling temperature" + _d("temperature"))
     p.add_argument("--target-dtype", help="override the target's weight format (e.g. fp8, int4-awq)")
+    base = p.add_mutually_exclusive_group()
+    base.add_argument("--baseline-tokens-per-s", type=float, help="a measured plain decoding speed at this batch "
+                      "(all sequences together): the stack's fixed costs are fitted to it")
+    base.add_argument("--baseline-step-time-s", type=float, help="a measured plain decoding step at this batch, "
+                      "in seconds (instead of --baseline-tokens-per-s)")
     p.add_argument("--allow-cross-tokenizer", action="store_true", default=None,
                    help="allow a drafter whose tokenizer differs from the target's")
 
@@ -50,7 +55,8 @@ def point_from_args(args):
                    stack=args.stack, k=args.k, tree_size=args.tree_size, alpha=args.alpha, tau=args.tau,
                    batch_size=args.batch_size, context_len=args.context_len, tp=args.tp, drafter_tp=args.drafter_tp,
                    attention=args.attention, temperature=args.temperature, target_dtype=args.target_dtype,
-                   allow_cross_tokenizer=args.allow_cross_tokenizer)
+                   allow_cross_tokenizer=args.allow_cross_tokenizer, baseline_tokens_per_s=args.baseline_tokens_per_s,
+                   baseline_step_time_s=args.baseline_step_time_s)
 
 
 def register(sub) -> None:
@@ -104,5 +110,8 @@ def _run(args) -> int:
                                                      if r["speedup"] < 1 else "")),
                  ("B·q vs ops:byte", f"{r['verify_tokens_in_flight']} tokens vs {r['ridge_flops_per_byte']:.0f} FLOP/byte")]
     rows.append(("memory per device", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in r["memory_per_device_bytes"].items())))
+    if op.anchor is not None:
+        rows.append(("anchored", f"to the measured baseline: {op.anchor['how']} (predicted "
+                                 f"{op.anchor['predicted_step_time_s'] * 1e3:.3f} ms before)"))
     print(table(rows, title=f"specsim predict: {r['scenario']}"))
     return 0

@@ -74,6 +74,8 @@ class Scenario:
     stack: str | None = None
     target_dtype: str | None = None
     temperature: float = 0.0
+    baseline_tokens_per_s: float | None = None
+    baseline_step_time_s: float | None = None
     sections: Mapping[str, Mapping] = field(default_factory=dict)
     path: str = ""
     given: frozenset = frozenset()
@@ -109,6 +111,13 @@ class Scenario:
             raise field_error(where, "temperature", self.temperature, "a finite number >= 0")
         if self.attention not in ATTENTION_KERNELS:
             raise field_error(where, "attention", self.attention, "'fused' or 'naive'")
+        for name in ("baseline_tokens_per_s", "baseline_step_time_s"):
+            v = getattr(self, name)
+            if v is not None and (not _is_number(v) or v <= 0):
+                raise field_error(where, name, v, "a positive number (a measured plain decoding speed at this batch)")
+        if self.baseline_tokens_per_s is not None and self.baseline_step_time_s is not None:
+            raise field_error(where, "baseline_step_time_s", self.baseline_step_time_s,
+                              "either baseline_tokens_per_s or baseline_step_time_s, not both")
         if not isinstance(self.allow_cross_tokenizer, bool):
             raise field_error(where, "allow_cross_tokenizer", self.allow_cross_tokenizer, "true or false (a boolean)")
         object.__setattr__(self, "sections", MappingProxyType({k: MappingProxyType(dict(v)) if isinstance(v, Mapping)

@@ -129,6 +129,7 @@ class OperatingPoint:
     acceptance: Acceptance
     memory: MemoryFit
     allow_cross_tokenizer: bool = False
+    anchor: Mapping | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
     sections: Mapping[str, Mapping] = field(default_factory=dict)
     scenario: Scenario = field(repr=False, default=None)
@@ -193,6 +194,7 @@ class OperatingPoint:
             "memory_per_device_bytes": dict(self.memory.parts_bytes), "memory_capacity_bytes": self.memory.capacity_bytes,
             "fits": self.memory.fits, "max_batch_plain": self.memory.max_batch_plain,
             "max_batch_speculative": self.memory.max_batch_speculative, "sources": dict(self.sources),
+            "anchor": None if self.anchor is None else dict(self.anchor),
         }
 
     def describe(self) -> str:
@@ -235,6 +237,11 @@ class OperatingPoint:
             rows.append(("acceptance", text, a.source))
         elif self.speculative:
             rows.append(("acceptance", "not given", "set alpha, tau or [acceptance] by_position"))
+        if self.anchor is not None:
+            a = self.anchor
+            rows.append(("anchored to", f"a measured plain step of {a['measured_step_time_s'] * 1e3:.3f} ms at B = "
+                         f"{self.batch_size} (was {a['predicted_step_time_s'] * 1e3:.3f} ms): {a['how']}",
+                         s.get("baseline_tokens_per_s") or s.get("baseline_step_time_s", "")))
         mem = self.memory
         rows.append(("memory per device", ", ".join(f"{k} {_gb(v)}" for k, v in mem.parts_bytes.items())
                      + f" = {_gb(mem.total_bytes)} of {_gb(mem.capacity_bytes)}" + ("" if mem.fits else " (DOES NOT FIT)"),
@@ -464,6 +471,11 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         q = int(verify_q_len(cfg, work, s.k, tree_size))
     check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
                   where=where)
+    anchor = None
+    if s.baseline_tokens_per_s is not None or s.baseline_step_time_s is not None:
+        measured = s.baseline_step_time_s if s.baseline_step_time_s is not None else s.batch_size / s.baseline_tokens_per_s
+        dep, anchor = anchor_deployment(target, dep, batch_size=s.batch_size, ctx_len=s.context_len,
+                                        measured_step_time_s=float(measured), where=where)
     drafter_id = cfg.drafter.id if cfg is not None and cfg.drafter is not None else None
     what = (f"{target.id}{' + ' + drafter_id if drafter_id else ''} on {s.tp}× {hw.id} at batch {s.batch_size}, "
             f"context {s.context_len}")
@@ -474,8 +486,65 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
                           deployment=dep, method=method, drafter=cfg, k=s.k, tree_size=tree_size,
                           batch_size=s.batch_size, context_len=s.context_len, temperature=float(s.temperature),
                           acceptance=acceptance, memory=mem, allow_cross_tokenizer=s.allow_cross_tokenizer,
+                          anchor=None if anchor is None else MappingProxyType(anchor),
                           sources=MappingProxyType(_sources(scenario, given)),
                           sections=MappingProxyType(dict(sections)), scenario=s)
+
+
+def _scaled_deployment(dep: Deployment, scale: float, add_step_s: float = 0.0) -> Deployment:
+    """The deployment with every fixed cost of its stack (per-pass overheads, host work per
+    iteration, the per-cycle overhead) times `scale`, plus `add_step_s` of host work per iteration."""
+    from dataclasses import replace as _replace
+
+    eff = dep.eff
+    h = dep.host
+    return _replace(dep, efficiency=_replace(eff, step_overhead_s=eff.step_overhead_s * scale,
+                                             per_layer_overhead_s=eff.per_layer_overhead_s * scale),
+                    host=_replace(h, step_s=h.step_s * scale + add_step_s, per_seq_s=h.per_seq_s * scale,
+                                  per_token_s=h.per_token_s * scale, multi_gpu_step_s=h.multi_gpu_step_s * scale,
+                                  spec_per_seq_s=h.spec_per_seq_s * scale,
+                                  spec_per_draft_token_s=h.spec_per_draft_token_s * scale,
+                                  spec_per_draft_pass_s=h.spec_per_draft_pass_s * scale),
+                    cycle_overhead_s=dep.cycle_overhead_s * scale)
+
+
+def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, ctx_len: int,
+                      measured_step_time_s: float, where: str) -> tuple[Deployment, dict]:
+    """Fit the stack's fixed costs so the plain step at (B, L) takes what was measured.
+
+    All of the stack's fixed costs (per-pass overheads, host work, the cycle overhead) scale by one
+    factor s ≥ 0 chosen so that the predicted plain iteration equals the measurement (it is monotone
+    in s). When the stack has no fixed costs to scale, a fixed host step per iteration is added
+    instead. A measurement faster than the device alone allows is refused: it means other inputs
+    (hardware, weight format, tensor parallelism) do not describe the run."""
+    from scipy.optimize import brentq
+
+    from .cycle import plain_iteration_s
+
+    def step(d: Deployment) -> float:
+        return float(plain_iteration_s(target, d, batch_size=batch_size, ctx_len=ctx_len))
+
+    before = step(dep)
+    floor = step(_scaled_deployment(dep, 0.0))
+    if measured_step_time_s < floor * (1 - 1e-9):
+        raise field_error(where, "baseline_tokens_per_s", round(batch_size / measured_step_time_s, 6),
+                          f"at most {batch_size / floor:.4g} tokens/s: the device time alone is {floor * 1e3:.3f} ms a "
+                          f"step at batch {batch_size}; check the hardware, weight format and tensor parallelism")
+    fixed_at_one = before - floor
+    if fixed_at_one <= 0:
+        add = measured_step_time_s - floor
+        new = _scaled_deployment(dep, 1.0, add_step_s=add)
+        how = f"the stack has no fixed costs: {add * 1e6:.0f} µs of host work per iteration added"
+        scale = 1.0
+    else:
+        hi = 2.0
+        while step(_scaled_deployment(dep, hi)) < measured_step_time_s and hi < 1e6:
+            hi *= 2.0
+        scale = float(brentq(lambda x: step(_scaled_deployment(dep, x)) - measured_step_time_s, 0.0, hi, xtol=1e-12))
+        new = _scaled_deployment(dep, scale)
+        how = f"the stack's fixed costs scaled by {scale:.3f}"
+    return new, {"measured_step_time_s": measured_step_time_s, "predicted_step_time_s": before,
+                 "device_only_step_time_s": floor, "fixed_cost_scale": scale, "how": how}
 
 
 def resolve_id(id_or_path: str, **overrides) -> OperatingPoint:
