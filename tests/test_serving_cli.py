@@ -134,7 +134,7 @@ def test_shipped_scenario_builds_and_crossover_helper(tmp_path):
         if "SPECSIM_DATA" in str(exc):
             pytest.skip(str(exc))
         raise
-    assert setup.workload.n_requests > 1000 and set(setup.policies) == {"never", "static_k4", "gate_bs64"}
+    assert setup.workload.n_requests > 1000 and set(setup.policies) == {"never", "static_k4", "gate_bs112"}
     assert setup.acceptance == (0.7,) and setup.acceptance_factor is None
     import pandas as pd
     t = pd.DataFrame({"policy": ["p"] * 3, "rate_per_s": [1.0, 2.0, 4.0], "speedup_tpot_p50": [2.0, 1.5, 0.5]})
