@@ -115,6 +115,14 @@ class FastStep:
         return self.time(t, gg, p, p)  # a naive kernel re-reads a key per query: R = P
 
 
+def _sum_ctx(mix: IterationMix) -> float:
+    """Σ context over the mix, computed once per mix."""
+    s = mix.sum_ctx
+    if s is None:
+        s = mix.sum_ctx = float(np.add.reduce(mix.ctx_lens))
+    return s
+
+
 class ServingCost:
     """Seconds per iteration for an operating point (see the module docstring).
 
@@ -131,6 +139,13 @@ class ServingCost:
         self.drafter = (FastStep(w.pass_model, op.hardware, tp=w.pass_tp, attention=dep.attention, efficiency=dep.eff,
                                  exact=exact) if w is not None and w.pass_model is not None else None)
         self.hop_s = dep.hop_s
+        self._proj = (0.0, 0.0)
+        if w is not None and w.projection_params:
+            one = float(dense_time_s(w.projection_params, 0.0, weight_bytes_per_param=op.target.weight_bytes_per_param,
+                                     hw=op.hardware, eff=dep.eff, dtype=op.target.compute_dtype, tp=w.pass_tp))
+            per = float(dense_time_s(w.projection_params, 1e6, weight_bytes_per_param=op.target.weight_bytes_per_param,
+                                     hw=op.hardware, eff=dep.eff, dtype=op.target.compute_dtype, tp=w.pass_tp)) / 1e6
+            self._proj = (one, per)
         bw = op.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
         # per-cycle overhead terms (speculation.cycle.cycle_overhead_s): the host work, reading the
         # extra fp32 logits per verified position, a tree's compaction per accepted token
@@ -139,51 +154,162 @@ class ServingCost:
         self._context_dependent = (op.acceptance.model is not None and
                                    op.acceptance.model.context_decay_per_token != 0.0)
         self._tau_cache: dict = {}
+        t = self.target
+        self._target_closed = t.ok and not t.window and t.kw["attention"] == "fused"
+        self._overlaps = {True: bool(dep.host.overlaps(True)), False: bool(dep.host.overlaps(False))}
+        self._host_memo: dict = {}
+        self._passes = w is not None and w.pass_model is not None and w.n_passes == "k"
 
     # -- parts
     def target_time_s(self, mix: IterationMix) -> float:
+        uq = mix.uniform_q
+        if uq and self._target_closed:
+            # every row has q = uq query tokens and logits: T = G = n·uq, R = S + T,
+            # P = uq·S + n·(uq² + uq)/2 (mix_features in closed form)
+            n = mix.q_lens.size
+            s = _sum_ctx(mix)
+            t = n * uq
+            return self.target.time(t, t, s + t, uq * s + n * (uq * uq + uq) / 2.0) + self.hop_s
         return self.target(mix.q_lens, mix.ctx_lens, mix.logit_lens) + self.hop_s
 
     def draft_time_s(self, mix: IterationMix) -> float:
         """Drafting outside the verify pass: the family's passes and host search."""
+        return self._draft(mix)[0]
+
+    def catchup_time_s(self, mix: IterationMix) -> float:
+        """The part of draft_time_s spent on the drafter's catch-up tokens (`IterationMix.catchup`)."""
+        return self._draft(mix)[1]
+
+    def _projection_s(self, n_tokens: float) -> float:
+        """EAGLE/MTP's input projection over n tokens (roofline: max(weight bytes / bw, FLOPs / peak))."""
+        a, b = self._proj
+        t = b * n_tokens
+        return a if a > t else t
+
+    def _draft(self, mix: IterationMix) -> tuple[float, float]:
+        """(drafting time, of which catch-up). Pass j runs the rows drafting more than j tokens, w
+        tokens each at context + j·w; pass 0 also runs the drafter over each drafting row's catch-up
+        tokens (q = w + c at context − c) and over the prefill rows (catch-up + chunk from its cached
+        tokens) when the drafter keeps a cache and runs this iteration."""
         w = self.work
         if w is None:
-            return 0.0
+            return 0.0, 0.0
         dk = mix.draft_k
-        spec = dk > 0
-        if not spec.any():
-            return 0.0
+        n_pf = mix.n_prefill
+        on = mix.drafter_on
+        n = mix.n_spec
+        if n is None:
+            n = int(np.count_nonzero(dk))
+        if on is None:
+            on = n > 0
+        if not on:
+            return 0.0, 0.0
         total = 0.0
-        ctx = mix.ctx_lens[spec]
-        if w.host_s_per_seq_per_ktoken:
+        every = n == dk.size
+        spec = None if every else dk > 0
+        ctx = mix.ctx_lens if every else mix.ctx_lens[spec]
+        if n and w.host_s_per_seq_per_ktoken:
             total += w.host_s_per_seq_per_ktoken * float(np.maximum(ctx, 1).sum()) / 1000.0
         if self.drafter is None or w.n_passes != "k":
-            return total
-        ks = dk[spec]
-        kmax = int(ks.max())
-        width = int(tree_level_width(kmax, mix.tree_size)) if (mix.tree_size and w.by_level) else 1
-        pf = mix.is_prefill & w.drafts_prompt
+            return total, 0.0
+        pf = mix.is_prefill if (n_pf and w.drafts_prompt) else None
+        cu = mix.catchup
+        c = None
+        if cu is not None and n:
+            c = cu if every else cu[spec]
+            if not c.any():
+                c = None
+        catchup_s = 0.0
         model = self.drafter
-        for j in range(kmax):
-            active = ks > j
-            c = ctx[active] + j * width
-            if w.context_cap is not None:
-                c = np.minimum(c, w.context_cap)
-            n = int(active.sum())
-            q = np.full(n, width, dtype=np.int64)
-            if j == 0 and pf.any():
-                q = np.concatenate([q, mix.q_lens[pf]])
-                c = np.concatenate([c, mix.ctx_lens[pf]])
-                g = np.concatenate([np.full(n, width, dtype=np.int64), mix.logit_lens[pf]])
+        fused = model.kw["attention"] == "fused" and not model.window and model.ok
+        if n:
+            ks = dk if every else dk[spec]
+            if every and mix.uniform_q:
+                kmax, uniform = int(ks[0]), True
             else:
-                g = q
-            total += model(q, c, g)
+                kmax = int(ks.max())
+                uniform = int(ks.min()) == kmax
+            width = int(tree_level_width(kmax, mix.tree_size)) if (mix.tree_size and w.by_level) else 1
+            if fused and w.context_cap is None:
+                # closed form: per pass, tokens T = n_j·w, KV reads R = S_j + n_j·j·w + T, pairs
+                # P = w·(S_j + n_j·j·w) + n_j·(w² + w)/2, with n_j, S_j the count and context sum of
+                # the rows drafting more than j tokens
+                if uniform:
+                    cnt = [n] * kmax
+                    sums = [_sum_ctx(mix) if every else float(np.add.reduce(ctx))] * kmax
+                else:
+                    cnt_k = np.bincount(ks, minlength=kmax + 1)
+                    sum_k = np.bincount(ks, weights=ctx, minlength=kmax + 1)
+                    cnt = np.cumsum(cnt_k[::-1])[::-1][1:].tolist()
+                    sums = np.cumsum(sum_k[::-1])[::-1][1:].tolist()
+                half = (width * width + width) / 2.0
+                for j in range(kmax):
+                    nj, sj = cnt[j], sums[j]
+                    t = nj * width
+                    base = sj + nj * j * width
+                    total += model.time(t, t, base + t, width * base + nj * half)
+                    if w.projection_params:
+                        total += self._projection_s(t)
+            else:
+                for j in range(kmax):
+                    active = ks > j
+                    cj = ctx[active] + j * width
+                    if w.context_cap is not None:
+                        cj = np.minimum(cj, w.context_cap)
+                    q = np.full(cj.size, width, dtype=np.int64)
+                    total += model(q, cj, q)
+                    if w.projection_params:
+                        total += self._projection_s(cj.size * width)
+            if c is not None and fused and w.context_cap is None:
+                # pass 0 over w + c tokens from context − c instead of w from context: T grows by Σc,
+                # G and R stay, P grows by Σ[c·ctx − c²/2 + c/2] (the causal pairs of the longer query)
+                cs = float(np.add.reduce(c))
+                n0, s0 = cnt[0], sums[0]
+                t0 = n0 * width
+                base = s0 + t0
+                p0 = width * s0 + n0 * half
+                dp = float(np.dot(c, ctx)) - float(np.dot(c, c)) / 2.0 + cs / 2.0
+                catchup_s += model.time(t0 + cs, t0, base, p0 + dp) - model.time(t0, t0, base, p0)
+            elif c is not None:  # pass 0 over w + c tokens from context − c, instead of w from context
+                q0 = np.full(n, width, dtype=np.int64)
+                c0 = ctx if w.context_cap is None else np.minimum(ctx, w.context_cap)
+                with_c = model(q0 + c, c0 - c, q0)
+                catchup_s += with_c - model(q0, c0, q0)
+                if w.projection_params:
+                    catchup_s += self._projection_s(n * width + float(c.sum())) - self._projection_s(n * width)
+        if pf is not None:
+            # the drafter runs over the prefill chunks (and what it missed of them) in its first pass;
+            # priced as the increment over pass 0 alone
+            q_pf = mix.q_lens[pf]
+            l_pf = mix.ctx_lens[pf]
+            g_pf = mix.logit_lens[pf]
+            c_pf = cu[pf] if cu is not None else None
+            if c_pf is not None:
+                q_pf, l_pf = q_pf + c_pf, l_pf - c_pf
+            if n:
+                q0 = np.full(n, width, dtype=np.int64)
+                c0 = ctx if w.context_cap is None else np.minimum(ctx, w.context_cap)
+                if c is not None:
+                    q0, c0 = q0 + c, c0 - c
+                g0 = np.full(n, width, dtype=np.int64)
+                alone = model(q0, c0, g0)
+                both = model(np.concatenate([q0, q_pf]), np.concatenate([c0, l_pf]), np.concatenate([g0, g_pf]))
+                extra = both - alone
+            else:
+                extra = model(q_pf, l_pf, g_pf)
             if w.projection_params:
-                total += float(dense_time_s(w.projection_params, n * width,
-                                            weight_bytes_per_param=self.target_model.weight_bytes_per_param,
-                                            hw=self.hw, eff=self.dep.eff, dtype=self.target_model.compute_dtype,
-                                            tp=w.pass_tp))
-        return total
+                if n:
+                    base = n * width + (float(c.sum()) if c is not None else 0.0)
+                    extra += self._projection_s(base + float(q_pf.sum())) - self._projection_s(base)
+                else:
+                    extra += self._projection_s(float(q_pf.sum()))
+            part = 0.0
+            if c_pf is not None and c_pf.any():  # the prefill tokens it had missed, at the same rate
+                tok = float(q_pf.sum())
+                part = extra * float(c_pf.sum()) / tok if tok else 0.0
+            total += extra - part
+            catchup_s += part
+        return total + catchup_s, catchup_s
 
     def verify_extra_s(self, mix: IterationMix) -> float:
         """Work the family adds inside the verify pass (Medusa's heads on every verified position)."""
@@ -239,9 +365,46 @@ class ServingCost:
             self._tau_cache[key] = tokens_per_cycle_at(self.op, k=k, tree_size=mix.tree_size or None, context_len=ctx)
         return self._tau_cache[key]
 
+    def breakdown(self, mix: IterationMix) -> tuple[float, float]:
+        """(iteration seconds, of which the drafter's catch-up on device): the same sum as
+        device_s, host_s and Deployment.iteration_time_s, computed once per part."""
+        ns = mix.n_spec
+        if self.work is None:
+            ns, pos, kmax = 0, 0.0, 0
+        elif ns is None or (ns and not mix.uniform_q):
+            spec = mix.draft_k > 0
+            ns = int(np.count_nonzero(spec))
+            pos = float(mix.q_lens[spec].sum()) if ns else 0.0
+            kmax = int(mix.draft_k.max()) if ns else 0
+        else:
+            pos = float(ns * mix.uniform_q)
+            kmax = int(mix.draft_k[0]) if ns else 0
+        device = self.target_time_s(mix)
+        c = 0.0
+        if self.work is not None:
+            d, c = self._draft(mix)
+            device += d
+            if ns:
+                if self.work.verify_head_params:
+                    device += self.verify_extra_s(mix)
+                device += (pos - ns) * self._logit_s_per_extra_position
+                if mix.tree_size:
+                    device += ns * self.expected_tokens(kmax, mix) * self._compact_s_per_token
+        n_tok = float(mix.q_lens.size * mix.uniform_q) if mix.uniform_q else float(np.add.reduce(mix.q_lens))
+        key = (mix.q_lens.size, n_tok, ns, pos - ns, kmax if (ns and self._passes) else 0)
+        host = self._host_memo.get(key)
+        if host is None:
+            host = float(self.dep.host_time_s(n_seqs=key[0], n_tokens=key[1], n_spec_seqs=key[2],
+                                              n_draft_tokens=key[3] if ns else 0.0, n_draft_passes=key[4]))
+            if len(self._host_memo) > 200_000:
+                self._host_memo.clear()
+            self._host_memo[key] = host
+        if self._overlaps[ns > 0]:
+            return (device if device > host else host), c
+        return device + host, c
+
     def __call__(self, mix: IterationMix) -> float:
-        speculative = self.work is not None and bool((mix.draft_k > 0).any())
-        return float(self.dep.iteration_time_s(self.device_s(mix), self.host_s(mix), speculative=speculative))
+        return self.breakdown(mix)[0]
 
 
 __all__ = ["ServingCost", "FastStep", "mix_features"]

@@ -13,6 +13,12 @@ Definitions (times in seconds, over requests that completed):
   draft tokens; mean_acceptance_length = 1 + accepted / num_drafts (tokens per verify, bonus
   included); acceptance_rate_per_position[j] = drafts accepted at position j / num_drafts.
 - wasted verify slots: draft tokens the target verified and rejected.
+- prefix caching: prefix_hit_rate = prompt tokens found cached at each request's first admission /
+  prompt tokens of the requests admitted (vLLM's prefix cache hit rate counts every lookup; this is
+  the first one per request, what a trace's block ids imply).
+- the drafter's catch-up: tokens its first passes ran over beyond the new token (accepted drafts,
+  the bonus, what it missed while a gate kept it off) and their share of the busy time.
+- a fleet: busy_frac is the mean over replicas; `replica_frame` gives one row per replica.
 """
 from __future__ import annotations
 
@@ -61,7 +67,8 @@ def requests_frame(run: EngineRun, slo: SLO) -> pd.DataFrame:
         "reject_reason": np.asarray(REJECT_REASONS, dtype=object)[run.reject_reason],
         "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "meets_slo": meets, "n_preemptions": run.n_preemptions,
         "n_spec_steps": run.n_spec_steps, "n_draft_tokens": run.n_draft_tokens,
-        "n_accepted_tokens": run.n_accepted_tokens,
+        "n_accepted_tokens": run.n_accepted_tokens, "replica": run.replica, "prefill_replica": run.prefill_replica,
+        "prefix_hit_tokens": run.prefix_hit_tokens, "priority": run.priority, "n_swaps": run.n_swaps,
     })
 
 
@@ -111,8 +118,10 @@ def summarize(run: EngineRun, requests: pd.DataFrame, steps: pd.DataFrame) -> di
     s["goodput_tokens_per_s"] = float(requests["output_tokens"].to_numpy()[meets].sum() / makespan) if makespan > 0 else float("nan")
     dur = steps["duration_s"].to_numpy()
     busy = float(dur.sum())
+    n_rep = len(run.roles)
+    s["n_replicas"] = n_rep
     s["n_steps"] = len(steps)
-    s["busy_frac"] = busy / makespan if makespan > 0 else float("nan")
+    s["busy_frac"] = busy / (makespan * n_rep) if makespan > 0 else float("nan")
     if len(steps):
         w = dur / busy
         s["kv_used_frac_mean"] = float((steps["kv_used_frac"].to_numpy() * w).sum())
@@ -137,4 +146,49 @@ def summarize(run: EngineRun, requests: pd.DataFrame, steps: pd.DataFrame) -> di
     decode_steps = int(steps["n_decode"].sum()) if len(steps) else 0
     decode_emitted = int(steps["n_emitted_tokens"].sum() - steps["n_prefill_done"].sum()) if len(steps) else 0
     s["tokens_per_decode_step"] = decode_emitted / decode_steps if decode_steps else float("nan")
+    admitted = run.status != STATUS_REJECTED
+    prompt = float(run.prompt_tokens[admitted].sum())
+    s["prefix_hit_tokens"] = int(run.prefix_hit_tokens.sum())
+    s["prefix_hit_rate"] = float(run.prefix_hit_tokens.sum() / prompt) if prompt else float("nan")
+    s["prefix_evicted_units"] = int(run.prefix_evicted_units)
+    s["drafter_catchup_tokens"] = int(steps["n_catchup_tokens"].sum()) if len(steps) else 0
+    s["drafter_catchup_time_frac"] = float(steps["catchup_s"].sum() / busy) if busy > 0 else float("nan")
+    s["n_swaps"] = int(run.n_swaps.sum())
+    s["swap_time_s"] = float(steps["swap_s"].sum()) if len(steps) else 0.0
+    s["n_swap_fallbacks"] = int(run.n_swap_fallbacks)
+    if run.priority is not None and len(np.unique(run.priority)) > 1:
+        done_mask = run.status == STATUS_DONE
+        for p in np.unique(run.priority):
+            sel = (run.priority == p)
+            for col in ("ttft_s", "tpot_s"):
+                x = requests[col].to_numpy(dtype=float)[sel & done_mask]
+                x = x[np.isfinite(x)]
+                s[f"{col[:-2]}_p50_s_priority{int(p)}"] = float(np.percentile(x, 50)) if x.size else float("nan")
+                s[f"{col[:-2]}_p99_s_priority{int(p)}"] = float(np.percentile(x, 99)) if x.size else float("nan")
     return s
+
+
+def replica_frame(run: EngineRun, requests: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per replica: its role, requests finished there, iterations, busy time, mean batch,
+    KV use, preemptions and prefix hits of the requests first admitted there."""
+    rows = []
+    makespan = float(np.nanmax(run.finish_at_s)) - float(np.nanmin(run.arrival_at_s)) if len(requests) else 0.0
+    for rid, role in enumerate(run.roles):
+        st = steps[steps["replica"] == rid]
+        dur = st["duration_s"].to_numpy()
+        busy = float(dur.sum())
+        w = dur / busy if busy > 0 else dur
+        mine = run.replica == rid
+        first_here = (run.prefill_replica == rid) | ((run.prefill_replica < 0) & mine)
+        prompt = float(run.prompt_tokens[first_here].sum())
+        rows.append({
+            "replica": rid, "role": role, "n_done": int(((run.status == STATUS_DONE) & mine).sum()),
+            "n_prefilled": int(first_here.sum()), "n_steps": len(st), "busy_s": busy,
+            "busy_frac": busy / makespan if makespan > 0 else float("nan"),
+            "batch_size_mean": float((st["n_running"].to_numpy() * w).sum()) if busy > 0 else float("nan"),
+            "kv_used_frac_mean": float((st["kv_used_blocks"].to_numpy() * w).sum() / run.n_blocks) if busy > 0 else float("nan"),
+            "n_preempted": int(st["n_preempted"].sum()),
+            "prefix_hit_rate": float(run.prefix_hit_tokens[first_here].sum() / prompt) if prompt else float("nan"),
+            "drafter_catchup_tokens": int(st["n_catchup_tokens"].sum()),
+        })
+    return pd.DataFrame(rows)

@@ -19,7 +19,8 @@ def run_one(setup: ServingSetup, name: str, rate: float | None, **kw):
     """One policy at one rate (None: the workload as given)."""
     return simulate(setup.workload_at(rate), config=setup.config, cost=setup.cost, policy=setup.policies[name],
                     acceptance=setup.acceptance, seed=setup.seed, slo=setup.slo, rate_per_s=rate,
-                    tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, **kw)
+                    tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
+                    drafter_cache=setup.drafter_cache, **kw)
 
 
 def sweep(setup: ServingSetup, *, rates=None, policies=None, progress=None) -> tuple[pd.DataFrame, dict]:

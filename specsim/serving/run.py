@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..errors import SpecError
 from .engine import EngineConfig, EngineRun, IterationMix, run_engine
-from .metrics import SLO, batch_size_distribution, requests_frame, steps_frame, summarize
+from .fleet import FleetSpec
+from .metrics import SLO, batch_size_distribution, replica_frame, requests_frame, steps_frame, summarize
 from .policies import Never
 from .workloads import Workload
 
@@ -30,6 +31,10 @@ class SimulationResult:
     def batch_size_distribution(self) -> pd.DataFrame:
         return batch_size_distribution(self.steps)
 
+    def replicas(self) -> pd.DataFrame:
+        """One row per replica (metrics.replica_frame)."""
+        return replica_frame(self.run, self.requests, self.steps)
+
     def tokens(self) -> pd.DataFrame:
         """Token emissions (request, token_index, at_s), one row per token; needs record_tokens=True."""
         if self.run.token_log is None:
@@ -44,7 +49,7 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
              acceptance=(), seed: int = 0, slo: SLO | None = None, record_tokens: bool = False,
              until_s: float | None = None, rate_per_s: float | None = None, tree_size: int = 0,
              acceptance_factor: Callable[[np.ndarray], np.ndarray] | None = None,
-             acceptance_model=None) -> SimulationResult:
+             acceptance_model=None, fleet: FleetSpec | None = None, drafter_cache: str = "none") -> SimulationResult:
     """Run `workload` through the continuous-batching engine under one gating policy.
 
     cost(mix) -> seconds is any callable (serving.cost.ServingCost for an operating point; tests
@@ -54,7 +59,9 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
     lengths use [0] and [1], see setup.build_workload), so changing the policy or K leaves the
     arrivals unchanged. tree_size: M > 0 verifies a draft tree of M nodes and depth K.
     acceptance_model: a speculation.acceptance.AcceptanceModel instead of acceptance and
-    acceptance_factor (its rates, moving with each sequence's context at its reference temperature)."""
+    acceptance_factor (its rates, moving with each sequence's context at its reference temperature).
+    fleet: replicas, layout and router (fleet.FleetSpec; None: one replica). drafter_cache: what the
+    drafter keeps of its own ("none", "keep": a draft model, "refeed": EAGLE/MTP; see engine)."""
     policy = policy if policy is not None else Never()
     if acceptance_model is not None:
         m = acceptance_model
@@ -66,7 +73,7 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
         raise SpecError(f"simulate: acceptance rates {acc.tolist()} must lie in [0, 1]")
     run = run_engine(workload, config, cost, policy=policy, acceptance=acc, speculative=policy.k_reserved > 0,
                      seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s, tree_size=tree_size,
-                     acceptance_factor=acceptance_factor)
+                     acceptance_factor=acceptance_factor, fleet=fleet, drafter_cache=drafter_cache)
     slo = slo or SLO()
     req = requests_frame(run, slo)
     steps = steps_frame(run)

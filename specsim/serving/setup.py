@@ -13,9 +13,21 @@ targets. Unknown keys are refused.
             n_requests, rate_per_s, cv (gamma), n_users, think_time_s (closed loop)
             prompt = {kind = "fixed", tokens = 512}, output = {...}  (synthetic lengths), or
             lengths_from = "<trace>" to fit lognormals to a trace's columns
+            priority_fracs = [0.2, 0.8] (priority classes 0, 1, ... drawn with these fractions;
+            class 0 is served first under scheduling = "priority"), hash_block_tokens (a plain CSV
+            with a session_id column: tokens per hashed block of its conversation chains)
 [engine]    max_num_seqs, max_num_batched_tokens, chunked_prefill, block_size,
             gpu_memory_utilization, watermark_frac, max_model_len, acceptance_window_steps,
-            activation_reserve_gb, n_blocks (override the computed capacity)
+            activation_reserve_gb, n_blocks (override the computed capacity),
+            preemption_mode = "recompute" | "swap", swap_space_gib (host swap space per device,
+            vLLM's swap_space, default 4), swap_bandwidth_gb_s (host link per device, default 63:
+            PCIe 5.0 x16), scheduling = "fcfs" | "priority", prefix_caching (needs block chains:
+            the Mooncake trace, or a plain CSV with session_id), drafter_catchup (default true)
+[fleet]     n_replicas, layout = "colocated" | "disaggregated", n_prefill (prefill replicas of a
+            disaggregated layout), router = "round_robin" | "least_outstanding" | "prefix_affinity",
+            cache_threshold, balance_abs_threshold, balance_rel_threshold (prefix_affinity),
+            kv_transfer_gb_s, kv_transfer_latency_us (default: the hardware's interconnect),
+            prefill_runs_drafter (default true)
 [policies]  <name> = {kind = "never" | "static" | "disable_by_batch_size" | "k_by_batch_band" |
             "acceptance_off_switch" | "goodput_optimal", ...}
 [slo]       ttft_s, tpot_s
@@ -36,21 +48,36 @@ from ..speculation.families import FAMILIES
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import WorkloadMix
 from . import workloads as wl
+from ..cost.roofline import kv_bytes_per_device
 from .cost import ServingCost
 from .engine import EngineConfig
+from .fleet import FleetSpec
 from .kv_cache import KVCapacity, kv_capacity_for
+from .router import RouterConfig
 from .metrics import SLO
 from .policies import Never, StaticK, policy_from_dict
 
 WORKLOAD_KEYS = {"kind", "trace", "format", "window_s", "time_scale", "rates", "n_requests", "rate_per_s", "cv",
-                 "n_users", "think_time_s", "prompt", "output", "lengths_from", "jitter_s"}
+                 "n_users", "think_time_s", "prompt", "output", "lengths_from", "jitter_s", "priority_fracs",
+                 "hash_block_tokens"}
 ENGINE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "block_size", "gpu_memory_utilization",
-               "watermark_frac", "max_model_len", "acceptance_window_steps", "activation_reserve_gb", "n_blocks"}
+               "watermark_frac", "max_model_len", "acceptance_window_steps", "activation_reserve_gb", "n_blocks",
+               "preemption_mode", "swap_space_gib", "swap_bandwidth_gb_s", "scheduling", "prefix_caching",
+               "drafter_catchup"}
+FLEET_KEYS = {"n_replicas", "layout", "n_prefill", "router", "cache_threshold", "balance_abs_threshold",
+              "balance_rel_threshold", "kv_transfer_gb_s", "kv_transfer_latency_us", "prefill_runs_drafter"}
 SLO_KEYS = {"ttft_s", "tpot_s"}
-_BOOL_ENGINE = ("chunked_prefill",)
+_BOOL_ENGINE = ("chunked_prefill", "prefix_caching", "drafter_catchup")
 _INT_ENGINE = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "acceptance_window_steps",
                "n_blocks")
-_FLOAT_ENGINE = ("gpu_memory_utilization", "watermark_frac", "activation_reserve_gb")
+_FLOAT_ENGINE = ("gpu_memory_utilization", "watermark_frac", "activation_reserve_gb", "swap_space_gib",
+                 "swap_bandwidth_gb_s")
+# vLLM's default CPU swap space per GPU (EngineArgs swap_space = 4, in GiB)
+DEFAULT_SWAP_SPACE_GIB = 4.0
+# Host link of one device: PCIe 5.0 x16, 32 GT/s per lane with 128b/130b encoding = 63.0 GB/s per
+# direction (PCI-SIG, PCI Express Base Specification 5.0). ESTIMATE of what a swap copy attains: the
+# hardware profiles carry no host-link figure; set swap_bandwidth_gb_s for a measured one.
+DEFAULT_SWAP_BANDWIDTH_GB_S = 32 * 16 * 128 / 130 / 8
 
 
 def resolve_data_path(path: str) -> Path:
@@ -72,6 +99,8 @@ class ServingSetup:
     rates: tuple
     seed: int
     synthetic: dict = field(default_factory=dict)
+    fleet: FleetSpec = field(default_factory=FleetSpec)
+    drafter_cache: str = "none"
 
     @property
     def tree_size(self) -> int:
@@ -106,8 +135,7 @@ class ServingSetup:
             rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[0])
             t = wl.gamma_arrivals(rng, rate_per_s=rate_per_s, cv=self.synthetic.get("cv", 1.0),
                                   n_requests=self.workload.n_requests)
-            return wl.Workload(arrival_at_s=t, prompt_tokens=self.workload.prompt_tokens,
-                               output_tokens=self.workload.output_tokens, source=self.workload.source)
+            return replace(self.workload, arrival_at_s=t, notes=())
         raise SpecError(f"scenario {self.point.name!r}: a closed-loop workload has no arrival rate to sweep")
 
     def mix(self) -> WorkloadMix:
@@ -122,7 +150,29 @@ class ServingSetup:
         return int(self.capacity.capacity_tokens // per_seq)
 
 
+def _positive_int(where: str, key: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(f"{where}: field {key!r} = {v!r}: expected an integer >= 1")
+    return v
+
+
 def build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Workload, str, dict]:
+    """The [workload] table as a Workload (with its priority classes when it gives them)."""
+    w, kind, extra = _build_workload(op, raw, seed=seed)
+    if "priority_fracs" in raw:
+        fr = raw["priority_fracs"]
+        where = f"scenario {op.name!r} [workload]"
+        if not (isinstance(fr, list) and fr and all(not isinstance(x, bool) and isinstance(x, (int, float)) for x in fr)):
+            raise SpecError(f"{where}: field 'priority_fracs' = {fr!r}: expected a list of fractions summing to 1")
+        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])  # its own stream
+        try:
+            w = w.with_priorities(fr, rng)
+        except SpecError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+    return w, kind, extra
+
+
+def _build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Workload, str, dict]:
     where = f"scenario {op.name!r} [workload]"
     reject_unknown_keys(where, raw, WORKLOAD_KEYS)
     kind = raw.get("kind", "trace" if "trace" in raw else "poisson")
@@ -137,6 +187,8 @@ def build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Work
         fmt = raw.get("format")
         if fmt == "mooncake" or (fmt is None and path.suffix == ".jsonl"):
             w = wl.read_mooncake(path, rng=rng_a, quantum_s=float(jitter))
+        elif fmt == "plain" and "hash_block_tokens" in raw:
+            w = wl.read_plain(path, hash_block_tokens=_positive_int(where, "hash_block_tokens", raw["hash_block_tokens"]))
         else:
             w = wl.read_trace(path, format=fmt, rng=rng_a)
         w = replace(w, source=str(raw["trace"]))  # as the scenario names it (the full path says little)
@@ -203,7 +255,57 @@ def _engine_settings(op: OperatingPoint) -> dict:
             raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected a number")
     if "activation_reserve_gb" in eng and eng["activation_reserve_gb"] < 0:
         raise SpecError(f"{where}: field 'activation_reserve_gb' = {eng['activation_reserve_gb']!r}: expected >= 0")
+    if "swap_space_gib" in eng and eng["swap_space_gib"] < 0:
+        raise SpecError(f"{where}: field 'swap_space_gib' = {eng['swap_space_gib']!r}: expected >= 0 (GiB per device)")
+    if "swap_bandwidth_gb_s" in eng and not eng["swap_bandwidth_gb_s"] > 0:
+        raise SpecError(f"{where}: field 'swap_bandwidth_gb_s' = {eng['swap_bandwidth_gb_s']!r}: expected > 0 (GB/s)")
+    for key in ("preemption_mode", "scheduling"):
+        if key in eng and not isinstance(eng[key], str):
+            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected a string")
     return eng
+
+
+def build_fleet(op: OperatingPoint, cap: KVCapacity) -> FleetSpec:
+    """The [fleet] table: replicas, layout, router, and the KV handoff of a disaggregated layout
+    (each device's shard of the prompt's cache over the hardware's interconnect unless given)."""
+    raw = dict(op.section("fleet"))
+    where = f"scenario {op.name!r} [fleet]"
+    reject_unknown_keys(where, raw, FLEET_KEYS)
+    for key in ("cache_threshold", "balance_rel_threshold", "kv_transfer_gb_s", "kv_transfer_latency_us"):
+        v = raw.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0):
+            raise SpecError(f"{where}: field {key!r} = {v!r}: expected a number >= 0")
+    for key in ("n_replicas", "n_prefill", "balance_abs_threshold"):
+        v = raw.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise SpecError(f"{where}: field {key!r} = {v!r}: expected an integer")
+    if "prefill_runs_drafter" in raw and not isinstance(raw["prefill_runs_drafter"], bool):
+        raise SpecError(f"{where}: field 'prefill_runs_drafter' = {raw['prefill_runs_drafter']!r}: expected true or false")
+    router = RouterConfig(kind=raw.get("router", "least_outstanding"),
+                          cache_threshold=float(raw.get("cache_threshold", 0.3)),
+                          balance_abs_threshold=raw.get("balance_abs_threshold", 64),
+                          balance_rel_threshold=float(raw.get("balance_rel_threshold", 1.5)))
+    layout = raw.get("layout", "colocated")
+    runs_drafter = raw.get("prefill_runs_drafter", True)
+    per_token = 0.0
+    latency = 0.0
+    if layout == "disaggregated":
+        bw = raw.get("kv_transfer_gb_s")
+        bw = float(bw) * 1e9 if bw is not None else op.hardware.interconnect_bandwidth_bytes_per_s
+        if not bw > 0:
+            raise SpecError(f"{where}: hardware {op.hardware.id!r} gives no interconnect bandwidth for the KV handoff: "
+                            f"set kv_transfer_gb_s")
+        latency = (float(raw["kv_transfer_latency_us"]) * 1e-6 if "kv_transfer_latency_us" in raw
+                   else op.hardware.interconnect_latency_s)
+        # bytes per token on one device: the block's bytes (target and, when it has one, the drafter's
+        # cache) or the target's alone when the prefill pool does not run the drafter
+        dep = op.deployment
+        target_only = float(kv_bytes_per_device(op.target, batch_size=1, ctx_len=1, tp=dep.tp)) / (dep.memory_split // dep.tp)
+        per_tok_bytes = cap.bytes_per_block / cap.block_size_tokens if runs_drafter else target_only
+        per_token = per_tok_bytes / bw
+    return FleetSpec(layout=layout, n_replicas=raw.get("n_replicas", 1), n_prefill=raw.get("n_prefill", 0),
+                     router=router, kv_transfer_s_per_token=per_token, kv_transfer_latency_s=latency,
+                     prefill_runs_drafter=runs_drafter)
 
 
 def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False) -> ServingSetup:
@@ -220,13 +322,33 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
                           block_size_tokens=eng.get("block_size", 16),
                           activation_reserve_bytes=float(eng.get("activation_reserve_gb", 0.0)) * 1e9)
     kwargs = {k: eng[k] for k in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "watermark_frac",
-                                  "max_model_len", "acceptance_window_steps") if k in eng}
+                                  "max_model_len", "acceptance_window_steps", "preemption_mode", "scheduling",
+                                  "prefix_caching", "drafter_catchup") if k in eng}
     n_blocks = eng.get("n_blocks", cap.n_blocks)
-    config = EngineConfig(n_blocks=n_blocks, block_size_tokens=cap.block_size_tokens,
-                          max_model_len=kwargs.pop("max_model_len", op.target.max_context or 0), **kwargs)
+    swap_blocks = int(float(eng.get("swap_space_gib", DEFAULT_SWAP_SPACE_GIB)) * 2**30 // cap.bytes_per_block)
+    swap_s = cap.bytes_per_block / (float(eng.get("swap_bandwidth_gb_s", DEFAULT_SWAP_BANDWIDTH_GB_S)) * 1e9)
+    try:
+        config = EngineConfig(n_blocks=n_blocks, block_size_tokens=cap.block_size_tokens,
+                              max_model_len=kwargs.pop("max_model_len", op.target.max_context or 0),
+                              swap_space_blocks=swap_blocks, swap_s_per_block=swap_s, **kwargs)
+    except SpecError as exc:
+        raise SpecError(f"{where} {exc}") from None
     cost = ServingCost(op, exact=exact_cost)
     raw_w = dict(op.section("workload"))
     workload, kind, extra = build_workload(op, raw_w, seed=seed)
+    if config.prefix_caching and not workload.has_prefixes:
+        raise SpecError(f"{where} [engine]: prefix_caching = true needs a workload with prefix structure (the "
+                        f"Mooncake trace's hash_ids, or a plain CSV with a session_id column); "
+                        f"{workload.source!r} has none")
+    if config.prefix_caching and workload.hash_block_tokens % config.block_size_tokens:
+        raise SpecError(f"{where} [engine]: prefix_caching: the workload's hashed blocks of {workload.hash_block_tokens} "
+                        f"tokens must be a whole number of KV blocks (block_size = {config.block_size_tokens})")
+    fleet = build_fleet(op, cap)
+    drafter_cache = "none"
+    if op.speculative:
+        work = op.drafter.family.work(op.drafter, op.target, op.deployment.tp)
+        if work.cache_model is not None and work.drafts_prompt:
+            drafter_cache = "refeed" if work.refeeds_accepted else "keep"
     pol_raw = dict(op.section("policies"))
     if pol_raw:
         policies = {name: policy_from_dict(name, v, where=f"{where} [policies]") for name, v in pol_raw.items()}
@@ -256,7 +378,8 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
                                               and np.isfinite(r) and r > 0 for r in rates):
         raise SpecError(f"{where} [workload]: field 'rates' = {rates!r}: expected a list of positive rates (req/s)")
     return ServingSetup(point=op, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
-                        policies=policies, slo=slo, rates=tuple(float(r) for r in rates), seed=seed, synthetic=extra)
+                        policies=policies, slo=slo, rates=tuple(float(r) for r in rates), seed=seed, synthetic=extra,
+                        fleet=fleet, drafter_cache=drafter_cache)
 
 
 def workload_mix(op: OperatingPoint, *, seed: int = 0) -> tuple[WorkloadMix, int] | None:
@@ -268,5 +391,5 @@ def workload_mix(op: OperatingPoint, *, seed: int = 0) -> tuple[WorkloadMix, int
     return setup.mix(), setup.max_batch_speculative
 
 
-__all__ = ["ServingSetup", "build_serving", "build_workload", "workload_mix", "resolve_data_path", "WORKLOAD_KEYS",
-           "ENGINE_KEYS", "SLO_KEYS"]
+__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "workload_mix", "resolve_data_path",
+           "WORKLOAD_KEYS", "ENGINE_KEYS", "FLEET_KEYS", "SLO_KEYS"]

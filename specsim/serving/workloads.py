@@ -13,6 +13,13 @@ loop, the lengths plus a number of users who each send their next request when t
   of one quantum over the quantum with seeded, sorted uniform jitter (file order kept) and says so
   in `notes`. Bad input raises SpecError naming the file, the line and the value.
 - Time scaling (`scaled`, `at_rate`: replay at 2× by halving every gap) and a time window.
+- Prefix structure, for prefix caching: per request a chain of block hash ids, each naming a block
+  of `hash_block_tokens` tokens together with everything before it (two requests whose lists start
+  with the same ids share that prefix). The Mooncake trace gives them (`hash_ids`, 512 tokens a
+  block); a plain CSV with a `session_id` column gives conversation structure, from which
+  `conversation_hashes` derives them (turn t + 1's prompt starts with turn t's prompt and output).
+- Priorities (vLLM's `priority`, lower is served first): `with_priorities` draws classes by given
+  fractions from a seeded stream.
 """
 from __future__ import annotations
 
@@ -29,6 +36,9 @@ import numpy as np
 from ..errors import SpecError
 
 TRACE_FORMATS = ("azure", "mooncake", "plain")
+# Mooncake FAST'25 traces: "hash_ids" name prefix blocks of 512 tokens (data/traces/README.md; on every
+# row len(hash_ids) == ceil(input_length / 512))
+MOONCAKE_BLOCK_TOKENS = 512
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +57,11 @@ class Workload:
     think_time_s: float = 0.0
     source: str = ""
     notes: tuple[str, ...] = ()
+    priority: np.ndarray | None = None
+    block_hashes: np.ndarray | None = None
+    block_hash_offsets: np.ndarray | None = None
+    hash_block_tokens: int = 0
+    hashes_cover_output: bool = False
 
     def __post_init__(self) -> None:
         a = np.asarray(self.arrival_at_s, dtype=np.float64)
@@ -65,8 +80,26 @@ class Workload:
                 raise SpecError(f"workload {self.source!r}: think_time_s must be a finite number >= 0")
         elif a.size and (not np.all(np.isfinite(a)) or np.any(np.diff(a) < 0) or a[0] < 0):
             raise SpecError(f"workload {self.source!r}: arrival times must be finite, >= 0 and non-decreasing")
-        for name, arr in (("arrival_at_s", a), ("prompt_tokens", p.astype(np.int64)),
-                          ("output_tokens", o.astype(np.int64))):
+        arrays = [("arrival_at_s", a), ("prompt_tokens", p.astype(np.int64)), ("output_tokens", o.astype(np.int64))]
+        if self.priority is not None:
+            pr = np.asarray(self.priority)
+            if pr.shape != p.shape or (pr.size and pr.dtype.kind not in "iu"):
+                raise SpecError(f"workload {self.source!r}: priority must be one integer per request")
+            arrays.append(("priority", pr.astype(np.int64)))
+        if (self.block_hashes is None) != (self.block_hash_offsets is None):
+            raise SpecError(f"workload {self.source!r}: block_hashes and block_hash_offsets go together")
+        if self.block_hashes is not None:
+            h = np.asarray(self.block_hashes, dtype=np.int64)
+            off = np.asarray(self.block_hash_offsets, dtype=np.int64)
+            if off.shape != (p.size + 1,) or off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] != h.size:
+                raise SpecError(f"workload {self.source!r}: block_hash_offsets must be n_requests + 1 non-decreasing "
+                                f"offsets into block_hashes, from 0 to its length")
+            if isinstance(self.hash_block_tokens, bool) or not isinstance(self.hash_block_tokens, (int, np.integer)) \
+                    or self.hash_block_tokens < 1:
+                raise SpecError(f"workload {self.source!r}: hash_block_tokens = {self.hash_block_tokens!r}: expected "
+                                f"the tokens per hashed block (an integer >= 1)")
+            arrays += [("block_hashes", h), ("block_hash_offsets", off)]
+        for name, arr in arrays:
             arr = np.array(arr)
             arr.flags.writeable = False
             object.__setattr__(self, name, arr)
@@ -78,6 +111,50 @@ class Workload:
     @property
     def is_closed_loop(self) -> bool:
         return self.n_users > 0
+
+    @property
+    def has_prefixes(self) -> bool:
+        return self.block_hashes is not None
+
+    def hashed_tokens(self, i: int) -> int:
+        """Tokens request i's chain covers: its prompt (Mooncake: the last block may be short), or every
+        full block of prompt + output (conversation chains, so later turns reuse generated blocks)."""
+        n = int(self.block_hash_offsets[i + 1] - self.block_hash_offsets[i]) * self.hash_block_tokens
+        return n if self.hashes_cover_output else min(n, int(self.prompt_tokens[i]))
+
+    def hashes_of(self, i: int) -> np.ndarray:
+        """Request i's block hash ids (empty without prefix structure)."""
+        if self.block_hashes is None:
+            return np.zeros(0, dtype=np.int64)
+        return self.block_hashes[self.block_hash_offsets[i]:self.block_hash_offsets[i + 1]]
+
+    def select(self, keep: np.ndarray, *, arrival_at_s: np.ndarray | None = None, note: str = "") -> "Workload":
+        """The requests where `keep` (a boolean mask or ascending indices) holds, with their prefix
+        chains and priorities; arrival times replaced when given."""
+        idx = np.flatnonzero(keep) if np.asarray(keep).dtype == bool else np.asarray(keep, dtype=np.int64)
+        kw: dict = {}
+        if self.block_hashes is not None:
+            off = self.block_hash_offsets
+            lens = off[idx + 1] - off[idx]
+            starts = np.repeat(off[idx], lens)
+            within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+            kw.update(block_hashes=self.block_hashes[starts + within],
+                      block_hash_offsets=np.concatenate([[0], np.cumsum(lens)]))
+        if self.priority is not None:
+            kw["priority"] = self.priority[idx]
+        arr = self.arrival_at_s[idx] if arrival_at_s is None else arrival_at_s
+        return replace(self, arrival_at_s=arr, prompt_tokens=self.prompt_tokens[idx],
+                       output_tokens=self.output_tokens[idx], notes=self.notes + ((note,) if note else ()), **kw)
+
+    def with_priorities(self, fracs, rng: np.random.Generator) -> "Workload":
+        """Priority classes 0, 1, ... (0 served first) drawn i.i.d. with the given fractions."""
+        f = np.asarray(fracs, dtype=float)
+        if f.ndim != 1 or f.size < 1 or np.any(f < 0) or not np.isclose(f.sum(), 1.0):
+            raise SpecError(f"workload {self.source!r}: priority fractions {list(fracs)!r}: expected fractions "
+                            f"summing to 1, one per class (class 0 served first)")
+        cls = np.searchsorted(np.cumsum(f)[:-1], rng.random(self.n_requests), side="right").astype(np.int64)
+        return replace(self, priority=cls,
+                       notes=self.notes + (f"priority classes drawn with fractions {', '.join(f'{x:g}' for x in f)}",))
 
     @property
     def duration_s(self) -> float:
@@ -115,14 +192,12 @@ class Workload:
         if not (0 <= start_s < end_s):
             raise SpecError(f"workload {self.source!r}: time window [{start_s}, {end_s}) must have 0 <= start < end")
         keep = (self.arrival_at_s >= start_s) & (self.arrival_at_s < end_s)
-        return replace(self, arrival_at_s=self.arrival_at_s[keep] - start_s, prompt_tokens=self.prompt_tokens[keep],
-                       output_tokens=self.output_tokens[keep],
-                       notes=self.notes + (f"window [{start_s:g}, {end_s:g}) s of the source kept",))
+        return self.select(keep, arrival_at_s=self.arrival_at_s[keep] - start_s,
+                           note=f"window [{start_s:g}, {end_s:g}) s of the source kept")
 
     def head(self, n: int) -> "Workload":
         """The first n requests."""
-        return replace(self, arrival_at_s=self.arrival_at_s[:n], prompt_tokens=self.prompt_tokens[:n],
-                       output_tokens=self.output_tokens[:n])
+        return self.select(np.arange(min(n, self.n_requests)))
 
 
 # ---- synthetic arrivals ---------------------------------------------------------------------------
@@ -332,12 +407,58 @@ def read_azure(path) -> Workload:
                     output_tokens=np.asarray(o, dtype=np.int64), source=str(path))
 
 
-def read_plain(path) -> Workload:
-    """Plain CSV with header arrival_time_s,prompt_tokens,output_tokens (times kept as given)."""
+def read_plain(path, *, hash_block_tokens: int = 16) -> Workload:
+    """Plain CSV with header arrival_time_s,prompt_tokens,output_tokens (times kept as given). An
+    optional `session_id` column gives conversation structure: the requests of one session are its
+    turns in file order, and each turn's prompt starts with the previous turn's prompt and output
+    (block hash chains from `conversation_hashes`, `hash_block_tokens` tokens a block)."""
     path = Path(path)
     times, p, o = _read_csv(path, ("arrival_time_s", "prompt_tokens", "output_tokens"), _float_seconds)
+    kw: dict = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = [h.strip() for h in next(reader)]
+        if "session_id" in header:
+            col = header.index("session_id")
+            sessions = [row[col].strip() for row in reader if row and any(c.strip() for c in row)]
+            h, off = conversation_hashes(sessions, np.asarray(p, dtype=np.int64), np.asarray(o, dtype=np.int64),
+                                         block_tokens=hash_block_tokens, where=str(path))
+            kw = dict(block_hashes=h, block_hash_offsets=off, hash_block_tokens=hash_block_tokens,
+                      hashes_cover_output=True)
     return Workload(arrival_at_s=np.asarray(times, dtype=np.float64), prompt_tokens=np.asarray(p, dtype=np.int64),
-                    output_tokens=np.asarray(o, dtype=np.int64), source=str(path))
+                    output_tokens=np.asarray(o, dtype=np.int64), source=str(path), **kw)
+
+
+def conversation_hashes(sessions, prompt_tokens: np.ndarray, output_tokens: np.ndarray, *, block_tokens: int,
+                        where: str = "workload") -> tuple[np.ndarray, np.ndarray]:
+    """Block hash chains from conversation structure: request i's chain names the full blocks of its
+    prompt + output (so a later turn can reuse blocks generated in decode, as vLLM caches them). Turn
+    t + 1 of a session must have a prompt of at least turn t's prompt + output tokens (it carries the
+    conversation so far); its blocks inside that shared context get turn t's ids, the rest new ones.
+    Returns (flat ids, offsets) for Workload.block_hashes / block_hash_offsets."""
+    p = np.asarray(prompt_tokens, dtype=np.int64)
+    o = np.asarray(output_tokens, dtype=np.int64)
+    last: dict = {}  # session -> (its latest chain, tokens of prompt + output)
+    chains, next_id = [], 0
+    for i, sid in enumerate(sessions):
+        total = int(p[i] + o[i])
+        n_blocks = total // block_tokens
+        prev = last.get(sid)
+        shared: list = []
+        if prev is not None:
+            chain, ctx = prev
+            if p[i] < ctx:
+                raise SpecError(f"{where}: request {i} (session {sid!r}): prompt_tokens = {int(p[i])}: expected at least "
+                                f"{ctx}, the previous turn's prompt + output (a turn carries the conversation so far)")
+            shared = chain[: ctx // block_tokens]
+        fresh = list(range(next_id, next_id + n_blocks - len(shared)))
+        next_id += len(fresh)
+        chain = shared + fresh
+        chains.append(chain)
+        last[sid] = (chain, total)
+    lens = np.asarray([len(c) for c in chains], dtype=np.int64)
+    flat = np.asarray([x for c in chains for x in c], dtype=np.int64)
+    return flat, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
 
 
 def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: float = 3.0) -> Workload:
@@ -347,7 +468,7 @@ def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: fl
     one quantum get sorted uniform offsets in [0, min(quantum_s, gap to the next quantum)), so they
     keep file order and stay before the next quantum; without one they keep their shared times."""
     path = Path(path)
-    times, prompts, outputs = [], [], []
+    times, prompts, outputs, hashes, n_hashes = [], [], [], [], []
     try:
         f = open(path, encoding="utf-8")
     except FileNotFoundError:
@@ -375,14 +496,32 @@ def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: fl
             times.append(ts / 1e3)
             prompts.append(_length(path, line_no, "input_length", obj["input_length"]))
             outputs.append(_length(path, line_no, "output_length", obj["output_length"]))
+            ids = obj.get("hash_ids")
+            if ids is not None:
+                if not (isinstance(ids, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                      for x in ids)):
+                    raise _bad(path, line_no, "hash_ids", str(ids)[:60], "a list of block hash ids (integers >= 0)")
+                if len(ids) != -(-prompts[-1] // MOONCAKE_BLOCK_TOKENS):
+                    raise _bad(path, line_no, "hash_ids", f"{len(ids)} ids",
+                               f"ceil(input_length / {MOONCAKE_BLOCK_TOKENS}) = "
+                               f"{-(-prompts[-1] // MOONCAKE_BLOCK_TOKENS)} ids")
+                hashes.extend(ids)
+            n_hashes.append(-1 if ids is None else len(ids))
     t = np.asarray(times, dtype=np.float64)
     notes: tuple[str, ...] = ()
+    prefix: dict = {}
+    if n_hashes and min(n_hashes) >= 0:
+        prefix = dict(block_hashes=np.asarray(hashes, dtype=np.int64),
+                      block_hash_offsets=np.concatenate([[0], np.cumsum(n_hashes)]).astype(np.int64),
+                      hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+    elif n_hashes and max(n_hashes) >= 0:
+        raise SpecError(f"{path}: line {n_hashes.index(-1) + 1}: field 'hash_ids' missing where other lines have it")
     if rng is not None and t.size:
         t = jitter_quantised(t, rng=rng, quantum_s=quantum_s)
         notes = (f"arrivals quantised to ~{quantum_s:g} s in the source; requests sharing a timestamp spread "
                  f"over it with seeded sorted uniform jitter, file order kept",)
     return Workload(arrival_at_s=t - (t[0] if t.size else 0.0), prompt_tokens=np.asarray(prompts, dtype=np.int64),
-                    output_tokens=np.asarray(outputs, dtype=np.int64), source=str(path), notes=notes)
+                    output_tokens=np.asarray(outputs, dtype=np.int64), source=str(path), notes=notes, **prefix)
 
 
 def jitter_quantised(t: np.ndarray, *, rng: np.random.Generator, quantum_s: float) -> np.ndarray:

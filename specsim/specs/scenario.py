@@ -21,7 +21,7 @@ from typing import Mapping
 from ..errors import SpecError, field_error, reject_unknown_keys
 from .catalog import catalog_ids, read_toml, resolve, to_toml
 
-SECTIONS = ("drafter_options", "acceptance", "sweep", "threshold", "workload", "engine", "policies", "slo")
+SECTIONS = ("drafter_options", "acceptance", "sweep", "threshold", "workload", "engine", "policies", "slo", "fleet")
 ATTENTION_KERNELS = ("fused", "naive")
 # Keys that used to live elsewhere: (table, key) -> where they live now.
 MOVED = {

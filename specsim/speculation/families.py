@@ -166,6 +166,13 @@ class DrafterWork:
     weight_bytes: the drafter's own weights per device (label: weight_label).
     cache_model / cache_tp: the model whose KV cache the drafter keeps for every sequence (label:
       cache_label); None when it shares the target's.
+    refeeds_accepted: a drafter with its own cache runs its first pass of a cycle again over the
+      drafts the target accepted, not only over the new token: EAGLE's and MTP's cache entries for
+      drafted tokens were computed from the head's own predicted features, which the target's now
+      replace (Li et al. 2024, EAGLE §3.1; vLLM's EAGLE proposer feeds the accepted tokens with the
+      target's hidden states). A draft model keeps the entries it wrote while drafting (False).
+      The serving engine charges this catch-up per cycle (specsim.serving.engine); the analytical
+      cycle does not (it prices a drafter whose cache is in step, pass 0 = the bonus token).
     """
 
     pass_model: ModelSpec | None = None
@@ -184,6 +191,7 @@ class DrafterWork:
     cache_model: ModelSpec | None = None
     cache_tp: int = 1
     cache_label: str = ""
+    refeeds_accepted: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,7 +322,7 @@ def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_targ
     return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=2.0 * d * d, drafts_prompt=True,
                        weight_bytes=0.0 if in_target else layer * target.weight_bytes_per_param / tp,
                        weight_label=f"{label} weights" + (" (already in the target's weights)" if in_target else ""),
-                       cache_model=head, cache_tp=tp, cache_label=f"{label} KV cache")
+                       cache_model=head, cache_tp=tp, cache_label=f"{label} KV cache", refeeds_accepted=True)
 
 
 def _eagle(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
