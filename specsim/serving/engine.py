@@ -766,7 +766,8 @@ class _Engine:
                     units = [int(u) for u in chain[:n_u]]
                     shared = hit // bs
                     done = dctx = hit
-        blocks = -(-plen // bs)
+        # a cache that arrived by transfer decodes at once: its blocks cover the slots of its first decode
+        blocks = -(-(plen + (self.slots if int(sh.pre_done[i]) else 0)) // bs)
         new = blocks - shared
         if units:
             pref = self.prefix
@@ -866,8 +867,11 @@ class _Engine:
                 if self.by_priority:
                     self._sort_running()
                 self.full_allot = False
-                # only the admitted prefills run (everything running before is decoding)
-                return np.where(self.r_done < self.r_plen, self.r_plen - self.r_done, 0), n_pre
+                # only the admitted prefills run (everything running before is decoding); a cache that
+                # arrived by transfer has nothing to prefill and decodes with the others below
+                allot = np.where(self.r_done < self.r_plen, self.r_plen - self.r_done, 0)
+                if allot.any():
+                    return allot, n_pre
         allot, pre = self._schedule_running(budget)
         n_pre += pre
         n0 = self.r_req.size
@@ -882,10 +886,9 @@ class _Engine:
             self.full_allot = False
             room = budget - used
             done, plen = self.r_done[n0:], self.r_plen[n0:]
-            need = plen - done  # admitted: the prefill (0 for a cache that arrived by transfer: it decodes next time)
-            sw = self.it_swapped  # swapped back in first: decodes, their slots' blocks taken at swap-in
-            if sw:
-                need[:sw] = np.where(done[:sw] >= plen[:sw], self.slots, need[:sw])
+            # a prefill takes the rest of its prompt; a decode (swapped back in, or a cache that arrived
+            # by transfer) its slots, whose blocks it took when it joined
+            need = np.where(done >= plen, self.slots, plen - done)
             new_allot = np.minimum(need, np.maximum(room - (np.cumsum(need) - need), 0))
             allot = np.concatenate([allot, new_allot])
             if self.by_priority:

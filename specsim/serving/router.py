@@ -11,7 +11,8 @@ prefill replica and then the decode replica). Policies:
   (their `cache_aware` policy; defaults as documented for vllm-router v0.1.15 and sglang-gateway
   v0.3.1 in GPUStack's operator docs, "Model Deployment Routing"): the replica whose prefix cache
   holds the longest leading part of the request's block chain, when that part is at least
-  `cache_threshold` (0.3) of the chain; below it, the least loaded replica; and the least loaded
+  `cache_threshold` (0.3) of the chain; below it, the replica with the smallest cache (their "smallest
+  record", so new prefixes spread over the fleet; ties to the least loaded); and the least loaded
   replica whenever the fleet is imbalanced — the busiest replica has more than
   `balance_abs_threshold` (64) requests over the idlest and more than `balance_rel_threshold` (1.5)
   times as many. Their routers mirror each worker's cache in a radix tree; we read the replica's own
@@ -60,13 +61,15 @@ def imbalanced(outstanding, cfg: RouterConfig) -> bool:
     return hi - lo > cfg.balance_abs_threshold and hi > cfg.balance_rel_threshold * lo
 
 
-def prefix_choice(outstanding, matched_units, chain_units: int, cfg: RouterConfig) -> int:
-    """prefix_affinity's pick from each replica's outstanding count and cached leading units."""
+def prefix_choice(outstanding, matched_units, chain_units: int, cfg: RouterConfig, cache_sizes=None) -> int:
+    """prefix_affinity's pick from each replica's outstanding count, cached leading units of the
+    request's chain and cache size (units held; None: all equal)."""
     if chain_units == 0 or imbalanced(outstanding, cfg):
         return least_loaded(outstanding)
     best = max(matched_units)
     if best == 0 or best / chain_units < cfg.cache_threshold:
-        return least_loaded(outstanding)
+        sizes = cache_sizes if cache_sizes is not None else [0] * len(outstanding)
+        return min(range(len(outstanding)), key=lambda i: (sizes[i], outstanding[i], i))
     # the longest match; among equals, the least loaded
     cands = [i for i, m in enumerate(matched_units) if m == best]
     return min(cands, key=lambda i: (outstanding[i], i))
@@ -89,7 +92,8 @@ class Router:
             return i
         if kind == "prefix_affinity" and chain is not None and caches is not None and len(chain):
             matched = [c.match(chain) if c is not None else 0 for c in caches]
-            return prefix_choice(outstanding, matched, len(chain), self.cfg)
+            sizes = [len(c.units) if c is not None else 0 for c in caches]
+            return prefix_choice(outstanding, matched, len(chain), self.cfg, sizes)
         return least_loaded(outstanding)
 
 
