@@ -71,7 +71,10 @@ def test_config_errors_name_the_flag():
 
 
 def test_option_conflicts():
-    assert option_conflicts("prompt-lookup", {"k", "min_n", "layers", "tokens"}) == ["layers"]
+    assert option_conflicts("prompt-lookup", {"max_draft", "min_n", "layers", "tokens"}) == ["layers"]
+    assert option_conflicts("prompt-lookup", {"k"}) == ["k"]  # its draft length adapts, up to --max-draft
+    assert option_conflicts("prompt-lookup-earliest", {"k", "min_n", "max_draft"}) == ["max_draft"]
+    assert option_conflicts("eagle", {"eagle_depth", "weights", "medusa_tree"}) == ["medusa_tree"]
     assert option_conflicts("tree", {"layers", "draft_model"}, tree_base="layer-skip") == ["draft_model"]
     assert option_conflicts("tree", {"layers", "draft_model"}, tree_base="draft-model") == ["layers"]
     assert option_conflicts("layer-skip", {"k", "layers"}) == []

@@ -36,11 +36,25 @@ def register(subparsers) -> None:
     r.add_argument("-k", type=int, default=keep, help=f"draft length of a chain drafter (default: {rd['k']})")
     r.add_argument("--min-n", type=int, default=keep, help=f"prompt lookup: shortest n-gram (default: {rd['min_n']})")
     r.add_argument("--max-n", type=int, default=keep, help=f"prompt lookup: longest n-gram (default: {rd['max_n']})")
+    r.add_argument("--max-draft", type=int, default=keep,
+                   help=f"prompt lookup: longest draft; its length adapts below it (default: {rd['max_draft']})")
     r.add_argument("--layers", type=int, default=keep,
                    help="layer skip (and --tree-base layer-skip): layers the drafter runs (default: 4/5 of the "
                         "target's, rounded down: 24 of SmolLM2-135M's 30)")
     r.add_argument("--draft-model", type=Path, default=keep,
-                   help="draft model GGUF for --drafter draft-model or --tree-base draft-model (no default)")
+                   help="draft model GGUF for --drafter draft-model or --tree-base draft-model (default: the "
+                        "distilled draft model shipped in specsim/decoder/weights)")
+    r.add_argument("--weights", type=Path, default=keep,
+                   help="folder of trained drafter files written by `specsim decoder train` (draft.gguf, medusa.npz, "
+                        "eagle.npz) for draft-model, medusa and eagle (default: the shipped ones)")
+    r.add_argument("--medusa-tree", default=keep,
+                   help=f"Medusa's static tree as Medusa choices; depth d takes head d's ranked tokens "
+                        f"(default: {rd['medusa_tree']})")
+    r.add_argument("--eagle-depth", type=int, default=keep, help=f"EAGLE: drafting rounds (default: {rd['eagle_depth']})")
+    r.add_argument("--eagle-top-k", type=int, default=keep,
+                   help=f"EAGLE: nodes expanded per round and children per node (default: {rd['eagle_top_k']})")
+    r.add_argument("--eagle-nodes", type=int, default=keep,
+                   help=f"EAGLE: tree nodes verified, root included (default: {rd['eagle_nodes']})")
     r.add_argument("--tree", default=keep,
                    help=f"tree drafter topology as Medusa choices, ';'-separated rank paths (default: {rd['tree']})")
     r.add_argument("--tree-base", choices=("layer-skip", "draft-model"), default=keep,
@@ -60,7 +74,8 @@ def register(subparsers) -> None:
     src.add_argument("--prompt-file", type=Path, default=keep, help="a UTF-8 text file; prompts separated by a line '---'")
     src.add_argument("--workload", choices=tuple(WORKLOADS), default=keep,
                      help="named, seeded prompt sets: code-edit (a Python standard-library file and an instruction "
-                          "to repeat it with a change), prose (passages of the public-domain corpora) "
+                          "to repeat it with a change), prose (passages of the public-domain corpora), "
+                          "prose-heldout (passages from the last tenth of each book, which training never reads) "
                           f"(default: {rd['workload']})")
     r.add_argument("--n-prompts", type=int, default=keep, help=f"prompts taken from the workload (default: {rd['n_prompts']})")
     r.add_argument("--tokens", type=int, default=keep, help=f"new tokens per prompt (default: {rd['tokens']})")
@@ -83,6 +98,9 @@ def register(subparsers) -> None:
     b.add_argument("--repeats", type=int, default=keep, help=f"timed repeats per point; the best is kept (default: {bd['repeats']})")
     _output_args(b, "bench.json and report.txt")
     b.set_defaults(func=_bench)
+    from .decoder_train import register_train
+
+    register_train(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -105,16 +105,41 @@ def _layer_skip(target, cfg: "RunConfig", capacity: int, k: int | None = None):
 
 def _draft_model(target, cfg: "RunConfig", capacity: int, k: int | None = None):
     from . import drafters as D
+    from . import trained as TR
     from .gguf_model import load_gguf
     from .model import Transformer
 
-    return D.draft_model(target, Transformer(load_gguf(cfg.draft_model)), k=cfg.k if k is None else k, capacity=capacity)
+    k = cfg.k if k is None else k
+    if cfg.draft_model is None or TR.is_distilled(cfg.draft_model):  # the shipped (or a retrained) distilled model
+        path = cfg.draft_model or (cfg.weights / TR.DRAFT_GGUF if cfg.weights else None)
+        return D.distilled(target, k=k, path=path, capacity=capacity)
+    return D.draft_model(target, Transformer(load_gguf(cfg.draft_model)), k=k, capacity=capacity)
 
 
 def _prompt_lookup(target, cfg: "RunConfig", capacity: int):
     from . import drafters as D
 
+    return D.NgramLookupDrafter(k=cfg.max_draft, min_n=cfg.min_n, max_n=cfg.max_n)
+
+
+def _prompt_lookup_earliest(target, cfg: "RunConfig", capacity: int):
+    from . import drafters as D
+
     return D.PromptLookupDrafter(k=cfg.k, min_n=cfg.min_n, max_n=cfg.max_n)
+
+
+def _medusa(target, cfg: "RunConfig", capacity: int):
+    from . import trained as TR
+
+    return TR.MedusaDrafter(target, path=cfg.weights / TR.MEDUSA_NPZ if cfg.weights else None,
+                            choices=parse_tree(cfg.medusa_tree))
+
+
+def _eagle(target, cfg: "RunConfig", capacity: int):
+    from . import trained as TR
+
+    return TR.EagleDrafter(target, path=cfg.weights / TR.EAGLE_NPZ if cfg.weights else None, depth=cfg.eagle_depth,
+                           top_k=cfg.eagle_top_k, n_nodes=cfg.eagle_nodes, capacity=capacity)
 
 
 def _tree(target, cfg: "RunConfig", capacity: int):
@@ -126,15 +151,24 @@ def _tree(target, cfg: "RunConfig", capacity: int):
 
 
 DRAFTERS: dict[str, DrafterKind] = {d.name: d for d in (
-    DrafterKind(name="prompt-lookup", help="n-gram match against the context (no model)",
-                options=("k", "min_n", "max_n"), gives_q=False, build=_prompt_lookup),
+    DrafterKind(name="prompt-lookup", help="n-gram lookup in the context (no model): longest match, then the most "
+                "frequent and most recent follower, a draft length (up to --max-draft) set by the acceptance seen",
+                options=("max_draft", "min_n", "max_n"), gives_q=False, build=_prompt_lookup),
     DrafterKind(name="layer-skip", help="the target's first --layers layers + its LM head",
                 options=("k", "layers"), gives_q=True, build=_layer_skip),
-    DrafterKind(name="draft-model", help="a second GGUF (--draft-model) sharing the target's tokenizer",
-                options=("k", "draft_model"), gives_q=True, build=_draft_model),
+    DrafterKind(name="draft-model", help="a second GGUF (--draft-model) sharing the target's tokenizer; without "
+                "--draft-model, the distilled draft model shipped in specsim/decoder/weights",
+                options=("k", "draft_model", "weights"), gives_q=True, build=_draft_model),
     DrafterKind(name="tree", help="top-k per depth from a model drafter (--tree-base) into --tree, verified in "
-                "one pass with the tree mask", options=("tree", "tree_base", "layers", "draft_model"),
+                "one pass with the tree mask", options=("tree", "tree_base", "layers", "draft_model", "weights"),
                 gives_q=False, build=_tree),
+    DrafterKind(name="prompt-lookup-earliest", help="the simple prompt lookup: the -k tokens after the earliest "
+                "longest match", options=("k", "min_n", "max_n"), gives_q=False, build=_prompt_lookup_earliest),
+    DrafterKind(name="medusa", help="4 trained Medusa heads on the target's last hidden state, a static tree "
+                "(--medusa-tree) verified in one pass", options=("medusa_tree", "weights"), gives_q=False, build=_medusa),
+    DrafterKind(name="eagle", help="the trained EAGLE head (target feature + next token -> next feature), an EAGLE-2 "
+                "dynamic tree (--eagle-depth, --eagle-top-k, --eagle-nodes) verified in one pass",
+                options=("eagle_depth", "eagle_top_k", "eagle_nodes", "weights"), gives_q=False, build=_eagle),
 )}
 
 
@@ -149,8 +183,14 @@ class RunConfig:
     k: int = 4  # draft length of a chain drafter
     min_n: int = 1  # prompt lookup: shortest n-gram
     max_n: int = 3  # prompt lookup: longest n-gram
+    max_draft: int = 12  # prompt lookup: longest draft (its length adapts below this)
     layers: int | None = None  # layer skip: layers the drafter runs; None: 4/5 of the target's (24 of 30)
-    draft_model: Path | None = None  # draft-model drafter (and --tree-base draft-model)
+    draft_model: Path | None = None  # draft-model drafter (and --tree-base draft-model); None: the shipped one
+    weights: Path | None = None  # folder of trained drafter files (specsim decoder train); None: the shipped ones
+    medusa_tree: str = "0;1;0,0"  # Medusa's static tree, as Medusa choices
+    eagle_depth: int = 4  # EAGLE: drafting rounds (tree depth)
+    eagle_top_k: int = 2  # EAGLE: frontier nodes expanded per round, and children taken per node
+    eagle_nodes: int = 6  # EAGLE: tree nodes verified (root included)
     tree: str = "0;1;0,0;1,0;0,0,0"  # tree drafter topology, Medusa choices
     tree_base: str = "layer-skip"  # which model proposes the tree drafter's top-k candidates
     verify: str = "greedy"
@@ -173,6 +213,11 @@ class RunConfig:
         _check_int("k", self.k, 1, 64)
         _check_int("min_n", self.min_n, 1)
         _check_int("max_n", self.max_n, 1)
+        _check_int("max_draft", self.max_draft, 1, 64)
+        parse_tree(self.medusa_tree)
+        _check_int("eagle_depth", self.eagle_depth, 1, 16)
+        _check_int("eagle_top_k", self.eagle_top_k, 1, 16)
+        _check_int("eagle_nodes", self.eagle_nodes, 2, 64)
         if self.min_n > self.max_n:
             raise SpecError(f"--min-n {self.min_n} --max-n {self.max_n}: expected --min-n <= --max-n")
         if self.layers is not None:
@@ -202,10 +247,6 @@ class RunConfig:
         _check_int("repeats", self.repeats, 1)
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
-        uses_draft_model = self.drafter == "draft-model" or (self.drafter == "tree" and self.tree_base == "draft-model")
-        if uses_draft_model and self.draft_model is None:
-            raise SpecError(f"--drafter {self.drafter}{' --tree-base draft-model' if self.drafter == 'tree' else ''} "
-                            "needs --draft-model PATH (a GGUF sharing the target's tokenizer)")
 
     def resolved_layers(self, target) -> int:
         """--layers checked against the target, or its default: 4/5 of the target's layers."""
@@ -228,8 +269,9 @@ def option_conflicts(drafter: str, given: set[str], *, tree_base: str = "layer-s
     having it silently ignored."""
     options = set(DRAFTERS[drafter].options)
     if drafter == "tree":
-        options.discard("draft_model" if tree_base == "layer-skip" else "layers")
-    return [n for n in ("k", "min_n", "max_n", "layers", "draft_model", "tree", "tree_base")
+        options -= {"draft_model", "weights"} if tree_base == "layer-skip" else {"layers"}
+    return [n for n in ("k", "min_n", "max_n", "max_draft", "layers", "draft_model", "tree", "tree_base", "weights",
+                        "medusa_tree", "eagle_depth", "eagle_top_k", "eagle_nodes")
             if n in given and n not in options]
 
 

@@ -126,6 +126,16 @@ def _gguf_scalar(reader, key: str, path: Path):
     return f.contents()
 
 
+def is_distilled(path) -> bool:
+    """Whether a GGUF is a specsim distilled draft model (it names the vocabulary it was trained for)."""
+    import gguf
+
+    try:
+        return "specsim.vocabulary_sha256" in gguf.GGUFReader(str(path)).fields
+    except Exception:  # noqa: BLE001 — not readable here: the plain GGUF loader reports it properly
+        return False
+
+
 def load_draft_model(target: Transformer, path: Path | None = None, *,
                      weight_type: str = "Q8_0") -> tuple[Transformer, np.ndarray]:
     """The distilled draft model as a Transformer whose logits cover the drafting vocabulary, and that

@@ -47,9 +47,11 @@ class Recipe:
     eagle_token_weight: float = 0.1  # EAGLE's w_cls
     eagle_noise: float = 0.1  # uniform feature noise U(-a, a) during training (EAGLE)
     eagle_unroll: int = 2  # passes per step; pass j > 1 reads the features pass j - 1 predicted
-    draft: Schedule = field(default_factory=lambda: Schedule(steps=500, lr=2e-3))
-    medusa: Schedule = field(default_factory=lambda: Schedule(steps=250, lr=1e-3))
-    eagle: Schedule = field(default_factory=lambda: Schedule(steps=400, lr=1e-3))
+    n_eval_windows: int = 16  # held-out windows scored at each evaluation (a seeded mix of the kinds)
+    # step counts sized for a 2-core CPU shared with other work (seconds a step): about half an hour for all three
+    draft: Schedule = field(default_factory=lambda: Schedule(steps=100, batch=8, lr=3e-3, warmup=10, eval_every=25))
+    medusa: Schedule = field(default_factory=lambda: Schedule(steps=40, batch=8, lr=3e-3, warmup=5, eval_every=20))
+    eagle: Schedule = field(default_factory=lambda: Schedule(steps=50, batch=8, lr=2e-3, warmup=5, eval_every=25))
 
     def to_dict(self) -> dict:
         return asdict(self)

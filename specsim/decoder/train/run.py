@@ -105,11 +105,13 @@ def train_all(target: Transformer, file: Callable[[str], Path], *, work: Path, r
     embd = torch.from_numpy(TR.dense(target.embedding))
     head = torch.from_numpy(TR.dense(TR.head_rows(target, vocab)))
     train = FT.windows(rec, "train", vocab, recipe.window)
-    held = FT.windows(rec, "heldout", vocab, recipe.window)
+    held_all = FT.windows(rec, "heldout", vocab, recipe.window)
+    order = torch.randperm(len(held_all), generator=torch.Generator().manual_seed(recipe.seed + 7))
+    held = held_all.take(order[:recipe.n_eval_windows])  # a seeded mix of the held-out kinds
     held_kinds = {k: FT.windows(rec, "heldout", vocab, min(recipe.window, 128), kinds=(k,))
                   for k in ("code", "prose", "chat-code", "chat-prose")}
     coverage = {k: float((w.argmax >= 0).float().mean()) for k, w in held_kinds.items()}
-    log(f"data: {len(train)} training windows, {len(held)} held-out windows of {recipe.window} tokens; "
+    log(f"data: {len(train)} training windows, {len(held)} of {len(held_all)} held-out windows of {recipe.window} tokens; "
         f"drafting vocabulary {vocab.size} ids covers the target's argmax on held-out {coverage}")
     shape = _target_shape(target)
     draft, c_draft = FT.train_draft(recipe, shape, train, held, embd, head, gen, log)
@@ -124,7 +126,7 @@ def train_all(target: Transformer, file: Callable[[str], Path], *, work: Path, r
         environment=dict(python=sys.version.split()[0], torch=torch.__version__, numpy=np.__version__,
                          platform=platform.platform(), stdlib=str(Path(TE.C.sysconfig.get_paths()["stdlib"]))),
         target=str(target.gguf.path), vocabulary_sha256=vocab_hash, vocab_size=int(vocab.size),
-        heldout_vocab_coverage=coverage, n_train_windows=len(train), n_heldout_windows=len(held),
+        heldout_vocab_coverage=coverage, n_train_windows=len(train), n_heldout_windows=len(held), n_heldout_windows_available=len(held_all),
         data=dict(n_tokens=rec.meta["n_tokens"],
                   sequences=[dict(split=s, kind=k, source=src) for s, k, src in
                              zip(rec.meta["split"], rec.meta["kind"], rec.meta["source"])]),
@@ -196,7 +198,8 @@ def recipe_markdown(s: dict) -> str:
         "",
         f"Sparse distillation to the target's top-16 probabilities (restricted to the drafting vocabulary),",
         f"AdamW, warmup then cosine, gradient-norm clip 1, bfloat16 autocast; windows of {r['window']} tokens,",
-        "batches of 8 windows.",
+        f"batches of {r['draft']['batch']} windows; held-out figures on {s['n_heldout_windows']} of the "
+        f"{s.get('n_heldout_windows_available', s['n_heldout_windows'])} held-out windows (a seeded mix of the kinds).",
         "",
         f"- draft model: {r['draft']['steps']} steps, lr {r['draft']['lr']}.",
         f"- Medusa: {r['medusa']['steps']} steps, lr {r['medusa']['lr']}; head k predicts token t+1+k from",
