@@ -26,6 +26,12 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="with --out: replace an earlier run's files in the folder")
     p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--workers", type=int, default=None,
+                   help="run the (policy, rate) points on a local process pool of N workers (default: every CPU; "
+                   "1: one after another in this process)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the points on an existing Dask cluster instead, e.g. tcp://HOST:8786 (its workers need "
+                   "specsim installed); with --out an interrupted run resumes from the points already finished")
     p.set_defaults(func=_run)
 
 
@@ -67,7 +73,8 @@ def _run(args) -> int:
     from tqdm import tqdm
 
     from ..presentation.output import OutputDir
-    from ..presentation.simulation import compare_policies, write_comparison
+    from ..presentation.parallel import check_workers
+    from ..presentation.simulation import compare_policies, finish_resume, write_comparison
     from ..speculation.operating_point import resolve_id
 
     if args.seed < 0:
@@ -83,10 +90,13 @@ def _run(args) -> int:
         def progress(name, rate):
             bar.set_postfix_str(f"{name} @ {rate if rate is not None else 'trace'}")
             bar.update(1)
-        c = compare_policies(op, rates=rates, policies=policies, seed=args.seed, progress=progress)
+        c = compare_policies(op, rates=rates, policies=policies, seed=args.seed, progress=progress,
+                             workers=check_workers(args.workers), cluster=args.cluster,
+                             resume_in=out.path if out is not None else None)
     if out is not None:
         with out:
             write_comparison(c, out, plots=not args.no_plots)
+        finish_resume(c)
     setup = c.setup
     if args.json:
         print_json({"scenario": op.name, "baseline_policy": c.baseline, "kv_blocks": setup.capacity.n_blocks,

@@ -15,6 +15,12 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
     p.add_argument("--no-plots", action="store_true", help="write the tables only")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--workers", type=int, default=None,
+                   help="evaluate the grid's combinations on a local process pool of N workers (default: every CPU; "
+                   "1: one after another in this process)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="evaluate them on an existing Dask cluster instead, e.g. tcp://HOST:8786 (its workers need "
+                   "specsim installed); an interrupted sweep resumes from the combinations already finished")
     p.set_defaults(func=_run)
 
 
@@ -22,6 +28,7 @@ def _run(args) -> int:
     from tqdm.auto import tqdm
 
     from ..presentation.output import OutputDir
+    from ..presentation.parallel import check_workers
     from ..presentation.sweep import n_points, sweep_axes, write_sweep_outputs
     from ..speculation.operating_point import resolve_id
 
@@ -32,7 +39,9 @@ def _run(args) -> int:
     with out, tqdm(total=n_plots, desc="plots", unit="figure", disable=True if args.quiet or not n_plots else None,
                    leave=False) as bar:
         df, paths, figures, skipped = write_sweep_outputs(op, out, plots=not args.no_plots, progress=not args.quiet,
-                                                          on_figure=lambda name: bar.update(1))
+                                                          on_figure=lambda name: bar.update(1),
+                                                          workers=check_workers(args.workers), cluster=args.cluster,
+                                                          resume=True)
     print(f"{len(df)} points ({n_points(axes)} in the grid) → {paths['csv']}, {paths['parquet']}")
     for s in skipped:
         print(f"skipped {s['method']} on {s['target']} / {s['hardware']} ({s['drafter']}): {s['reason']}")

@@ -25,17 +25,35 @@ class ServingComparison:
     results: dict
     crossovers: dict
     switch_off: SwitchOff | None
+    store: object = None
 
     @property
     def baseline(self) -> str | None:
         return self.table.attrs.get("baseline_policy")
 
 
-def compare_policies(op: OperatingPoint, *, rates=None, policies=None, seed: int = 0, progress=None) -> ServingComparison:
+def compare_policies(op: OperatingPoint, *, rates=None, policies=None, seed: int = 0, progress=None,
+                     workers: int | None = 1, cluster=None, resume_in=None) -> ServingComparison:
     """Run the point's serving scenario under each policy at each rate (see serving.rates.sweep).
-    Raises EmptyResultError when no request completes in any run, naming the rejection reasons."""
+    Raises EmptyResultError when no request completes in any run, naming the rejection reasons.
+
+    workers / cluster: run the (policy, rate) points on a local process pool of that many workers
+    (None: every CPU; 1: here, one after another) or on a Dask cluster (an address or a Client), as
+    presentation.parallel does; the results are the same. resume_in: an output folder in which
+    finished points are kept until the outputs are written (an interrupted run resumes from them;
+    `finish_resume` removes them)."""
+    from .parallel import PointStore, run_points
+
     setup = build_serving(op, seed=seed)
-    table, results = sweep(setup, rates=rates, policies=policies, progress=progress)
+    store = None
+    if resume_in is not None:
+        store = PointStore(resume_in, {"command": "simulate", "scenario": op.scenario.to_dict() if op.scenario else op.name,
+                                       "rates": rates, "policies": policies, "seed": seed})
+
+    def mapper(fn, shared, points, prog):
+        return run_points(fn, shared, points, workers=workers, cluster=cluster, store=store, progress=prog)
+
+    table, results = sweep(setup, rates=rates, policies=policies, progress=progress, mapper=mapper)
     if int(table["n_done"].sum()) == 0:
         reasons = pd.concat([r.requests["reject_reason"] for r in results.values()])
         top = reasons[reasons != ""].value_counts().head(3)
@@ -47,7 +65,13 @@ def compare_policies(op: OperatingPoint, *, rates=None, policies=None, seed: int
         crossovers = {p: crossover_rate(table, p) for p in dict.fromkeys(table["policy"]) if p != base}
     switch_off = recommended_switch_off(op) if op.speculative and op.acceptance.model is not None else None
     return ServingComparison(point=op, setup=setup, table=table, results=results, crossovers=crossovers,
-                             switch_off=switch_off)
+                             switch_off=switch_off, store=store)
+
+
+def finish_resume(c: "ServingComparison") -> None:
+    """The outputs are written: drop the finished points kept for resuming."""
+    if c.store is not None:
+        c.store.clear()
 
 
 def write_comparison(c: ServingComparison, out, *, plots: bool = True) -> None:
@@ -66,4 +90,4 @@ def write_comparison(c: ServingComparison, out, *, plots: bool = True) -> None:
         serving_figures(c.table, out, crossovers=c.crossovers, title=c.point.name, slo=c.setup.slo)
 
 
-__all__ = ["ServingComparison", "compare_policies", "write_comparison"]
+__all__ = ["ServingComparison", "compare_policies", "write_comparison", "finish_resume"]

@@ -129,73 +129,98 @@ def _combos(axes: dict):
                 yield hw, tgt, method, drafter, stack, tp, attn, temp, tree
 
 
-def run_sweep(op: OperatingPoint, *, progress: bool = False, skipped: list | None = None) -> pd.DataFrame:
+def run_sweep(op: OperatingPoint, *, progress: bool = False, skipped: list | None = None, workers: int | None = 1,
+              cluster=None, store=None) -> pd.DataFrame:
     """Evaluate the point's grid; one row per point (COLUMNS). Combinations that cannot be
     evaluated at all (a tokenizer mismatch, a family the stack does not ship, an MTP method on a target
     without MTP layers, a tree on a chain-only stack, a context past a model's maximum) are appended
-    to `skipped` with the reason, if given (else the first one raises)."""
+    to `skipped` with the reason, if given (else the first one raises).
+
+    The combinations are independent points: workers / cluster / store run them on a local process
+    pool (None: every CPU; 1: here, in turn), on a Dask cluster, and resumably, as
+    presentation.parallel does; the table is the same whichever ran them."""
     from tqdm.auto import tqdm
+
+    from .parallel import run_points
 
     axes = sweep_axes(op)
     frames = []
     combos = list(_combos(axes))
     alphas = None if axes["alpha"] == [None] else axes["alpha"]
-    for hw_id, tgt_id, method, drafter_id, stack_id, tp, attn, temp, tree in tqdm(
-            combos, disable=not progress, desc="sweep", unit="combo"):
-        try:
-            point = op.with_overrides(hardware=hw_id, target=tgt_id, method=method, drafter=drafter_id or "",
-                                      stack=stack_id or "", tp=int(tp), attention=attn, temperature=float(temp),
-                                      tree_size=max(axes["tree_size"]) if tree else 0)
-            if tree and not point.deployment.supports_tree:
-                raise field_error(f"stack {point.deployment.stack_id!r}", "tree_verification", "none",
-                                  "a stack that verifies trees (the chain rows are kept)")
-            q_max = (max(axes["tree_size"]) if tree else max(axes["k"]) + 1) if point.drafter.family.uses_k \
-                else point.verify_q_len
-            contexts = []
-            for ctx in axes["context_len"]:
-                try:
-                    check_context(((point.target, "target"),
-                                   (point.drafter.drafter if point.drafter else None, "drafter")),
-                                  int(ctx), int(q_max), where=f"[sweep] {tgt_id}")
-                    contexts.append(ctx)
-                except SpecError as exc:  # drop this context for this combination, and say so
-                    if skipped is None:
-                        raise
-                    skipped.append({"hardware": hw_id, "target": tgt_id, "method": method, "drafter": drafter_id,
-                                    "stack": stack_id, "tp": tp, "tree": tree, "reason": str(exc)})
-            if not contexts:
-                continue
-            g = grid(point, k=axes["k"], tree_size=axes["tree_size"] if tree else None,
-                     batch_size=axes["batch_size"], context_len=contexts, alpha=alphas)
-        except SpecError as exc:
+    with tqdm(total=len(combos), disable=not progress, desc="sweep", unit="combo") as bar:
+        outs = run_points(_evaluate_combo, (op, axes, alphas), combos, workers=workers, cluster=cluster, store=store,
+                          progress=lambda i, n, combo: bar.update(1))
+    for cols, skips, error in outs:
+        if skips:
             if skipped is None:
-                raise
-            skipped.append({"hardware": hw_id, "target": tgt_id, "method": method, "drafter": drafter_id,
-                            "stack": stack_id, "tp": tp, "tree": tree, "reason": str(exc)})
-            continue
-        n = g.speedup.size
-        mem = _memory(point, g)
-        cols = {
-            "hardware": hw_id, "target": tgt_id,
-            "drafter": drafter_id or FAMILIES[method].self_label, "method": method,
-            "stack": stack_id or "", "tp": int(tp), "attention": attn, "temperature": float(temp or 0.0),
-            "k": g.k.ravel().astype(np.int64), "tree_size": g.tree_size.ravel().astype(np.int64),
-            "is_tree": np.full(n, g.is_tree), "batch_size": g.batch_size.ravel().astype(np.int64),
-            "context_len": g.context_len.ravel().astype(np.int64), "alpha": g.alpha.ravel(),
-            "tokens_per_cycle": g.tokens_per_cycle.ravel(), "draft_time_s": g.draft_time_s.ravel(),
-            "verify_time_s": g.verify_time_s.ravel(), "cycle_overhead_s": g.overhead_s.ravel(),
-            "cycle_time_s": g.cycle_time_s.ravel(), "target_step_time_s": g.target_step_time_s.ravel(),
-            "verify_q_len": g.verify_q_len.ravel(), "tokens_per_s": g.tokens_per_s.ravel(),
-            "baseline_tokens_per_s": g.baseline_tokens_per_s.ravel(), "speedup": g.speedup.ravel(),
-        }
-        cols["regression"] = cols["speedup"] < 1.0
-        cols["memory_per_device_bytes"] = np.broadcast_to(mem, g.shape).ravel()
-        cols["fits"] = cols["memory_per_device_bytes"] <= point.hardware.memory_bytes
-        cols["alpha_effective"] = g.alpha_effective.ravel()
-        frames.append((n, cols))
+                raise error
+            skipped.extend(skips)
+        if cols is not None:
+            frames.append((cols["_n"], cols))
     if not frames:
         return pd.DataFrame({c: [] for c in COLUMNS})
     return _assemble(frames)
+
+
+def _evaluate_combo(shared, combo):
+    """One categorical combination of the grid (a point of run_sweep): (its columns or None, the
+    reasons it or some of its contexts were skipped, the first such error)."""
+    op, axes, alphas = shared
+    hw_id, tgt_id, method, drafter_id, stack_id, tp, attn, temp, tree = combo
+    skips: list = []
+    first: list = []
+
+    def skip(exc):
+        skips.append({"hardware": hw_id, "target": tgt_id, "method": method, "drafter": drafter_id,
+                      "stack": stack_id, "tp": tp, "tree": tree, "reason": str(exc)})
+        first.append(exc)
+
+    try:
+        point = op.with_overrides(hardware=hw_id, target=tgt_id, method=method, drafter=drafter_id or "",
+                                  stack=stack_id or "", tp=int(tp), attention=attn, temperature=float(temp),
+                                  tree_size=max(axes["tree_size"]) if tree else 0)
+        if tree and not point.deployment.supports_tree:
+            raise field_error(f"stack {point.deployment.stack_id!r}", "tree_verification", "none",
+                              "a stack that verifies trees (the chain rows are kept)")
+        q_max = (max(axes["tree_size"]) if tree else max(axes["k"]) + 1) if point.drafter.family.uses_k \
+            else point.verify_q_len
+        contexts = []
+        for ctx in axes["context_len"]:
+            try:
+                check_context(((point.target, "target"),
+                               (point.drafter.drafter if point.drafter else None, "drafter")),
+                              int(ctx), int(q_max), where=f"[sweep] {tgt_id}")
+                contexts.append(ctx)
+            except SpecError as exc:  # drop this context for this combination, and say so
+                skip(exc)
+        if not contexts:
+            return None, skips, first[0] if first else None
+        g = grid(point, k=axes["k"], tree_size=axes["tree_size"] if tree else None,
+                 batch_size=axes["batch_size"], context_len=contexts, alpha=alphas)
+    except SpecError as exc:
+        skip(exc)
+        return None, skips, first[0]
+    n = g.speedup.size
+    mem = _memory(point, g)
+    cols = {
+        "hardware": hw_id, "target": tgt_id,
+        "drafter": drafter_id or FAMILIES[method].self_label, "method": method,
+        "stack": stack_id or "", "tp": int(tp), "attention": attn, "temperature": float(temp or 0.0),
+        "k": g.k.ravel().astype(np.int64), "tree_size": g.tree_size.ravel().astype(np.int64),
+        "is_tree": np.full(n, g.is_tree), "batch_size": g.batch_size.ravel().astype(np.int64),
+        "context_len": g.context_len.ravel().astype(np.int64), "alpha": g.alpha.ravel(),
+        "tokens_per_cycle": g.tokens_per_cycle.ravel(), "draft_time_s": g.draft_time_s.ravel(),
+        "verify_time_s": g.verify_time_s.ravel(), "cycle_overhead_s": g.overhead_s.ravel(),
+        "cycle_time_s": g.cycle_time_s.ravel(), "target_step_time_s": g.target_step_time_s.ravel(),
+        "verify_q_len": g.verify_q_len.ravel(), "tokens_per_s": g.tokens_per_s.ravel(),
+        "baseline_tokens_per_s": g.baseline_tokens_per_s.ravel(), "speedup": g.speedup.ravel(),
+    }
+    cols["regression"] = cols["speedup"] < 1.0
+    cols["memory_per_device_bytes"] = np.broadcast_to(mem, g.shape).ravel()
+    cols["fits"] = cols["memory_per_device_bytes"] <= point.hardware.memory_bytes
+    cols["alpha_effective"] = g.alpha_effective.ravel()
+    cols["_n"] = n
+    return cols, skips, first[0] if first else None
 
 
 def _assemble(frames) -> pd.DataFrame:
@@ -236,14 +261,21 @@ def write_sweep(df: pd.DataFrame, out) -> dict:
 
 
 def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress: bool = False,
-                        on_figure=None) -> tuple[pd.DataFrame, dict, list, list]:
+                        on_figure=None, workers: int | None = 1, cluster=None,
+                        resume: bool = False) -> tuple[pd.DataFrame, dict, list, list]:
     """The sweep command's work: the grid (run_sweep), sweep.csv and sweep.parquet, the figures with
     the recommended switch-off point marked, and switch_off.json saying what the plot marks, into
-    `out` (an OutputDir). Returns (table, table paths, figure paths, skipped combinations)."""
+    `out` (an OutputDir). Returns (table, table paths, figure paths, skipped combinations).
+    workers / cluster: where the grid's combinations run (run_sweep); resume: keep finished
+    combinations in the output folder until the outputs are written (presentation.parallel)."""
     import json
 
+    from .parallel import PointStore
+
     skipped: list = []
-    df = run_sweep(op, progress=progress, skipped=skipped)
+    store = PointStore(out.path, {"command": "sweep", "scenario": op.scenario.to_dict() if op.scenario else op.name}) \
+        if resume else None
+    df = run_sweep(op, progress=progress, skipped=skipped, workers=workers, cluster=cluster, store=store)
     paths = write_sweep(df, out)
     figures: list = []
     if plots and not df.empty:
@@ -260,6 +292,8 @@ def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress
         roof = verify_roofline_points(op, batch_sizes=(1, 4, 16, 64))
         figures = plotting.sweep_figures(df, out, reference=ref, roofline=roof, which=axes["plots"],
                                          switch_off=switch_off, progress=on_figure)
+    if store is not None:
+        store.clear()  # the outputs are staged; the finished points are no longer needed
     return df, paths, figures, skipped
 
 

@@ -23,10 +23,21 @@ def run_one(setup: ServingSetup, name: str, rate: float | None, **kw):
                     drafter_cache=setup.drafter_cache, **kw)
 
 
-def sweep(setup: ServingSetup, *, rates=None, policies=None, progress=None) -> tuple[pd.DataFrame, dict]:
+def run_point(setup: ServingSetup, point: tuple):
+    """One (policy name, rate) point of a sweep: what a worker process runs (module level, so it
+    travels by reference)."""
+    name, rate = point
+    return run_one(setup, name, rate)
+
+
+def sweep(setup: ServingSetup, *, rates=None, policies=None, progress=None, mapper=None) -> tuple[pd.DataFrame, dict]:
     """Every policy at every rate (None = the workload as given). Returns a long-form table (one row
     per policy and rate, every summary number plus the speedups against the 'never'-kind baseline)
-    and the SimulationResults keyed by (policy, rate)."""
+    and the SimulationResults keyed by (policy, rate).
+
+    mapper(fn, setup, points, progress) -> [fn(setup, p) for p in points] runs the independent points
+    elsewhere (presentation.parallel: a process pool or a Dask cluster); each point is seeded from the
+    setup alone, so the table is the same however they ran. progress(name, rate) after each point."""
     rates = list(rates) if rates else (list(setup.rates) or [None])
     names = list(policies) if policies else list(setup.policies)
     for n in names:
@@ -38,15 +49,20 @@ def sweep(setup: ServingSetup, *, rates=None, policies=None, progress=None) -> t
         raise SpecError(f"--rates {','.join(str(r) for r in rates)}: each rate once")
     results: dict = {}
     rows = []
-    for rate in rates:
-        for name in names:
-            r = run_one(setup, name, rate)
-            results[(name, rate)] = r
-            row = {k: v for k, v in r.summary.items() if not isinstance(v, list)}
-            row["policy"] = name
-            rows.append(row)
+    points = [(name, rate) for rate in rates for name in names]
+    if mapper is None:
+        done = []
+        for pt in points:
+            done.append(run_point(setup, pt))
             if progress is not None:
-                progress(name, rate)
+                progress(*pt)
+    else:
+        done = mapper(run_point, setup, points, None if progress is None else (lambda i, n, pt: progress(*pt)))
+    for (name, rate), r in zip(points, done):
+        results[(name, rate)] = r
+        row = {k: v for k, v in r.summary.items() if not isinstance(v, list)}
+        row["policy"] = name
+        rows.append(row)
     table = pd.DataFrame(rows)
     return add_speedups(table, {n: setup.policies[n] for n in names}), results
 
@@ -83,4 +99,4 @@ def crossover_rate(table: pd.DataFrame, policy: str, column: str = "speedup_tpot
     return None
 
 
-__all__ = ["sweep", "run_one", "add_speedups", "crossover_rate", "TABLE_COLUMNS"]
+__all__ = ["sweep", "run_one", "run_point", "add_speedups", "crossover_rate", "TABLE_COLUMNS"]
