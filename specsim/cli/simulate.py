@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="with --out: replace an earlier run's files in the folder")
     p.add_argument("--no-plots", action="store_true", help="with --out: skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--band", action="store_true",
+                   help="with an acceptance from a calibration: also simulate at the ends of its interval (two more "
+                        "runs of every point) and print each speedup as 'x [low, high]'")
     p.add_argument("--workers", type=int, default=None,
                    help="run the (policy, rate) points on a local process pool of N workers (default: every CPU; "
                    "1: one after another in this process)")
@@ -52,7 +55,9 @@ def _table_text(table, crossovers: dict, scenario_name: str, switch_off) -> str:
             f"{100 * r['slo_attainment_frac']:.0f}", f"{r.get('batch_size_mean', float('nan')):.1f}",
             f"{100 * r.get('kv_used_frac_mean', float('nan')):.0f}", f"{int(r['n_preemptions'])}",
             "-" if not math.isfinite(r["mean_acceptance_length"]) else f"{r['mean_acceptance_length']:.2f}",
-            "-" if "speedup_tpot_p50" not in r or not math.isfinite(r["speedup_tpot_p50"]) else f"{r['speedup_tpot_p50']:.2f}x",
+            "-" if "speedup_tpot_p50" not in r or not math.isfinite(r["speedup_tpot_p50"]) else f"{r['speedup_tpot_p50']:.2f}x"
+            + (f" [{r['speedup_tpot_p50_low']:.2f}, {r['speedup_tpot_p50_high']:.2f}]"
+               if math.isfinite(r.get("speedup_tpot_p50_low", float("nan"))) else ""),
         ))
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
@@ -67,6 +72,29 @@ def _table_text(table, crossovers: dict, scenario_name: str, switch_off) -> str:
     if switch_off is not None:
         lines.append(f"switch-off point (analytic): {switch_off.label()}")
     return "\n".join(lines)
+
+
+def _fleet_lines(c) -> list[str]:
+    """What the fleet, the prefix cache and the drafter's own cache did, when any is in play."""
+    setup, t = c.setup, c.table
+    out = []
+    f = setup.fleet
+    if f.n_replicas > 1:
+        pools = (f"{f.n_prefill} prefill + {f.n_replicas - f.n_prefill} decode replicas, KV handoff "
+                 f"{f.kv_transfer_latency_s * 1e6:.0f} us + {f.kv_transfer_s_per_token * 1e6:.3f} us a prompt token"
+                 if f.disaggregated else f"{f.n_replicas} replicas")
+        out.append(f"fleet: {pools}, router {f.router.kind}")
+    if setup.config.prefix_caching and "prefix_hit_rate" in t:
+        out.append("prefix cache hit rate: " + ", ".join(
+            f"{r['policy']}@{r['rate_per_s'] if r['rate_per_s'] == r['rate_per_s'] else 'trace'} "
+            f"{100 * r['prefix_hit_rate']:.1f} %" for _, r in t.iterrows()))
+    if setup.drafter_cache != "none" and "drafter_catchup_time_frac" in t:
+        spec = t[t["drafter_catchup_tokens"] > 0]
+        if len(spec):
+            out.append(f"drafter catch-up ({'accepted drafts run again' if setup.drafter_cache == 'refeed' else 'last draft when all K accepted'}"
+                       f", and what it missed while gated off): {100 * spec['drafter_catchup_time_frac'].max():.2f} % "
+                       f"of busy time at most")
+    return out
 
 
 def _run(args) -> int:
@@ -93,6 +121,9 @@ def _run(args) -> int:
         c = compare_policies(op, rates=rates, policies=policies, seed=args.seed, progress=progress,
                              workers=check_workers(args.workers), cluster=args.cluster,
                              resume_in=out.path if out is not None else None)
+    band = _band(op, c, args, rates, policies) if args.band else None
+    if args.band and band is None:
+        raise SpecError("--band: the scenario's acceptance is not from a calibration ([acceptance] calibrated)")
     if out is not None:
         with out:
             write_comparison(c, out, plots=not args.no_plots)
@@ -104,14 +135,56 @@ def _run(args) -> int:
                     "memory_per_device_bytes": setup.capacity.memory_bytes, "workload": setup.workload.source,
                     "workload_notes": list(setup.workload.notes), "crossover_rate_per_s": c.crossovers,
                     "switch_off": None if c.switch_off is None else c.switch_off.to_dict(),
-                    "runs": [dict(r.summary) for r in c.results.values()]})
+                    "runs": [dict(r.summary) for r in c.results.values()],
+                    "acceptance_band": _analytic_band(op),
+                    "speedup_band": None if band is None else [
+                        {"policy": r["policy"], "rate_per_s": r["rate_per_s"], "speedup_tpot_p50_low": r.get("speedup_tpot_p50_low"),
+                         "speedup_tpot_p50_high": r.get("speedup_tpot_p50_high")} for _, r in c.table.iterrows()]})
         return 0
     print(_table_text(c.table, c.crossovers, op.name, c.switch_off))
+    ab = _analytic_band(op)
+    if ab is not None:
+        print(f"acceptance from calibration {ab['calibration']}: α {ab['alpha_low']:.3f}–{ab['alpha_high']:.3f} "
+              f"({ab['level']:.0%}); decode-only speedup at the scenario's batch {ab['speedup_low']:.2f}–"
+              f"{ab['speedup_high']:.2f}×" + ("" if band is not None else "; --band simulates the interval's ends"))
+        for w in ab["calibration_warnings"]:
+            print(f"warning: outside the calibration: {w}")
     cap = setup.capacity
     print(f"\nKV cache: {cap.n_blocks} blocks of {cap.block_size_tokens} tokens ({cap.capacity_tokens} tokens); "
           + ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in cap.memory_bytes.items()) + " per device")
     for note in setup.workload.notes:
         print(f"workload: {note}")
+    for line in _fleet_lines(c):
+        print(line)
     if args.out:
         print(f"wrote {args.out}/summary.csv, batch_sizes.csv, per-request CSVs" + ("" if args.no_plots else " and plots"))
     return 0
+
+
+def _analytic_band(op):
+    from ..speculation.predict import acceptance_band
+
+    return acceptance_band(op) if op.speculative and op.acceptance.model is not None else None
+
+
+def _band(op, c, args, rates, policies):
+    """Each run's p50-TPOT speedup at the ends of the calibration's α interval (the comparison run
+    again with α at each end), written into c.table as speedup_tpot_p50_low / _high."""
+    from ..presentation.parallel import check_workers
+    from ..presentation.simulation import compare_policies
+    from ..speculation.predict import with_alpha
+
+    cal = op.acceptance.calibration if op.speculative else None
+    if cal is None:
+        return None
+    ends = {}
+    for end, a in (("low", cal.alpha_low), ("high", cal.alpha_high)):
+        ce = compare_policies(with_alpha(op, a), rates=rates, policies=policies, seed=args.seed,
+                              workers=check_workers(args.workers), cluster=args.cluster)
+        ends[end] = ce.table.set_index(["policy", "rate_per_s"])["speedup_tpot_p50"] \
+            if "speedup_tpot_p50" in ce.table else None
+    for end, s in ends.items():
+        if s is not None:
+            c.table[f"speedup_tpot_p50_{end}"] = [s.get((p, r), float("nan")) for p, r in
+                                                  zip(c.table["policy"], c.table["rate_per_s"])]
+    return ends

@@ -82,6 +82,8 @@ def write_comparison(c: ServingComparison, out, *, plots: bool = True) -> None:
     for (name, rate), res in c.results.items():
         tag = "trace" if rate is None else f"{rate:g}"
         res.requests.to_csv(out.file(f"requests_{name}_rate{tag}.csv"), index=False)
+        if len(res.run.roles) > 1:  # a fleet: one row per replica
+            res.replicas().to_csv(out.file(f"replicas_{name}_rate{tag}.csv"), index=False)
         sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
     pd.concat(sizes, ignore_index=True).to_csv(out.file("batch_sizes.csv"), index=False)
     if plots and c.table["rate_per_s"].notna().sum() > 1:

@@ -97,6 +97,22 @@ class FastStep:
         a, b = r * self.r_coef, p * self.p_coef
         return float(self._tokens[ti]) + float(self._logits[gi]) + (a if a > b else b) + self.fixed
 
+    def passes(self, n: int, w: int, s: float, k: int) -> float:
+        """K drafting passes of n rows, w tokens each, pass j at contexts summing to s + n·j·w (the
+        sum of `time` over the passes, fused attention): the tables are read once."""
+        t = n * w
+        if t >= self._tokens.size:
+            self._grow(t)
+        per = float(self._tokens[t]) + float(self._logits[t]) + self.fixed
+        half = n * (w * w + w) / 2.0
+        ra, pb = self.r_coef, self.p_coef
+        total = k * per
+        for j in range(k):
+            base = s + n * j * w
+            a, b = (base + t) * ra, (w * base + half) * pb
+            total += a if a > b else b
+        return total
+
     def exact(self, q, l, g) -> float:
         return float(mixed_step_cost(self.model, self.hw, q_lens=np.asarray(q, dtype=np.int64),
                                      ctx_lens=np.asarray(l, dtype=np.int64), logit_lens=np.asarray(g, dtype=np.int64),
@@ -217,7 +233,10 @@ class ServingCost:
         c = None
         if cu is not None and n:
             c = cu if every else cu[spec]
-            if not c.any():
+            cs = int(np.add.reduce(c))
+            if every and not n_pf:
+                mix.sum_catchup = cs
+            if not cs:
                 c = None
         catchup_s = 0.0
         model = self.drafter
@@ -234,7 +253,13 @@ class ServingCost:
                 # closed form: per pass, tokens T = n_j·w, KV reads R = S_j + n_j·j·w + T, pairs
                 # P = w·(S_j + n_j·j·w) + n_j·(w² + w)/2, with n_j, S_j the count and context sum of
                 # the rows drafting more than j tokens
-                if uniform:
+                summed = False
+                if uniform and not w.projection_params:
+                    s0 = _sum_ctx(mix) if every else float(np.add.reduce(ctx))
+                    cnt, sums = [n], [s0]
+                    total += model.passes(n, width, s0, kmax)
+                    summed = True
+                elif uniform:
                     cnt = [n] * kmax
                     sums = [_sum_ctx(mix) if every else float(np.add.reduce(ctx))] * kmax
                 else:
@@ -243,7 +268,7 @@ class ServingCost:
                     cnt = np.cumsum(cnt_k[::-1])[::-1][1:].tolist()
                     sums = np.cumsum(sum_k[::-1])[::-1][1:].tolist()
                 half = (width * width + width) / 2.0
-                for j in range(kmax):
+                for j in (() if summed else range(kmax)):
                     nj, sj = cnt[j], sums[j]
                     t = nj * width
                     base = sj + nj * j * width
@@ -263,7 +288,6 @@ class ServingCost:
             if c is not None and fused and w.context_cap is None:
                 # pass 0 over w + c tokens from context − c instead of w from context: T grows by Σc,
                 # G and R stay, P grows by Σ[c·ctx − c²/2 + c/2] (the causal pairs of the longer query)
-                cs = float(np.add.reduce(c))
                 n0, s0 = cnt[0], sums[0]
                 t0 = n0 * width
                 base = s0 + t0

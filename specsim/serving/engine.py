@@ -96,7 +96,7 @@ class IterationMix:
     """
 
     __slots__ = ("q_lens", "ctx_lens", "logit_lens", "draft_k", "is_prefill", "tree_size", "drafter_on", "catchup",
-                 "n_prefill", "n_spec", "uniform_q", "sum_ctx")
+                 "n_prefill", "n_spec", "uniform_q", "sum_ctx", "sum_catchup")
 
     def __init__(self, q_lens, ctx_lens, logit_lens, draft_k, is_prefill, tree_size: int = 0, *,
                  drafter_on: bool | None = None, catchup=None, n_prefill: int | None = None,
@@ -115,6 +115,7 @@ class IterationMix:
         self.n_spec = n_spec
         self.uniform_q = uniform_q
         self.sum_ctx = None
+        self.sum_catchup = None
 
     @property
     def n_seqs(self) -> int:
@@ -208,7 +209,7 @@ def request_keys(seed_seq: np.random.SeedSequence, n: int) -> np.ndarray:
     return _splitmix64(base ^ np.arange(n, dtype=np.uint64))
 
 
-MAX_TABULATED_DRAWS = 40_000_000
+MAX_TABULATED_DRAWS = 12_000_000  # int64 draws: at most ~100 MB
 
 
 class _Draws:
@@ -221,7 +222,7 @@ class _Draws:
         per = out.astype(np.int64) + 1
         self.offsets = np.concatenate([[0], np.cumsum(per)[:-1]]).astype(np.int64)
         total = int(per.sum())
-        g = np.empty(total, dtype=np.int8)
+        g = np.empty(total, dtype=np.int64)
         chunk = 1 << 22
         owner = np.repeat(np.arange(out.size, dtype=np.int64), per)
         for s in range(0, total, chunk):
@@ -237,7 +238,7 @@ class _Draws:
                 x = np.log1p(-u)
                 x /= np.log(np.full(8, alpha))[0]
                 np.minimum(x, kmax, out=x)
-                g[s:s + chunk] = x.astype(np.int8)
+                g[s:s + chunk] = x
         self.g = g
 
 
@@ -490,7 +491,7 @@ class _Waiting:
 
 
 # running-set matrix columns (one row per running sequence, in scheduling order)
-(C_REQ, C_PLEN, C_DONE, C_CTX, C_ALLOC, C_DCTX, C_SHARED, C_PUBAT, C_OUT, C_EMIT, C_DRAFT, C_ACC, C_STEPS,
+(C_REQ, C_PLEN, C_DONE, C_CTX, C_ALLOC, C_DCTX, C_SHARED, C_PUBAT, C_OUT, C_LEFT, C_DRAFT, C_ACC, C_STEPS,
  C_DRAW) = range(14)
 N_COLS = 14
 _NEVER = 1 << 62
@@ -536,6 +537,7 @@ class _Engine:
         self.dcache = drafter_cache if self.speculative else "none"
         self.catchup = self.dcache != "none" and config.drafter_catchup
         self.acc_hist = np.zeros(kmax + 1, dtype=np.int64)    # cycles by accepted drafts 0..kmax
+        self._hist_index = np.arange(kmax + 1, dtype=np.int64)
         self.draft_hist = np.zeros(kmax + 1, dtype=np.int64)  # cycles by drafts proposed 0..kmax
         self.by_priority = config.scheduling == "priority"
         self.waiting = _Waiting(sh, self.by_priority)
@@ -576,7 +578,7 @@ class _Engine:
     def _views(self) -> None:
         R = self.R
         (self.r_req, self.r_plen, self.r_done, self.r_ctx, self.r_alloc, self.r_dctx, self.r_shared, self.r_pub_at,
-         self.r_out, self.r_emit, self.r_draft, self.r_acc, self.r_steps, self.r_draw) = (R[:, j] for j in range(N_COLS))
+         self.r_out, self.r_left, self.r_draft, self.r_acc, self.r_steps, self.r_draw) = (R[:, j] for j in range(N_COLS))
 
     # -- arrivals and rejection
     def submit(self, i: int, now: float) -> None:
@@ -610,7 +612,7 @@ class _Engine:
         new[:, :C_OUT] = np.asarray(rows, dtype=np.int64)
         r = new[:, C_REQ]
         new[:, C_OUT] = sh.out[r]
-        new[:, C_EMIT] = sh.emitted[r]
+        new[:, C_LEFT] = new[:, C_OUT] - sh.emitted[r]
         new[:, C_DRAFT] = sh.req_draft[r]
         new[:, C_ACC] = sh.req_acc[r]
         new[:, C_STEPS] = sh.req_spec_steps[r]
@@ -624,11 +626,16 @@ class _Engine:
         sh = self.sh
         R = self.R[rows]
         r = R[:, C_REQ]
-        sh.emitted[r] = R[:, C_EMIT]
+        sh.emitted[r] = R[:, C_OUT] - R[:, C_LEFT]
         sh.req_draft[r] = R[:, C_DRAFT]
         sh.req_acc[r] = R[:, C_ACC]
-        sh.req_spec_steps[r] = R[:, C_STEPS]
-        sh.counter[r] = (R[:, C_DRAW] - (sh.draws.offsets[r] if sh.draws is not None else 0)).astype(np.uint64)
+        if sh.draws is not None:  # one tabulated draw per drafting step: the steps are the draws made here
+            counter = R[:, C_DRAW] - sh.draws.offsets[r]
+            sh.req_spec_steps[r] = R[:, C_STEPS] + counter - sh.counter[r].astype(np.int64)
+            sh.counter[r] = counter.astype(np.uint64)
+        else:
+            sh.req_spec_steps[r] = R[:, C_STEPS]
+            sh.counter[r] = R[:, C_DRAW].astype(np.uint64)
 
     def _remove(self, keep: np.ndarray) -> None:
         self.R = self.R[keep]
@@ -982,7 +989,9 @@ class _Engine:
         if sh.draws is not None:
             g = sh.draws.g[draw[ridx]]
             draw[ridx] += 1
-            return np.minimum(g, dks).astype(np.int64)
+            if batch.all_draft and mix.uniform_q and int(dks[0]) == self.k_res:
+                return g  # tabulated as min(geometric, k_res): nothing left to cap
+            return np.minimum(g, dks)
         r = self.r_req[ridx]
         kmax = int(dks.max())
         ctx = batch.ctx if batch.all_draft else batch.ctx[batch.spec_rows]
@@ -1006,12 +1015,18 @@ class _Engine:
         request's output length. Then the drafter's cache, prefix publications, the counters, the
         acceptance window, the step log, handoffs and finished requests."""
         sh = self.sh
+        if (batch.every and not batch.n_pf and not sh.record_tokens and mix.uniform_q
+                and (accepted is None or batch.all_draft)):
+            self._emit_decodes(batch, mix, k, accepted, start_at_s=start_at_s, now=now, catchup_s=catchup_s,
+                               swap_s=swap_s)
+            return
         add, count = np.add.reduce, np.count_nonzero
         a, is_pf, pf_end, idx, every = batch.a, batch.is_pf, batch.pf_end, batch.idx, batch.every
         n_pf = batch.n_pf
         n = a.size
         n_drafted = acc_tok = rejections = n_spec = 0
         uniform_k = batch.all_draft and mix.uniform_q
+        tabulated = sh.draws is not None
         if accepted is not None:
             ridx = batch.spec_ridx
             dks = mix.draft_k if batch.all_draft else mix.draft_k[batch.spec_rows]
@@ -1021,12 +1036,13 @@ class _Engine:
             else:
                 emit = np.where(is_pf, pf_end, 1).astype(np.int64) if n_pf else np.ones(n, dtype=np.int64)
                 emit[batch.spec_rows] += accepted
-            self.acc_hist += np.bincount(accepted, minlength=self.acc_hist.size)
-            acc_tok = int(add(accepted))
+            b = np.bincount(accepted, minlength=self.acc_hist.size)
+            self.acc_hist += b
+            acc_tok = int(b @ self._hist_index)
             if uniform_k:  # every row drafted K = k
                 self.draft_hist[k] += n_spec
                 n_drafted = n_spec * k if not self.tree else n_spec * (self.tree - 1)
-                rejections = int(count(accepted < k))
+                rejections = n_spec - int(b[k:].sum())
                 self.r_draft[ridx] += k if not self.tree else self.tree - 1
             else:
                 self.draft_hist += np.bincount(dks, minlength=self.draft_hist.size)
@@ -1034,37 +1050,39 @@ class _Engine:
                 rejections = int(count(accepted < dks))
                 self.r_draft[ridx] += dks if not self.tree else self.tree - 1
             self.r_acc[ridx] += accepted
-            self.r_steps[ridx] += 1
+            if not tabulated:  # (tabulated: one draw per step, counted from the draws at the end)
+                self.r_steps[ridx] += 1
         else:
             emit = np.where(is_pf, pf_end, 1).astype(np.int64) if n_pf else np.ones(n, dtype=np.int64)
-        out_col, emit_col = self.r_out, self.r_emit
-        need_before = n_pf or sh.record_tokens or not every
-        emitted_before = (emit_col[idx] if not every else emit_col.copy()) if need_before else None
-        left = (out_col[idx] - emitted_before) if not every else out_col - emit_col
+        left_col = self.r_left
+        need_before = n_pf or sh.record_tokens
+        left = left_col[idx] if not every else left_col
+        emitted_before = (self.r_out[idx] - left) if need_before else None
         np.minimum(emit, left, out=emit)
         ctx = batch.ctx
         # the drafter's cache: what it ran over this iteration (module docstring)
         n_catchup = 0
+        fast_dctx = False
         if mix.catchup is not None:
             n_catchup = int(add(mix.catchup))
-            d = self.r_dctx[idx]  # a copy (fancy index), or for every row a fresh copy below
-            if every:
-                d = d.copy()
-            if n_pf:
-                d = np.where(is_pf, batch.done_before + a, d)
-            if accepted is not None:
-                if batch.all_draft and not n_pf:
-                    if self.dcache == "keep":
-                        d = ctx + 1 + (np.minimum(accepted, k - 1) if uniform_k else np.minimum(accepted, mix.draft_k - 1))
-                    else:
-                        d = ctx + 1
-                else:
+            if batch.all_draft and not n_pf and every and accepted is not None:
+                fast_dctx = True  # set below from the new context
+            else:
+                d = self.r_dctx[idx]
+                if every:
+                    d = d.copy()
+                if n_pf:
+                    d = np.where(is_pf, batch.done_before + a, d)
+                if accepted is not None:
                     rows = batch.spec_rows
                     if self.dcache == "keep":
                         d[rows] = ctx[rows] + 1 + np.minimum(accepted, mix.draft_k[rows] - 1)
                     else:
                         d[rows] = ctx[rows] + 1
-            self.r_dctx[idx] = d
+                self.r_dctx[idx] = d
+        if fast_dctx and self.dcache == "refeed":
+            self.r_dctx[:] = ctx  # the newest token is its first pass's; the accepted drafts it runs again
+            self.r_dctx += 1
         if n_pf:
             new_done = batch.done_before + np.where(is_pf, a, 0)
             self.r_done[idx] = new_done
@@ -1073,6 +1091,10 @@ class _Engine:
             self.r_ctx += emit
         else:
             self.r_ctx[idx] = ctx + emit
+        if fast_dctx and self.dcache == "keep":
+            # it cached the newest token and drafts 1..K−1: all of the new context but the last
+            # draft when all K were accepted (a row whose emission was capped finishes now)
+            np.subtract(self.r_ctx, accepted >= mix.draft_k if not uniform_k else accepted >= k, out=self.r_dctx)
         if self.prefix is not None:
             ready = np.flatnonzero(self.r_ctx >= self.r_pub_at)
             if ready.size:
@@ -1087,9 +1109,9 @@ class _Engine:
             sh.tok_log.append((rr.copy(), emitted_before[got].copy(), emit[got].copy(), np.full(rr.size, now)))
         finished = emit >= left
         if every:
-            emit_col += emit
+            left_col -= emit
         else:
-            emit_col[idx] = emitted_before + emit
+            left_col[idx] = left - emit
         # acceptance window: the last `acceptance_window_steps` iterations that drafted
         if n_drafted:
             ws = self.win_sum
@@ -1133,6 +1155,83 @@ class _Engine:
             self._remove(keep)
             for i in done.tolist():
                 sh.done(i, now, self)
+
+    def _emit_decodes(self, batch: "_Batch", mix: IterationMix, k: int, accepted, *, start_at_s: float, now: float,
+                      catchup_s: float, swap_s: float) -> None:
+        """_emit for the common iteration: every running row decodes, all drafting K = k or none
+        drafting (the same bookkeeping, in fewer array operations)."""
+        n = batch.a.size
+        left = self.r_left
+        if accepted is None:
+            emit = np.ones(n, dtype=np.int64)
+            n_spec = n_drafted = acc_tok = rejections = 0
+        else:
+            n_spec = n
+            emit = accepted + 1
+            b = np.bincount(accepted, minlength=self._hist_index.size)
+            self.acc_hist += b
+            acc_tok = int(b @ self._hist_index)
+            self.draft_hist[k] += n
+            per = k if not self.tree else self.tree - 1
+            n_drafted = n * per
+            rejections = n - int(b[k])
+            self.r_draft += per
+            self.r_acc += accepted
+            if self.sh.draws is None:
+                self.r_steps += 1
+        np.minimum(emit, left, out=emit)
+        finished = emit >= left
+        cu = mix.catchup
+        n_catchup = 0
+        if cu is not None:
+            n_catchup = mix.sum_catchup if mix.sum_catchup is not None else int(np.add.reduce(cu))
+            if self.dcache == "refeed" and accepted is not None:
+                self.r_dctx[:] = self.r_ctx
+                self.r_dctx += 1
+        self.r_ctx += emit
+        if cu is not None and self.dcache == "keep" and accepted is not None:
+            np.subtract(self.r_ctx, accepted >= k, out=self.r_dctx)
+        left -= emit
+        if self.prefix is not None:
+            ready = np.flatnonzero(self.r_ctx >= self.r_pub_at)
+            if ready.size:
+                self._publish(ready)
+        if n_drafted:
+            ws = self.win_sum
+            self.win.append((n_drafted, acc_tok, rejections))
+            ws[0] += n_drafted
+            ws[1] += acc_tok
+            ws[2] += rejections
+            if len(self.win) > self.win_len:
+                o = self.win.popleft()
+                ws[0] -= o[0]
+                ws[1] -= o[1]
+                ws[2] -= o[2]
+            self.steps_since_draft = 0
+        else:
+            self.steps_since_draft += 1
+        self.log.append((start_at_s, now - start_at_s, n, 0, n, n_spec, k, n * mix.uniform_q, n_drafted, acc_tok,
+                         int(np.add.reduce(emit)), n_drafted - acc_tok, self.used_blocks, len(self.waiting),
+                         batch.n_preempted, 0, self.rid, bool(mix.drafter_on), n_catchup, catchup_s, self.it_hit,
+                         self.prefix.evictable_blocks if self.prefix is not None else 0, self.it_swapped,
+                         self.it_swap_blocks, swap_s))
+        if finished.any():
+            self._finish_rows(np.flatnonzero(finished), now)
+
+    def _finish_rows(self, rows: np.ndarray, now: float) -> None:
+        """Rows whose requests emitted their last token: write back, free, count as done."""
+        sh = self.sh
+        self._store(rows)
+        fr = self.r_req[rows]
+        for row in rows.tolist():
+            self._release_row(row)
+        sh.finish[fr] = now
+        sh.status[fr] = STATUS_DONE
+        keep = np.ones(self.r_req.size, dtype=bool)
+        keep[rows] = False
+        self._remove(keep)
+        for i in fr.tolist():
+            sh.done(i, now, self)
 
     def _next_unit_end(self, i: int, j: int) -> int:
         """Tokens computed when request i's unit j is complete (never, past its chain)."""
@@ -1273,15 +1372,14 @@ def _at_least(hist: np.ndarray) -> np.ndarray:
 
 
 def _step_arrays(logs: list) -> dict:
+    """The replicas' step logs (tuples of STEP_COLUMNS) as one array per column, replica by replica
+    (every value is a float64-exact number: times, counts far below 2^53, flags)."""
     rows = [row for log in logs for row in log]
-    out = {}
-    if rows:
-        cols = list(zip(*rows))
-        for (name, dt), col in zip(STEP_COLUMNS, cols):
-            out[name] = np.array(col, dtype=dt)
-    else:
-        out = {name: np.zeros(0, dtype=dt) for name, dt in STEP_COLUMNS}
-    return out
+    if not rows:
+        return {name: np.zeros(0, dtype=dt) for name, dt in STEP_COLUMNS}
+    table = np.array(rows, dtype=np.float64)
+    return {name: (table[:, j].copy() if dt == np.float64 else table[:, j].astype(dt))
+            for j, (name, dt) in enumerate(STEP_COLUMNS)}
 
 
 def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[IterationMix], float], *, policy,
