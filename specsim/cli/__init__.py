@@ -14,7 +14,8 @@ from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, SpecError
 
 # One module per subcommand family; each is imported lazily so `specsim predict` never pays for
 # numba or simpy.
-SUBCOMMAND_MODULES = ("predict", "scenarios", "catalogs", "sweep", "threshold", "replay", "simulate", "calibrate",
+SUBCOMMAND_MODULES = ("advise", "report", "capacity", "compare", "predict", "scenarios", "catalogs", "sweep", "threshold",
+                      "replay", "simulate", "calibrate",
                       "decoder")
 
 

@@ -69,15 +69,38 @@ def latency_vs_rate(ax, table: pd.DataFrame, *, metric: str = "tpot", title: str
 
 def throughput_vs_rate(ax, table: pd.DataFrame, *, title: str = ""):
     """Output tokens per second against rate, one line per policy (its own marker and dash: at low
-    load every policy serves what arrives and the lines coincide)."""
+    load every policy serves what arrives and the lines coincide; `throughput_ratio_vs_rate` shows
+    them apart)."""
     artists = []
     style = _style(table)
     for i, p in enumerate(_policies(table)):
         t = table[table["policy"] == p].sort_values("rate_per_s")
-        artists += ax.plot(t["rate_per_s"], t["throughput_tokens_per_s"], ms=6 - i, mfc="none", label=p, **style[p])
+        artists += ax.plot(t["rate_per_s"], t["throughput_tokens_per_s"], ms=max(6 - i, 3), mfc="none", label=p,
+                           **style[p])
     _rate_axis(ax, table)
     ax.set_ylabel("throughput (output tokens/s)")
     ax.set_title(title or "Throughput against arrival rate")
+    ax.legend(fontsize=8)
+    return artists
+
+
+def throughput_ratio_vs_rate(ax, table: pd.DataFrame, *, title: str = ""):
+    """Each policy's throughput over the baseline policy's at the same rate (`throughput_ratio`):
+    where every policy serves what arrives the ratio is 1; past saturation the policies part."""
+    artists = []
+    style = _style(table)
+    base = table.attrs.get("baseline_policy")
+    if "throughput_ratio" not in table:
+        return artists
+    for i, p in enumerate(_policies(table)):
+        if p == base:
+            continue
+        t = table[table["policy"] == p].sort_values("rate_per_s")
+        artists += ax.plot(t["rate_per_s"], t["throughput_ratio"], ms=max(6 - i, 3), mfc="none", label=p, **style[p])
+    artists.append(ax.axhline(1.0, color="black", lw=0.8, label=f"'{base}'" if base else None))
+    _rate_axis(ax, table)
+    ax.set_ylabel(f"throughput / '{base}' throughput" if base else "throughput ratio")
+    ax.set_title(title or "Throughput relative to no speculation")
     ax.legend(fontsize=8)
     return artists
 
@@ -131,34 +154,43 @@ def speedup_vs_rate(ax, table: pd.DataFrame, *, crossovers: dict | None = None, 
     return artists
 
 
-def serving_figures(table: pd.DataFrame, out, *, crossovers: dict | None = None, title: str = "",
-                    slo=None) -> list[Path]:
-    """latency_vs_rate.png (TPOT and TTFT, SLO limits drawn), throughput_vs_rate.png,
-    goodput_vs_rate.png and speedup_vs_rate.png into `out` (a presentation.output.OutputDir)."""
-    paths = []
-
-    def save(fig, name):
-        fig.savefig(out.file(name), dpi=120)
-        paths.append(out.path / name)
-
+def serving_figure_list(table: pd.DataFrame, *, crossovers: dict | None = None, title: str = "",
+                        slo=None) -> list[tuple[str, Figure]]:
+    """The standard serving figures as (file name, Figure): latency_vs_rate.png (TPOT and TTFT p50
+    and p99, SLO limits drawn), throughput_vs_rate.png (absolute and relative to no speculation),
+    goodput_vs_rate.png and speedup_vs_rate.png."""
+    figs = []
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     a1, a2 = fig.subplots(1, 2)
     latency_vs_rate(a1, table, metric="tpot", slo_s=None if slo is None else slo.tpot_s)
     latency_vs_rate(a2, table, metric="ttft", slo_s=None if slo is None else slo.ttft_s)
     if title:
         fig.suptitle(title)
-    save(fig, "latency_vs_rate.png")
-    fig = Figure(figsize=(6, 4.5), layout="constrained")
-    throughput_vs_rate(fig.subplots(), table, title=f"Throughput: {title}" if title else "")
-    save(fig, "throughput_vs_rate.png")
+    figs.append(("latency_vs_rate.png", fig))
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    a1, a2 = fig.subplots(1, 2)
+    throughput_vs_rate(a1, table, title=f"Throughput: {title}" if title else "")
+    throughput_ratio_vs_rate(a2, table)
+    figs.append(("throughput_vs_rate.png", fig))
     fig = Figure(figsize=(6, 4.5), layout="constrained")
     goodput_vs_rate(fig.subplots(), table, slo=slo)
-    save(fig, "goodput_vs_rate.png")
+    figs.append(("goodput_vs_rate.png", fig))
     if "speedup_tpot_p50" in table:
         fig = Figure(figsize=(6.5, 4.5), layout="constrained")
         speedup_vs_rate(fig.subplots(), table, crossovers=crossovers, title=f"Speedup: {title}" if title else "")
-        save(fig, "speedup_vs_rate.png")
+        figs.append(("speedup_vs_rate.png", fig))
+    return figs
+
+
+def serving_figures(table: pd.DataFrame, out, *, crossovers: dict | None = None, title: str = "",
+                    slo=None) -> list[Path]:
+    """serving_figure_list's figures as PNG files into `out` (a presentation.output.OutputDir)."""
+    paths = []
+    for name, fig in serving_figure_list(table, crossovers=crossovers, title=title, slo=slo):
+        fig.savefig(out.file(name), dpi=120)
+        paths.append(out.path / name)
     return paths
 
 
-__all__ = ["latency_vs_rate", "throughput_vs_rate", "goodput_vs_rate", "speedup_vs_rate", "serving_figures"]
+__all__ = ["latency_vs_rate", "throughput_vs_rate", "throughput_ratio_vs_rate", "goodput_vs_rate", "speedup_vs_rate",
+           "serving_figures", "serving_figure_list"]

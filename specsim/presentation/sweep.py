@@ -290,11 +290,63 @@ def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress
                "stack": axes["stack"][0] or "", "attention": op.deployment.attention, "batch_size": op.batch_size,
                "context_len": op.context_len, "alpha": op.alpha if op.alpha is not None else axes["alpha"][0]}
         roof = verify_roofline_points(op, batch_sizes=(1, 4, 16, 64))
+        hm = heatmap_grid(op, axes) if "all" in axes["plots"] or "heatmap_batch_alpha" in axes["plots"] else None
         figures = plotting.sweep_figures(df, out, reference=ref, roofline=roof, which=axes["plots"],
-                                         switch_off=switch_off, progress=on_figure)
+                                         switch_off=switch_off, progress=on_figure, heatmap=hm,
+                                         drafter_roofline=drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64)))
     if store is not None:
         store.clear()  # the outputs are staged; the finished points are no longer needed
     return df, paths, figures, skipped
+
+
+def heatmap_grid(op: OperatingPoint, axes: dict | None = None, *, n_batch: int = 40, n_alpha: int = 61) -> pd.DataFrame:
+    """The heatmap's (B, α) plane on a fine grid, so its speedup = 1 contour is smooth: the point's
+    hardware, target, method, stack and attention, the first context of the grid, K over the grid's
+    K values (best K per cell), B log-spaced over the grid's range, α evenly spaced over it. Empty
+    when the grid has one batch size or one α."""
+    axes = axes or sweep_axes(op)
+    alphas = [a for a in axes["alpha"] if a is not None] or ([op.alpha] if op.alpha is not None else [])
+    bs = [int(b) for b in axes["batch_size"]]
+    if len(set(bs)) < 2 or len(set(alphas)) < 2 or not op.speculative:
+        return pd.DataFrame({c: [] for c in COLUMNS})
+    fine_b = sorted({int(round(b)) for b in np.geomspace(min(bs), max(bs), n_batch)} | set(bs))
+    fine_a = sorted({round(float(a), 4) for a in np.linspace(min(alphas), max(alphas), n_alpha)})
+    ctx = sorted(int(c) for c in axes["context_len"])
+    ctx0 = min(ctx, key=lambda c: abs(c - op.context_len))
+    point = op.with_overrides(sections={"sweep": {"k": [int(k) for k in axes["k"]], "batch_size": fine_b,
+                                                  "context_len": [ctx0], "alpha": fine_a}})
+    return run_sweep(point)
+
+
+def drafter_roofline_points(op: OperatingPoint, *, batch_sizes=(1, 4, 16, 64)) -> pd.DataFrame:
+    """The drafter's one-token pass at each batch size as roofline points (the columns of
+    verify_roofline_points, `target` naming the drafting model, tree_size 1); empty for families that
+    run no drafting model (prompt lookup, Lookahead)."""
+    from ..cost.roofline import step_cost
+
+    if not op.speculative:
+        return pd.DataFrame()
+    dep = op.deployment
+    work = op.drafter.family.work(op.drafter, op.target, dep.tp)
+    model = work.pass_model
+    if model is None:
+        return pd.DataFrame()
+    hw = op.hardware
+    b = np.asarray(list(batch_sizes), dtype=float)
+    c = step_cost(model, hw, batch_size=b, q_len=1, ctx_len=op.context_len, tp=work.pass_tp, attention=dep.attention,
+                  efficiency=dep.eff)
+    flops = np.broadcast_to(c.flops, c.time_s.shape)
+    bytes_ = np.broadcast_to(c.bytes, c.time_s.shape)
+    dtype = hw.compute_dtype_for(model.compute_dtype)
+    return pd.DataFrame({
+        "hardware": hw.id, "target": model.id, "batch_size": b.astype(int), "tree_size": 1,
+        "tokens_in_flight": b.astype(int), "flops": flops, "bytes": bytes_, "intensity_flops_per_byte": flops / bytes_,
+        "attained_flops_per_s": flops / c.time_s, "time_s": c.time_s, "time_vs_one_token": 1.0,
+        "peak_flops_per_s": hw.peak_flops_per_s[dtype] * dep.eff.compute_frac,
+        "peak_bandwidth_bytes_per_s": hw.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac,
+        "ridge_flops_per_byte": hw.ridge_flops_per_byte(model.compute_dtype),
+        "ridge_tokens_in_flight": hw.ridge_flops_per_byte(model.compute_dtype) * model.weight_bytes_per_param / 2.0,
+    })
 
 
 def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch_sizes=(1,)) -> pd.DataFrame:
@@ -329,4 +381,5 @@ def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch
 
 
 __all__ = ["run_sweep", "sweep_axes", "n_points", "write_sweep", "write_sweep_outputs", "verify_roofline_points",
+           "heatmap_grid", "drafter_roofline_points",
            "COLUMNS", "SWEEP_KEYS"]

@@ -1,0 +1,481 @@
+"""The planner's answer for one scenario: speculation on or off, K per batch band, the gate, the
+config lines to paste, how sure we are, and what would change the answer.
+
+`advise(op)` decides in this order, and says which step decided:
+1. memory: the target must fit (else DoesNotFitError); speculation needs its drafter, the drafter's
+   cache and the speculative slots to fit as well (else OFF);
+2. batch 1: if speculation does not pay 1 + margin at a running batch of one (under the scenario's
+   workload when it has one, else decode only), it is OFF;
+3. the gate: with a serving workload, candidate `disable_by_batch_size` gates around the analytic
+   switch-off point are simulated beside never-on, always-on and the scenario's own policies at every
+   rate of the scenario, and the gate closest to the best policy at every rate is chosen
+   (`gates.evaluate_gates`); if that is "never on", speculation is OFF. Without a workload the gate is
+   the analytic switch-off point (decode only).
+K per batch band is the threshold policy's (K re-tuned per band, TensorRT-LLM's schedule); vLLM and
+SGLang run one K (the scenario's). The configs are `threshold.stack_configs` with the chosen gate.
+
+Uncertainty: when the acceptance has no calibrated band (no measurement in this version), α is moved
+by ± `alpha_delta` (absolute; default 0.05) and the batch-1 speedup and the analytic switch-off are
+recomputed at both ends, so the answer's sensitivity is on the page, stated as an assumption.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..errors import DoesNotFitError, SpecError, field_error
+from ..speculation.operating_point import OperatingPoint
+from ..speculation.switch_off import SwitchOff
+from .gates import GateEvaluation, evaluate_gates
+from .progress import Progress, progress_or_null
+from .threshold import ThresholdPolicy, recommended_switch_off, stack_configs, threshold_policy, threshold_settings
+
+DEFAULT_ALPHA_DELTA = 0.05
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlphaBand:
+    """The answer at α − δ and α + δ. rows: [{alpha, speedup_b1, batch_off, on}] (analytic)."""
+
+    alpha: float
+    delta: float
+    calibrated: bool
+    source: str
+    rows: tuple
+
+    @property
+    def verdict_holds(self) -> bool:
+        return len({r["on"] for r in self.rows}) == 1
+
+    def text(self) -> str:
+        ends = "; ".join(f"α = {r['alpha']:.3f}: {r['speedup_b1']:.2f}× at batch 1, {r['pays']}" for r in self.rows)
+        kind = (f"the calibrated acceptance interval ({self.source})" if self.calibrated else
+                f"no calibrated band exists for this acceptance: α varied by ±{self.delta:g} (an assumption)")
+        return f"{kind} — {ends}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advice:
+    """The verdict and everything behind it (see the module docstring).
+
+    on: speculate or not; gate_batch: speculation off while the running batch is >= gate_batch
+    (None: no gate); decided_by: which step decided; bands: K per batch band (K re-tuned, 0 = off,
+    clipped at the gate); configs: vLLM / SGLang / TensorRT-LLM lines; speedup_b1: the analytic
+    speedup at batch 1 with the scenario's K; gates: the serving evaluation (None without a workload)."""
+
+    point: OperatingPoint
+    on: bool
+    reason: str
+    decided_by: str
+    k: int
+    tree_size: int | None
+    gate_batch: int | None
+    min_batch: int | None
+    speedup_b1: float
+    margin: float
+    analytic: SwitchOff
+    policy: ThresholdPolicy
+    bands: list
+    configs: dict
+    gates: GateEvaluation | None
+    band: AlphaBand
+    memory: dict
+    assumptions: list
+    notes: list = field(default_factory=list)
+
+    @property
+    def headline(self) -> str:
+        op = self.point
+        what = op.method + (f" ({op.drafter.drafter.id})" if op.drafter is not None and op.drafter.drafter else "")
+        if not self.on:
+            return f"OFF — leave {what} off: {self.reason}"
+        shape = f"tree of {self.tree_size} nodes, depth {self.k}" if self.tree_size else f"K = {self.k}"
+        gate = (f"switch it off while the running batch is ≥ {self.gate_batch}" if self.gate_batch is not None
+                else "no batch gate needed")
+        if self.min_batch is not None:
+            gate = f"only while the running batch is ≥ {self.min_batch}; " + gate
+        return f"ON — {what}, {shape}; {gate}"
+
+    def to_dict(self) -> dict:
+        return {"scenario": self.point.name, "on": self.on, "headline": self.headline, "reason": self.reason,
+                "decided_by": self.decided_by, "k": self.k, "tree_size": self.tree_size, "gate_batch": self.gate_batch,
+                "min_batch": self.min_batch,
+                "speedup_batch_1": self.speedup_b1, "margin": self.margin, "bands": self.bands,
+                "configs": self.configs, "analytic_switch_off": self.analytic.to_dict(),
+                "uncertainty": {"alpha": self.band.alpha, "delta": self.band.delta, "calibrated": self.band.calibrated,
+                                "source": self.band.source, "rows": list(self.band.rows),
+                                "verdict_holds": self.band.verdict_holds},
+                "memory": self.memory, "assumptions": self.assumptions, "notes": self.notes,
+                "serving": None if self.gates is None else self.gates.to_dict()}
+
+
+def _alpha_variant(op: OperatingPoint, alpha: float) -> OperatingPoint:
+    """The point with acceptance α (per-position rates: each moved by the same amount)."""
+    m = op.acceptance.model
+    if m.conditional is not None:
+        shift = alpha - float(op.acceptance.alpha_at(op.context_len, op.temperature))
+        acc = dict(op.scenario.section("acceptance"))
+        acc["by_position"] = [float(np.clip(c + shift, 0.0, 1.0)) for c in m.conditional]
+        return op.with_overrides(sections={"acceptance": acc})
+    return op.with_overrides(alpha=float(alpha))
+
+
+def _speedup_b1(so: SwitchOff) -> float:
+    i = int(np.searchsorted(so.batch_sizes, 1))
+    return float(so.speedup[i])
+
+
+def alpha_band(op: OperatingPoint, *, delta: float = DEFAULT_ALPHA_DELTA, margin: float) -> AlphaBand:
+    """The batch-1 speedup and the analytic switch-off at α ± delta (see the module docstring)."""
+    if not (np.isfinite(delta) and 0.0 < delta < 0.5):
+        raise field_error("advise", "alpha_delta", delta, "an acceptance offset in (0, 0.5), e.g. 0.05")
+    alpha = float(op.alpha)
+    cal = getattr(op.acceptance, "calibration", None)  # a calibrated acceptance carries its interval
+    lo, hi = getattr(cal, "alpha_low", None), getattr(cal, "alpha_high", None)
+    calibrated = lo is not None and hi is not None and op.acceptance.model.alpha is not None
+    ends = (float(lo), float(hi)) if calibrated else (alpha - delta, alpha + delta)
+    rows = []
+    for a in ends:
+        a = float(np.clip(a, 0.01, 0.99))
+        so = recommended_switch_off(_alpha_variant(op, a), margin=margin)
+        s1 = _speedup_b1(so)
+        rows.append({"alpha": a, "speedup_b1": s1, "batch_off": so.batch_off, "pays": describe_pays(so, margin),
+                     "on": paying_batches(so, margin) is not None})
+    return AlphaBand(alpha=alpha, delta=float(delta), calibrated=bool(calibrated),
+                     source=(str(getattr(cal, "source", "")) or "calibration") if calibrated else
+                     (op.acceptance.source or "the scenario"), rows=tuple(rows))
+
+
+def paying_batches(so: SwitchOff, margin: float) -> tuple[int, int | None] | None:
+    """(first batch where the scenario's K pays 1 + margin, first batch after it where it stops, or
+    None) on the analytic curve, memory included; None when it pays nowhere. The curve is every
+    batch (decode only) or the switch-off search's sample of batches (under a workload)."""
+    b = np.asarray(so.batch_sizes)
+    ok = np.asarray(so.speedup) >= 1.0 + margin
+    if so.max_batch_speculative is not None:
+        ok &= b <= so.max_batch_speculative
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None
+    first = int(idx[0])
+    after = np.flatnonzero(~ok[first:])
+    if after.size:
+        return int(b[first]), int(b[first + after[0]])
+    limit = so.max_batch_speculative
+    off = limit + 1 if limit is not None and limit < so.batch_limit else None
+    return int(b[first]), off
+
+
+def describe_pays(so: SwitchOff, margin: float) -> str:
+    """Where the scenario's K pays on the analytic curve, in words."""
+    r = paying_batches(so, margin)
+    if r is None:
+        return f"never pays up to batch {so.batch_limit}"
+    on, off = r
+    mem = so.max_batch_speculative
+    tail = ("" if off is None else
+            f" (memory holds {mem} sequences)" if mem is not None and off == mem + 1 else "")
+    if on <= 1:
+        return f"pays at every batch to {so.batch_limit}" if off is None else f"off at batch ≥ {off}{tail}"
+    return f"pays from batch {on}" + ("" if off is None else f", off at batch ≥ {off}{tail}")
+
+
+def band_rows(bands: list) -> list[tuple[str, str]]:
+    """(running-batch range, K) rows, ranges contiguous: a band starts after the previous one ends."""
+    rows, prev = [], 0
+    for b in bands:
+        lo = prev + 1 if prev else b["batch_min"]
+        hi = b["batch_max"]
+        rows.append((f"{lo}–{hi}" if lo != hi else f"{lo}", "off" if b["k"] == 0 else f"K = {b['k']}"))
+        prev = hi
+    if rows and bands[-1]["k"] == 0:
+        rows[-1] = (rows[-1][0].split("–")[0] + " and above", rows[-1][1])
+    return rows
+
+
+def _bands_with_gate(bands: list, gate: int | None) -> list:
+    """The K-per-band schedule (K re-tuned, on the [threshold] batch grid) made consistent with the
+    deployed gate: every batch at or above the gate off; every batch below it on, with the K of the
+    nearest band below that pays (a band the analytics switch off but the gate keeps on takes it);
+    the last band that pays reaches gate − 1. Adjacent bands with one K merge."""
+    if gate is None:
+        return [dict(b) for b in bands]
+    pieces: list = []
+    last_k = next((b["k"] for b in bands if b["k"] > 0), 0)
+    for b in bands:
+        if b["k"] > 0:
+            last_k = b["k"]
+        k_on = b["k"] if b["k"] > 0 else last_k
+        if b["batch_max"] < gate:
+            pieces.append({**b, "k": k_on})
+        elif b["batch_min"] >= gate:
+            pieces.append({**b, "k": 0})
+        else:
+            pieces += [{**b, "batch_max": gate - 1, "k": k_on}, {**b, "batch_min": gate, "k": 0}]
+    out: list = []
+    for p in pieces:
+        if out and out[-1]["k"] == p["k"]:
+            out[-1]["batch_max"] = p["batch_max"]
+            out[-1]["speedup_min"] = min(out[-1]["speedup_min"], p["speedup_min"])
+        else:
+            out.append(dict(p))
+    for a, b in zip(out, out[1:]):
+        if a["k"] > 0 and b["k"] == 0:
+            a["batch_max"], b["batch_min"] = gate - 1, gate
+    return out
+
+
+def _memory_summary(op: OperatingPoint) -> dict:
+    mem = op.memory
+    return {"parts_bytes": dict(mem.parts_bytes), "total_bytes": mem.total_bytes, "capacity_bytes": mem.capacity_bytes,
+            "fits": mem.fits, "max_batch_plain": mem.max_batch_plain,
+            "max_batch_speculative": mem.max_batch_speculative, "context_len": op.context_len}
+
+
+def _assumptions(op: OperatingPoint, policy: ThresholdPolicy, analytic: SwitchOff, gates: GateEvaluation | None,
+                 margin: float) -> list[str]:
+    out = []
+    a = op.acceptance
+    if policy.alpha_off_deployed_k is not None:
+        ratio = f" (accepted/drafted {policy.alpha_off_ratio:.2f})" if policy.alpha_off_ratio is not None else ""
+        out.append(f"acceptance: α = {op.alpha:.3f} from {a.source or 'the scenario'}; below α = "
+                   f"{policy.alpha_off_deployed_k:.3f}{ratio} speculation with K = {op.k} stops paying even at "
+                   f"batch 1 (decode only)")
+    else:
+        out.append(f"acceptance: α = {op.alpha:.3f} from {a.source or 'the scenario'}; with K = {op.k} it never "
+                   f"pays at batch 1 on the acceptance grid")
+    d = policy.answers["decode-only, scenario K"]
+    if analytic.workload is not None:
+        w = analytic.workload
+        out.append(f"workload: {w.mean_prompt_tokens:.0f} prompt and {w.mean_output_tokens:.0f} output tokens a "
+                   f"request on average (prompt/output {w.prompt_per_output:.2f}, decode context ≈ "
+                   f"{w.decode_context_len:.0f}; {w.source}); prompts share the iterations, so on the analytic "
+                   f"speedup curve: {describe_pays(analytic, margin)}, where decode-only analytics say: "
+                   f"{describe_pays(d, margin)}")
+    else:
+        out.append(f"load: decode only (no [workload] in the scenario): no prefill shares the iterations; a "
+                   f"serving workload moves the switch-off earlier")
+    ctx = op.context_len
+    long_ctx = min(4 * max(ctx, 256), (op.target.max_context or 4 * max(ctx, 256)) - op.verify_q_len - 1)
+    if long_ctx > ctx:
+        try:
+            so_long = recommended_switch_off(op.with_overrides(context_len=int(long_ctx)), decode_only=True, margin=margin)
+            out.append(f"context: at {int(long_ctx)} tokens of context (decode only) it {describe_pays(so_long, margin)}, "
+                       f"against: {describe_pays(d, margin)} at {ctx}")
+        except SpecError as exc:
+            out.append(f"context: a longer context could not be evaluated ({exc})")
+    mem = op.memory
+    extra = sum(v for k, v in mem.parts_bytes.items() if not k.startswith("target"))
+    out.append(f"memory: at context {ctx} plain decoding fits {mem.max_batch_plain} sequences a device group, "
+               f"speculating {mem.max_batch_speculative} (the drafter, its cache and the slots take "
+               f"{extra / 1e9:.2f} GB a device at batch {op.batch_size})")
+    rt = policy.answers["decode-only, K re-tuned"]
+    if rt.batch_off != d.batch_off:
+        out.append(f"K: re-tuning K per batch band (TensorRT-LLM's draft_len_schedule) moves the decode-only "
+                   f"switch-off to {'never' if rt.batch_off is None else f'batch ≥ {rt.batch_off}'}")
+    stack = (f"the {op.stack.name} stack profile" if op.stack is not None else
+             "the hardware file's own efficiency (an idealised roofline: no serving stack's overheads)")
+    out.append(f"step costs: {stack}; a stack that adds per-step host time shrinks the win at small batches")
+    if gates is not None:
+        att = gates.table[gates.table["policy"] == gates.chosen][["rate_per_s", "slo_attainment_frac"]]
+        bad = att[att["slo_attainment_frac"] < 0.9]
+        if len(bad):
+            r0 = bad["rate_per_s"].min()
+            out.append(f"rate: from {r0:g} req/s the chosen policy meets the SLO for fewer than 90 % of requests on "
+                       f"one replica; the gate matters less there than capacity (specsim capacity)")
+    return out
+
+
+def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alpha_delta: float = DEFAULT_ALPHA_DELTA,
+           simulate: bool = True, seed: int = 0, margin: float | None = None,
+           progress: Progress | None = None) -> Advice:
+    """The verdict for the operating point (see the module docstring). rates and n_requests limit the
+    serving evaluation (the scenario's rates and whole workload by default); simulate=False decides
+    analytically even when the scenario has a workload."""
+    prog = progress_or_null(progress)
+    where = f"scenario {op.name!r}"
+    if not op.speculative:
+        raise field_error(where, "method", op.method, "a drafter family (advise decides whether to speculate)")
+    op.require_acceptance(where)
+    if op.memory.max_batch_plain == 0:
+        raise DoesNotFitError(f"{where}: the target's weights alone do not fit: "
+                              + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in op.memory.parts_bytes.items())
+                              + f" against {op.memory.capacity_bytes / 1e9:.2f} GB a device; nothing to advise "
+                              f"(use a larger tensor-parallel group or a quantised format)")
+    st = threshold_settings(op, margin=margin)
+    m = st.margin
+    prog.add(3)
+    prog.phase("analytic switch-off")
+    setup = None
+    notes: list = []
+    if op.section("workload"):
+        from ..serving import build_serving
+
+        try:
+            setup = build_serving(op, seed=seed)
+        except SpecError as exc:
+            if not op.drafter.family.serving:
+                notes.append(f"the serving simulator does not model {op.method!r}: decided decode only ({exc})")
+            else:
+                raise
+    mix = setup.mix() if setup is not None else None
+    policy = threshold_policy(op, workload=mix, max_batch_serving=setup.max_batch_speculative if setup else None,
+                              margin=m)
+    analytic = policy.recommended
+    prog.step(text="analytic switch-off")
+    prog.phase(f"acceptance band ±{alpha_delta:g}")
+    band = alpha_band(op, delta=alpha_delta, margin=m)
+    prog.step(text="acceptance band")
+    s1 = _speedup_b1(analytic)
+    gates = None
+    tree = op.tree_size if op.is_tree else None
+    pays = paying_batches(analytic, m)
+    min_batch = None
+    if op.memory.max_batch_speculative == 0:
+        on, gate, decided = False, None, "memory"
+        reason = "the drafter, its cache and the speculative slots do not fit beside the target"
+    elif not pays:
+        on, gate, decided = False, None, "the analytic speedup curve (" + analytic.view + ")"
+        reason = (f"it does not pay at any batch up to {analytic.batch_limit}: {s1:.2f}× at batch 1 "
+                  f"< {1 + m:.2f}× ({analytic.view})")
+    else:
+        b_on, b_off = pays
+        min_batch = None if b_on <= 1 else b_on
+        lead = (f"{s1:.2f}× at batch 1" if min_batch is None else
+                f"{s1:.2f}× at batch 1, but it pays from a running batch of about {b_on} (the KV cache, not the "
+                f"weights, dominates the step: a draft that reads little of it gains with the batch)")
+        if setup is not None and simulate:
+            prog.phase("simulating gates")
+            gates = evaluate_gates(setup, analytic_batch_off=b_off, rates=rates, n_requests=n_requests,
+                                   progress=prog)
+            rates_text = ", ".join("as given" if r is None else f"{r:g}" for r in gates.rates)
+            decided = (f"serving simulation ({gates.workload_source}; rates {rates_text} req/s; "
+                       f"{gates.table['policy'].nunique()} policies)")
+            if gates.chosen_kind == "never":
+                on, gate = False, None
+                reason = "the serving simulator finds no gate that beats never speculating at the scenario's rates"
+            else:
+                on, gate = True, gates.chosen_threshold
+                reason = (f"{lead}; the simulated best gate is "
+                          + (f"batch ≥ {gate}" if gate is not None else "none (speculation on at every batch)")
+                          + f" (analytic switch-off: {analytic.label()})")
+            notes += list(gates.notes)
+        else:
+            on, gate, decided = True, b_off, "analytic speedup curve (" + analytic.view + ")"
+            reason = f"{lead}; {describe_pays(analytic, m)} [{analytic.assumptions}]"
+            if setup is not None:
+                notes.append("serving simulation skipped (--no-simulate): the gate is the analytic switch-off point")
+    prog.step(text="verdict")
+    if gate is not None and gate <= 1:
+        on, gate = False, None
+    if not on:
+        min_batch = None
+    view = decided if gates is not None else analytic.view
+    rec = replace(analytic, batch_off=(gate if on else 1), view=view)
+    last = policy.bands[-1]["batch_max"] if policy.bands else 1
+    if not on:
+        bands = [{"batch_min": 1, "batch_max": last, "k": 0, "speedup_min": float("nan")}]
+    else:
+        bands = _bands_with_gate(policy.bands, gate if gate is not None else last + 1)
+    configs = stack_configs(replace(policy, recommended=rec, bands=bands), drafter_model=st.drafter_model)
+    if min_batch is not None:
+        warn = (f"speculation slows running batches below about {min_batch} here and these versions can only switch "
+                f"it off above a batch size: enable it where the running batch stays at or above {min_batch}")
+        for c in configs.values():
+            c["warning"] = warn
+        notes.append(warn)
+    assumptions = _assumptions(op, policy, analytic, gates, m)
+    if not band.verdict_holds:
+        notes.append("the verdict changes within the acceptance band: measure α before deploying (specsim decoder "
+                     "run, or your stack's acceptance counters)")
+    return Advice(point=op, on=on, reason=reason, decided_by=decided, k=op.k, tree_size=tree, gate_batch=gate if on else None,
+                  min_batch=min_batch, speedup_b1=s1, margin=m, analytic=analytic, policy=policy, bands=bands, configs=configs, gates=gates,
+                  band=band, memory=_memory_summary(op), assumptions=assumptions, notes=notes + list(policy.notes))
+
+
+def tidy_paths(text: str) -> str:
+    """Catalog paths as the repository names them (scenarios/x.toml), not where this copy is installed."""
+    from ..specs.catalog import KINDS, catalog_dir
+
+    for kind in KINDS:
+        try:
+            root = str(catalog_dir(kind))
+        except SpecError:
+            continue
+        text = text.replace(root + "/", f"{kind}/")
+    return text
+
+
+def _pct(x) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{100 * x:.0f}%"
+
+
+def _ms(x) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.1f}"
+
+
+def serving_lines(g: GateEvaluation, *, max_policies: int = 12) -> list[str]:
+    """The gate evaluation as a table: p50 TPOT (ms) / SLO attainment per policy and rate."""
+    t = g.table
+    names = list(dict.fromkeys(t["policy"]))[:max_policies]
+    rates = list(dict.fromkeys(t["rate_per_s"]))
+    head = ["rate/s"] + [n + ("*" if n == g.chosen else "") for n in names] + ["best"]
+    rows = []
+    best = g.best_by_rate().set_index("rate_per_s")["policy"] if len(t) else {}
+    for r in rates:
+        sub = t[t["rate_per_s"].astype(float).fillna(-1) == (-1 if r is None or r != r else float(r))]
+        row = ["as given" if r is None or r != r else f"{r:g}"]
+        for n in names:
+            x = sub[sub["policy"] == n]
+            row.append("-" if x.empty else f"{_ms(x['tpot_p50_s'].iloc[0])}/{_pct(x['slo_attainment_frac'].iloc[0])}")
+        row.append(str(best.get(r, "")) if hasattr(best, "get") else "")
+        rows.append(row)
+    widths = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    return [fmt.format(*head)] + [fmt.format(*r) for r in rows]
+
+
+def format_advice(a: Advice) -> str:
+    op = a.point
+    lines = [f"specsim advise: {op.name}" + (f" — {op.description}" if op.description else ""), "",
+             f"VERDICT: {a.headline}", f"  why: {a.reason}", f"  decided by: {a.decided_by}"]
+    if a.on:
+        lines.append("  K per running-batch band (K re-tuned per band, for a stack with a schedule; vLLM and SGLang run "
+                     f"one K = {a.k}): " + ", ".join(f"{r}: {k}" for r, k in band_rows(a.bands)))
+    mem = a.memory
+    lines.append(f"  memory a device: {mem['total_bytes'] / 1e9:.1f} of {mem['capacity_bytes'] / 1e9:.1f} GB at batch "
+                 f"{op.batch_size}, context {mem['context_len']}; fits {mem['max_batch_plain']} sequences plain, "
+                 f"{mem['max_batch_speculative']} speculating")
+    lines.append(f"  uncertainty: {a.band.text()}" + ("" if a.band.verdict_holds else " — THE VERDICT FLIPS IN THIS BAND"))
+    lines += ["", "Paste into your serving stack:"]
+    for name, c in a.configs.items():
+        title = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}.get(name, name)
+        version = c["semantics"].replace(";", ":").split(":")[0]
+        lines.append(f"  {title} — {version}:")
+        if c.get("warning"):
+            lines.append(f"    NOTE: {c['warning']}")
+        if c.get("command_line"):
+            lines.append(f"    {c['command_line']}")
+        elif c.get("config") is not None:
+            lines.append(f"    speculative_config = {c['config']!r}")
+        else:
+            lines.append(f"    {c.get('note', '')}")
+    if a.gates is not None:
+        g = a.gates
+        lines += ["", f"Serving check — p50 TPOT (ms) / share of requests within the SLO (TTFT ≤ {g.slo.ttft_s:g} s, "
+                      f"TPOT ≤ {g.slo.tpot_s * 1e3:g} ms); * = chosen; best = lowest regret at that rate:"]
+        lines += ["  " + x for x in serving_lines(g)]
+        lines.append(f"  the chosen policy's worst regret over the rates is {g.worst_regret:.2f} (≤ 1: within "
+                     f"{100 * g.tol_attainment:.0f} points of the best attainment and {100 * g.tol_tpot:.0f} % of "
+                     f"its p50 TPOT at every rate)")
+    lines += ["", "What would change the answer:"]
+    lines += [f"  - {x}" for x in a.assumptions]
+    if a.notes:
+        lines += ["", "Notes:"] + [f"  - {n}" for n in a.notes]
+    return tidy_paths("\n".join(lines))
+
+
+__all__ = ["Advice", "AlphaBand", "advise", "alpha_band", "format_advice", "serving_lines", "tidy_paths", "band_rows",
+           "describe_pays", "paying_batches",
+           "DEFAULT_ALPHA_DELTA"]
