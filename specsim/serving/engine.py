@@ -577,8 +577,10 @@ class _Engine:
 
     def _views(self) -> None:
         R = self.R
-        (self.r_req, self.r_plen, self.r_done, self.r_ctx, self.r_alloc, self.r_dctx, self.r_shared, self.r_pub_at,
-         self.r_out, self.r_left, self.r_draft, self.r_acc, self.r_steps, self.r_draw) = (R[:, j] for j in range(N_COLS))
+        self.r_req, self.r_plen, self.r_done, self.r_ctx = R[:, 0], R[:, 1], R[:, 2], R[:, 3]
+        self.r_alloc, self.r_dctx, self.r_shared, self.r_pub_at = R[:, 4], R[:, 5], R[:, 6], R[:, 7]
+        self.r_out, self.r_left, self.r_draft, self.r_acc = R[:, 8], R[:, 9], R[:, 10], R[:, 11]
+        self.r_steps, self.r_draw = R[:, 12], R[:, 13]
 
     # -- arrivals and rejection
     def submit(self, i: int, now: float) -> None:
