@@ -57,6 +57,10 @@ def _resolve_or_skip(name, over):
 
 
 def _homogeneous_mix(op, *, speculate: bool) -> IterationMix:
+    """B sequences decoding at context L with the drafter's cache in step (no catch-up tokens): the
+    analytical cycle's premise. The serving engine's catch-up (accepted drafts a drafter with its own
+    cache runs again, what it missed while gated off) is a separate term of the serving cost, priced
+    and tested on its own (tests/test_serving_fleet.py::test_catchup_is_priced_as_a_longer_first_drafting_pass)."""
     b, l = op.batch_size, op.context_len
     q = op.verify_q_len if speculate else 1
     dk = np.full(b, op.k if speculate else 0, dtype=np.int64)
