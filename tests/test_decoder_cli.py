@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -89,9 +88,12 @@ def test_cli_bench(tiny_path, tmp_path, capsys):
     assert [(r["ctx_len"], r["m"]) for r in rows] == [(16, 1), (16, 4), (64, 1), (64, 4)]
 
 
-def test_cli_draft_model_needs_path(tiny_path):
-    with pytest.raises(SpecError, match="--draft-model PATH"):
-        _main(["decoder", "run", "--model", str(tiny_path), "--prompt-file", os.devnull, "--drafter", "draft-model"])
+def test_cli_draft_model_path_missing(tiny_path, tmp_path):
+    from specsim.errors import InputError
+
+    with pytest.raises(InputError, match="none.gguf: no such GGUF file"):
+        _main(["decoder", "run", "--model", str(tiny_path), "--drafter", "draft-model", "--draft-model",
+               str(tmp_path / "none.gguf")])
 
 
 def test_code_edit_workload_is_seeded_and_real():
@@ -199,8 +201,10 @@ BAD_RUN_FLAGS = [  # (flags, the one line's expected text); each is refused befo
     (["--drafter", "tree", "--tree", "a;b"], "--tree 'a;b': expected a non-empty list"),
     (["--drafter", "tree", "--tree", "0;1,0"], "its prefix (1,) is not in the choice list"),
     (["--drafter", "tree", "--tree", "0;0"], "each path once"),
-    (["-k", "0"], "-k 0: expected an integer in 1..64"),
-    (["-k", "-1"], "-k -1: expected an integer in 1..64"),
+    (["--drafter", "layer-skip", "-k", "0"], "-k 0: expected an integer in 1..64"),
+    (["--drafter", "layer-skip", "-k", "-1"], "-k -1: expected an integer in 1..64"),
+    (["--max-draft", "0"], "--max-draft 0: expected an integer in 1..64"),
+    (["-k", "3"], "-k 3: not read by --drafter prompt-lookup"),
     (["--min-n", "3", "--max-n", "2"], "--min-n 3 --max-n 2: expected --min-n <= --max-n"),
     (["--n-prompts", "0"], "--n-prompts 0: expected an integer >= 1"),
     (["--repeats", "0"], "--repeats 0: expected an integer >= 1"),
@@ -210,7 +214,6 @@ BAD_RUN_FLAGS = [  # (flags, the one line's expected text); each is refused befo
     (["--drafter", "layer-skip", "--min-n", "2"], "--min-n 2: not read by --drafter layer-skip"),
     (["--temperature", "0.7"], "--verify greedy --temperature 0.7: greedy verification keeps the target's argmax"),
     (["--verify", "rejection"], "--verify rejection --drafter prompt-lookup: rejection sampling needs"),
-    (["--drafter", "draft-model"], "--drafter draft-model needs --draft-model PATH"),
     (["--prompt-file", "p.txt", "--n-prompts", "2"], "--n-prompts 2: applies to --workload"),
     (["--force"], "--force: applies to --out only"),
 ]

@@ -154,7 +154,8 @@ def _valid(kw) -> bool:
     c = {f.name: f.default for f in dataclasses.fields(RunConfig)} | kw
     is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    ok = (c["drafter"] in ("prompt-lookup", "layer-skip", "draft-model", "tree")
+    ok = (c["drafter"] in ("prompt-lookup", "layer-skip", "draft-model", "tree", "prompt-lookup-earliest", "medusa",
+                           "eagle")
           and is_int(c["k"]) and 1 <= c["k"] <= 64 and is_int(c["min_n"]) and is_int(c["max_n"])
           and 1 <= c["min_n"] <= c["max_n"] and (c["layers"] is None or is_int(c["layers"]) and c["layers"] >= 1)
           and c["tree"] in ("0;1", "0;1;0,0;1,0;0,0,0", "0;1;0,0") and c["tree_base"] in ("layer-skip", "draft-model")
@@ -166,8 +167,7 @@ def _valid(kw) -> bool:
           and is_int(c["seed"]) and c["seed"] >= 0 and (c["threads"] is None or is_int(c["threads"]) and c["threads"] >= 1))
     ok = ok and not (c["verify"] == "greedy" and c["temperature"] > 0)
     ok = ok and not (c["verify"] == "rejection" and c["drafter"] not in ("layer-skip", "draft-model"))
-    needs_model = c["drafter"] == "draft-model" or (c["drafter"] == "tree" and c["tree_base"] == "draft-model")
-    return ok and not needs_model  # no --draft-model is ever given here
+    return ok  # (draft-model without --draft-model: the shipped distilled model)
 
 
 @settings(max_examples=300)
