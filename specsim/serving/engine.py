@@ -910,9 +910,16 @@ class _Engine:
     #    sample what was accepted and emit
     def process(self, env):
         sh = self.sh
+        feed = sh.feed
+        breakdown = self.breakdown
+        timeout = env.timeout
+        swap_per_block = self.cfg.swap_s_per_block
+        record = sh.record_tokens
+        steady = self.speculative and self.constant_policy  # K = k_reserved whenever every row decodes
         while True:
             now = env.now
-            sh.flush(now)
+            if feed.next_at <= now:
+                sh.flush(now)
             if not self.r_req.size and not self.waiting and not self.swapped:
                 self.wake = env.event()
                 yield self.wake
@@ -922,19 +929,26 @@ class _Engine:
             if batch is None:
                 raise SpecError("serving engine: the waiting queue cannot be admitted into an empty engine "
                                 "(a request larger than the cache slipped past the arrival check)")
-            k, on = self._choose_k(batch)
-            mix = batch.mix(k, on)
-            catchup_s = 0.0
-            if mix.catchup is not None and self.breakdown is not None:
-                duration, catchup_s = self.breakdown(mix)
+            if steady and not batch.n_pf and batch.can_spec is not None:
+                k, on = self.k_res, True
             else:
-                duration = float(self.cost(mix))
+                k, on = self._choose_k(batch)
+            mix = batch.mix(k, on)
+            if breakdown is not None:
+                duration, catchup_s = breakdown(mix)
+            else:
+                duration, catchup_s = float(self.cost(mix)), 0.0
             if not (duration > 0.0 and math.isfinite(duration)):
                 raise SpecError(f"cost model returned {duration!r} s for {mix!r}; expected a positive duration")
-            swap_s = self.it_swap_blocks * self.cfg.swap_s_per_block
-            yield env.timeout(duration + swap_s)
-            accepted = self._sample_accepted(batch, mix)
-            self._emit(batch, mix, k, accepted, start_at_s=now, now=env.now, catchup_s=catchup_s, swap_s=swap_s)
+            swap_s = self.it_swap_blocks * swap_per_block if self.it_swap_blocks else 0.0
+            yield timeout(duration + swap_s)
+            accepted = self._sample_accepted(batch, mix) if batch.k_drafted else None
+            if (batch.every and not batch.n_pf and not record and mix.uniform_q
+                    and (accepted is None or batch.all_draft)):
+                self._emit_decodes(batch, mix, k, accepted, start_at_s=now, now=env.now, catchup_s=catchup_s,
+                                   swap_s=swap_s)
+            else:
+                self._emit(batch, mix, k, accepted, start_at_s=now, now=env.now, catchup_s=catchup_s, swap_s=swap_s)
 
     def _plan_iteration(self) -> "_Batch | None":
         """Schedule the running set, swap-ins and admissions (see the module docstring), as a _Batch."""
@@ -1017,11 +1031,6 @@ class _Engine:
         request's output length. Then the drafter's cache, prefix publications, the counters, the
         acceptance window, the step log, handoffs and finished requests."""
         sh = self.sh
-        if (batch.every and not batch.n_pf and not sh.record_tokens and mix.uniform_q
-                and (accepted is None or batch.all_draft)):
-            self._emit_decodes(batch, mix, k, accepted, start_at_s=start_at_s, now=now, catchup_s=catchup_s,
-                               swap_s=swap_s)
-            return
         add, count = np.add.reduce, np.count_nonzero
         a, is_pf, pf_end, idx, every = batch.a, batch.is_pf, batch.pf_end, batch.idx, batch.every
         n_pf = batch.n_pf
