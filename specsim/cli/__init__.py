@@ -14,8 +14,9 @@ from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, SpecError
 
 # One module per subcommand family; each is imported lazily so `specsim predict` never pays for
 # numba or simpy.
-SUBCOMMAND_MODULES = ("advise", "report", "capacity", "compare", "predict", "scenarios", "catalogs", "sweep", "threshold",
-                      "replay", "simulate", "calibrate",
+SUBCOMMAND_MODULES = ("advise", "report", "capacity", "compare", "data", "predict", "scenarios", "catalogs", "sweep",
+                      "threshold",
+                      "replay", "simulate", "calibrate", "validate",
                       "decoder")
 
 

@@ -46,8 +46,17 @@ def _register_steps(sub) -> None:
         "the roofline's error before and after. FILE is a CSV of rows (hardware, target, tp, batch_size, q_len, "
         "ctx_len, logit_len, measured_time_s) or, with --format splitwise, the Splitwise simulator's perf_model.csv.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("file", help="CSV of measured forward passes")
-    p.add_argument("--format", choices=["rows", "splitwise"], default="rows", help="input format")
+    p.add_argument("file", help="CSV of measured forward passes (or, with --format bench, the folder or bench.json "
+                                "that `specsim decoder bench --out/--json` wrote)")
+    p.add_argument("--format", choices=["rows", "splitwise", "bench"], default="rows", help="input format")
+    p.add_argument("--target", help="--format bench: the catalog model the bench ran (default: smollm2-135m-q4_1 "
+                                    "for the fetched GGUF)")
+    p.add_argument("--bench-hardware", default="local",
+                   help="--format bench: the hardware id or file the bench ran on (from `specsim calibrate machine`)")
+    p.add_argument("--write-stack", metavar="PATH",
+                   help="also write a stack TOML with the fitted efficiency and the decoder's measured host work "
+                        "(e.g. stacks/specsim-numba.toml)")
+    p.add_argument("--stack-id", default="specsim-numba", help="id of the stack --write-stack writes")
     p.add_argument("--hardware", help="fit only the rows on this hardware id (one stack per fit)")
     p.add_argument("--phase", choices=["decode", "prefill"], help="fit only decode or only prefill rows (splitwise)")
     p.add_argument("--fit", default=",".join(PARAMETERS), help="comma-separated parameters to fit")
@@ -57,11 +66,18 @@ def _register_steps(sub) -> None:
 
 
 def _run_steps(args) -> int:
+    from ..calibration.fit import PARAMETERS as PARAMETERS_DEFAULT
     from ..calibration.fit import check_rows, fit_efficiency, splitwise_rows
     from ..presentation.output import write_file_atomically
 
     skipped: list[str] = []
-    if args.format == "splitwise":
+    if args.write_stack and args.format != "bench":
+        raise SpecError("--write-stack: needs --format bench (the decoder's own verify passes)")
+    if args.format == "bench":
+        from ..calibration.decoder_stack import bench_rows
+
+        rows = check_rows(bench_rows(args.file, hardware=args.bench_hardware, target=args.target), where=args.file)
+    elif args.format == "splitwise":
         rows, skipped = splitwise_rows(args.file, hardware=args.hardware)
     else:
         try:
@@ -77,10 +93,23 @@ def _run_steps(args) -> int:
     if len(rows) and rows["hardware"].nunique() > 1:
         raise SpecError(f"{args.file}: rows on {sorted(rows['hardware'].unique())}; fit one hardware at a time "
                         f"(--hardware ID), since a stack's efficiency is per part")
-    cal = fit_efficiency(rows, fit=tuple(s.strip() for s in args.fit.split(",") if s.strip()))
+    fit = tuple(s.strip() for s in args.fit.split(",") if s.strip())
+    if args.format == "bench" and args.fit == ",".join(PARAMETERS_DEFAULT):
+        fit = tuple(p for p in fit if p != "interconnect_latency_s")  # one CPU: no all-reduce to fit
+    cal = fit_efficiency(rows, fit=fit)
     summary = cal.summary()
     if args.out:
         write_file_atomically(args.out, cal.rows.to_csv(index=False), flag="--out")
+    if args.write_stack:
+        from ..calibration.decoder_stack import measure_host, measure_prompt_lookup, stack_toml
+
+        host, lookup = measure_host(), measure_prompt_lookup()
+        command = (f"specsim calibrate steps {args.file} --format bench --bench-hardware {args.bench_hardware} "
+                   f"--write-stack {args.write_stack}")
+        text = stack_toml(cal, host, stack_id=args.stack_id, command=command, bench_path=args.file,
+                          hardware=args.bench_hardware, lookup=lookup)
+        write_file_atomically(args.write_stack, text, flag="--write-stack")
+        summary = dict(summary, host=host, prompt_lookup=lookup, stack=args.write_stack)
     if args.json:
         print_json({"summary": summary, "skipped": skipped, "rows": cal.rows.to_dict(orient="records")})
         return 0
@@ -95,6 +124,11 @@ def _run_steps(args) -> int:
           f"worst {summary['worst_relative_error_after']:.1%})")
     if not cal.success:
         print(f"  warning: the solver did not converge: {cal.message}")
+    if args.write_stack:
+        h = summary["host"]
+        print(f"  host work: {h['step_s'] * 1e6:.1f} µs a plain step, {h['cycle_s'] * 1e6:.1f} µs a speculative cycle; "
+              f"prompt lookup {summary['prompt_lookup']['s_per_ktoken'] * 1e6:.1f} µs per 1000 context tokens")
+        print(f"wrote {args.write_stack}")
     return 0
 
 
@@ -326,9 +360,231 @@ def _run_stack_term(args) -> int:
     return 0
 
 
+# ---- machine --------------------------------------------------------------------------------------
+
+def _register_machine(sub) -> None:
+    from ..calibration.machine import FORMATS, MachineConfig
+
+    p = sub.add_parser(
+        "machine", help="this machine as a hardware profile, measured with the reference decoder's kernels",
+        description="Measure this machine with the reference decoder's own kernels: sustained read bandwidth, the "
+        "quantized matrix-vector and matrix-matrix products per weight format and thread count, attention per cached "
+        "token, the per-call floors and the element-wise kernels (median of --repeats, with the spread), and write a "
+        "hardware profile whose every figure names this command. Takes a few minutes.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--out", required=True, help="the hardware TOML to write (e.g. hardware/local.toml)")
+    p.add_argument("--id", default="local", help="the profile's id (its file name's stem in the catalog)")
+    p.add_argument("--repeats", type=int, default=MachineConfig.__dataclass_fields__["repeats"].default,
+                   help="timed repetitions per figure (the median is kept, min and max reported)")
+    p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all numba may use)")
+    p.add_argument("--formats", default=",".join(FORMATS), help="weight formats of the matrix products")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument("--json", action="store_true", help="print every measured table as one JSON object")
+    p.set_defaults(func=_run_machine)
+
+
+def _run_machine(args) -> int:
+    from pathlib import Path
+
+    from ..calibration.machine import MachineConfig, measure_machine
+    from ..errors import OutputError
+    from ..presentation.output import write_file_atomically
+    from .common import parse_list
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise OutputError(f"--out {args.out!r} exists; pass --force to replace it")
+    if out.is_dir():
+        raise OutputError(f"--out {args.out!r} is a folder; expected a TOML file path")
+    threads = parse_list(args.threads, "--threads", int, minimum=1)
+    cfg = MachineConfig(repeats=args.repeats, threads=tuple(threads) if threads else None,
+                        formats=tuple(parse_list(args.formats, "--formats", str)))
+    import sys
+
+    prof = measure_machine(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
+    command = f"specsim calibrate machine --out {args.out}" + (f" --repeats {args.repeats}" if args.repeats != 5 else "")
+    write_file_atomically(args.out, prof.toml(hw_id=args.id, command=command), flag="--out")
+    if args.json:
+        print_json(prof.to_dict())
+        return 0
+    s = prof.summary()
+    print(f"specsim calibrate machine: {s['cpu']}, {s['threads']} threads (median of {cfg.repeats} repeats)")
+    print(f"  memory bandwidth {s['mem_bandwidth_gb_s']:.2f} GB/s ({prof.bandwidth_source})")
+    print(f"  int8 peak {s['peak_int8_tops']:.3f} TOP/s (best Q8_0 product), fp32 peak {s['peak_fp32_tflops']:.3f} TFLOP/s")
+    for fmt, v in s["formats"].items():
+        print(f"  {fmt:<5} matrix-vector {v['matvec_gb_s']:.2f} GB/s, matrix-matrix {v['matmat_tops']:.3f} TOP/s")
+    if s["attention_s_per_cached_token_per_layer"] is not None:
+        print(f"  attention {s['attention_s_per_cached_token_per_layer'] * 1e9:.2f} ns per cached token per layer (M = 1)")
+    print("  floors: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in s["floors_s"].items()))
+    k = s["kernels"]
+    print(f"  [kernels] GEMM curve: bandwidth {k['gemm_bandwidth_frac']:.2f}, compute {k['gemm_compute_frac']:.2f}, "
+          f"overlap p {k['gemm_overlap_exponent']:.2f}, floor {k['gemm_floor_s'] * 1e6:.1f} µs "
+          f"(median |error| {s['gemm_fit_median_abs_error']:.1%})")
+    print(f"wrote {args.out}")
+    return 0
+
+
+# ---- acceptance -------------------------------------------------------------------------------------
+
+def _register_acceptance(sub) -> None:
+    from ..calibration.acceptance_runs import AcceptanceRunConfig
+    from ..calibration.imports import FORMATS
+
+    d = AcceptanceRunConfig.__dataclass_fields__
+    p = sub.add_parser(
+        "acceptance", help="acceptance measured on the reference decoder, or imported from a stack's logs/metrics",
+        description="Without --import: run the reference decoder over the workloads with each of its drafters (the "
+        "trained ones when their weights are installed) at each temperature, and fit the acceptance models (i.i.d. "
+        "alpha, per-position rates, a tree's per-rank vector, the dependence on context and temperature) with "
+        "confidence intervals; --out writes one calibration file per drafter and workload, which a scenario names as "
+        "[acceptance] calibrated = \"<target>/<drafter>/<workload>\". With --import FILE: the same fits from vLLM log "
+        "lines (V0 or V1), a vLLM Prometheus scrape, SGLang's decode log or llama.cpp's speculative summary.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--import", dest="import_file", metavar="FILE", help="a stack's log or metrics file to fit instead")
+    p.add_argument("--format", choices=FORMATS, help="--import: the file's format (default: recognised from its content)")
+    p.add_argument("--model-name", help="--import vllm-prometheus: the model_name label to keep")
+    p.add_argument("--drafters", help="comma-separated decoder drafters (default: every one installed)")
+    p.add_argument("--workloads", default=",".join(d["workloads"].default), help="comma-separated workloads")
+    p.add_argument("--temperatures", default=",".join(f"{t:g}" for t in d["temperatures"].default),
+                   help="comma-separated sampling temperatures")
+    p.add_argument("-k", type=int, default=None, help=f"drafts per cycle (decoder runs default: {d['k'].default}; "
+                   "--import of SGLang's log: the K it ran with)")
+    p.add_argument("--layers", type=int, help="layers of the layer-skip drafter (default: 4/5 of the target's)")
+    p.add_argument("--n-prompts", type=int, default=d["n_prompts"].default, help="prompts per workload and temperature")
+    p.add_argument("--tokens", type=int, default=d["tokens"].default, help="new tokens per prompt")
+    p.add_argument("--seed", type=int, default=d["seed"].default, help="workload and sampling seed")
+    p.add_argument("--threads", type=int, help="numba threads (default: all)")
+    p.add_argument("--model", help="target GGUF (default: the fetched SmolLM2-135M)")
+    p.add_argument("--name", help="--import: the calibration's name, target/drafter/workload (with --out)")
+    p.add_argument("--out", help="folder for the calibration files (<target>__<drafter>__<workload>.toml: the shipped "
+                                 "ones are data/calibrations), summary.csv and report.txt; --import: one calibration "
+                                 "TOML file")
+    p.add_argument("--context-len", type=float, help="--import: the mean context of the traffic the stack served "
+                   "(tokens; recorded as the calibration's reference and coverage)")
+    p.add_argument("--temperature", type=float, help="--import: the sampling temperature of that traffic")
+    p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
+    p.add_argument("--json", action="store_true", help="print the fits as one JSON object")
+    p.set_defaults(func=_run_acceptance)
+
+
+def _run_acceptance(args) -> int:
+    if args.import_file:
+        return _run_acceptance_import(args)
+    import sys
+
+    from ..calibration.acceptance_runs import AcceptanceRunConfig, calibrate_acceptance
+    from ..presentation.output import OutputDir
+    from ..specs.calibrations import calibration_file_name
+    from ..specs.catalog import to_toml
+    from .common import parse_list
+
+    for flag, v in (("--format", args.format), ("--model-name", args.model_name), ("--name", args.name),
+                    ("--context-len", args.context_len), ("--temperature", args.temperature)):
+        if v is not None:
+            raise SpecError(f"{flag} {v!r}: applies to --import only")
+    out = OutputDir(args.out, force=args.force) if args.out else None
+    drafters = parse_list(args.drafters, "--drafters", str)
+    cfg = AcceptanceRunConfig(
+        model=args.model, drafters=tuple(drafters) if drafters else None,
+        workloads=tuple(parse_list(args.workloads, "--workloads", str)),
+        temperatures=tuple(parse_list(args.temperatures, "--temperatures", float, minimum=0.0)),
+        k=4 if args.k is None else args.k, layers=args.layers, n_prompts=args.n_prompts, tokens=args.tokens,
+        seed=args.seed, threads=args.threads)
+    command = "specsim calibrate acceptance " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["calibrate", "acceptance"] \
+        else "specsim calibrate acceptance"
+    res = calibrate_acceptance(cfg, command=command,
+                               progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
+    rows = []
+    for name, t in res.tables.items():
+        a = t["iid"]
+        dep = t["dependence"]
+        rows.append({"name": name, "alpha": a["alpha"], "ci_low": a["ci_low"], "ci_high": a["ci_high"],
+                     "n_cycles": a["n_cycles"], "context_decay_per_token": dep["context_decay_per_token"],
+                     "temperature_slope": dep["temperature_slope"],
+                     **{f"alpha_T{r['temperature']:g}": r.get("alpha") for r in t["runs"]}})
+    summary = pd.DataFrame(rows)
+    report = _acceptance_report(res, summary)
+    if out is not None:
+        with out:
+            for name, t in res.tables.items():
+                out.write_text(calibration_file_name(name), to_toml(t))
+            out.write_text("summary.csv", summary.to_csv(index=False))
+            out.write_text("report.txt", report + "\n")
+    if args.json:
+        print_json({"calibrations": res.tables, "skipped": list(res.skipped)})
+        return 0
+    print(report)
+    if out is not None:
+        print(f"wrote {out.path}/")
+    return 0
+
+
+def _acceptance_report(res, summary) -> str:
+    lines = ["specsim calibrate acceptance: i.i.d. alpha [95 % interval] at the reference (temperature 0, the runs' "
+             "median context); per temperature; dependence on context (1/token) and temperature"]
+    for name, t in res.tables.items():
+        a, dep = t["iid"], t["dependence"]
+        per_t = ", ".join(f"T {r['temperature']:g}: {r['alpha']:.3f}" for r in t["runs"] if "alpha" in r)
+        lines.append(f"  {name:<40} alpha {a['alpha']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}] ({a['n_cycles']} cycles, "
+                     f"context {t['reference']['context_len']:.0f})  {per_t}")
+        lines.append(f"  {'':<40} context decay {dep['context_decay_per_token']:.2e} [{dep['context_decay_ci'][0]:.1e}, "
+                     f"{dep['context_decay_ci'][1]:.1e}]/token, temperature slope {dep['temperature_slope']:.3f} "
+                     f"[{dep['temperature_slope_ci'][0]:.3f}, {dep['temperature_slope_ci'][1]:.3f}]")
+        if "conditional" in t:
+            lines.append(f"  {'':<40} per position " + ", ".join(f"{c:.3f}" for c in t["conditional"]["rates"]))
+        if "rank" in t:
+            lines.append(f"  {'':<40} per rank " + ", ".join(f"{c:.3f}" for c in t["rank"]["rank_acceptance"]))
+    for s in res.skipped:
+        lines.append(f"  skipped {s}")
+    return "\n".join(lines)
+
+
+def _run_acceptance_import(args) -> int:
+    from ..calibration.imports import import_acceptance
+    from ..presentation.output import write_file_atomically
+    from ..specs.catalog import to_toml
+
+    for flag, v in (("--drafters", args.drafters), ("--layers", args.layers), ("--model", args.model),
+                    ("--threads", args.threads)):
+        if v is not None:
+            raise SpecError(f"{flag} {v!r}: applies to decoder runs, not --import")
+    imp = import_acceptance(args.import_file, fmt=args.format, k=args.k, model_name=args.model_name)
+    if args.out:
+        if not args.name or args.name.count("/") != 2:
+            raise SpecError(f"--name {args.name!r}: with --import --out, expected target/drafter/workload (what the "
+                            f"stack served, with which drafter, on what traffic)")
+        target, drafter, workload = args.name.split("/")
+        from ..calibration.imports import calibration_table
+
+        write_file_atomically(args.out, to_toml(calibration_table(imp, name=args.name, target=target, drafter=drafter,
+                                                                  workload=workload, context_len=args.context_len,
+                                                                  temperature=args.temperature,
+                                                                  command=f"specsim calibrate acceptance --import "
+                                                                          f"{args.import_file} --out {args.out}")),
+                              flag="--out")
+    if args.json:
+        print_json(imp.to_dict())
+        return 0
+    f = imp.iid
+    print(f"{args.import_file}: {imp.format}, {imp.n_lines} line(s); K = {imp.k}")
+    print(f"  tokens per cycle τ = {imp.tau:.3f}" + (f" over {imp.n_drafts:.0f} drafts" if imp.n_drafts == imp.n_drafts else ""))
+    band = f" [{f.ci_low:.4f}, {f.ci_high:.4f}]" if f.ci_low == f.ci_low else " (no interval)"
+    print(f"  i.i.d. α = {f.estimate:.4f}{band}: {f.method}")
+    if imp.conditional is not None:
+        c = imp.conditional
+        print("  per position " + ", ".join(f"{e:.3f} [{lo:.3f}, {hi:.3f}]" for e, lo, hi in zip(c.estimate, c.ci_low, c.ci_high)))
+    for n in imp.notes:
+        print(f"  note: {n}")
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 SUBCOMMANDS = {
     "steps": ("a stack's efficiency from measured forward-pass times", _register_steps),
     "operators": ("a part's kernel curve and all-reduce figures from Vidur's operator profiles", _register_operators),
     "host": ("a serving engine's host work per iteration from Vidur's CPU overheads", _register_host),
     "stack-term": ("one host figure of a stack fitted to chosen rows of a replay table", _register_stack_term),
+    "machine": ("this machine as a hardware profile, measured with the decoder's kernels", _register_machine),
+    "acceptance": ("acceptance fitted from decoder runs or from a stack's logs and metrics", _register_acceptance),
 }

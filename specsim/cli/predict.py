@@ -5,7 +5,7 @@ import argparse
 
 from ..specs.scenario import DEFAULTS, Scenario, load_scenario
 from ..speculation.operating_point import ALL_METHODS, resolve
-from ..speculation.predict import predict
+from ..speculation.predict import format_band, predict
 from .common import print_json, table
 
 
@@ -104,14 +104,21 @@ def _run(args) -> int:
             ("tokens per cycle", f"{r['tokens_per_cycle']:.3f}"),
         ]
     rows += [("plain tokens/s", f"{r['baseline_tokens_per_s']:.2f}")]
+    band = r if "speedup_low" in r else None
     if spec:
-        rows += [("speculative tokens/s", f"{r['tokens_per_s']:.2f}"),
-                 ("speedup", f"{r['speedup']:.3f}×" + ("  (a SLOWDOWN: speculation costs more than it saves here)"
-                                                     if r["speedup"] < 1 else "")),
+        tps = f"{r['tokens_per_s']:.2f}" + (f" [{r['tokens_per_s_low']:.2f}, {r['tokens_per_s_high']:.2f}]" if band else "")
+        rows += [("speculative tokens/s", tps),
+                 ("speedup", format_band(r["speedup"], band) + ("  (a SLOWDOWN: speculation costs more than it saves here)"
+                                                             if r["speedup"] < 1 else "")),
                  ("B·q vs ops:byte", f"{r['verify_tokens_in_flight']} tokens vs {r['ridge_flops_per_byte']:.0f} FLOP/byte")]
     rows.append(("memory per device", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in r["memory_per_device_bytes"].items())))
     if op.anchor is not None:
         rows.append(("anchored", f"to the measured baseline: {op.anchor['how']} (predicted "
                                  f"{op.anchor['predicted_step_time_s'] * 1e3:.3f} ms before)"))
+    if band:
+        rows.append(("acceptance band", f"α {r['alpha_low']:.3f}–{r['alpha_high']:.3f}: the {r['level']:.0%} interval of "
+                                        f"calibration {r['calibration']}"))
     print(table(rows, title=f"specsim predict: {r['scenario']}"))
+    for w in (band or {}).get("calibration_warnings", []):
+        print(f"warning: outside the calibration: {w}")
     return 0

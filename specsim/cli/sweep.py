@@ -47,4 +47,14 @@ def _run(args) -> int:
         print(f"skipped {s['method']} on {s['target']} / {s['hardware']} ({s['drafter']}): {s['reason']}")
     for path in figures:
         print(f"wrote {path}")
+    if len(df) and df["speedup_low"].notna().any():
+        from ..speculation.predict import acceptance_band
+
+        b = acceptance_band(op)
+        print(f"acceptance from calibration {b['calibration']}: speedup_low / speedup_high columns hold every point at "
+              f"the ends of its {b['level']:.0%} interval (α {b['alpha_low']:.3f}–{b['alpha_high']:.3f} at the scenario's "
+              f"point, where the speedup lies in "
+              f"{b['speedup_low']:.2f}–{b['speedup_high']:.2f}×)")
+        for w in b["calibration_warnings"]:
+            print(f"warning: outside the calibration: {w}")
     return 0

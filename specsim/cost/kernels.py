@@ -239,8 +239,9 @@ def weights_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tok
 
 def lm_head_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_logit_tokens, tp: int) -> np.ndarray:
     """The vocabulary projection for the positions that need logits (fp32 output)."""
+    rates = dict(_rates(model, hw, eff), weight_bytes_per_elem=model.lm_head_bytes_per_param)
     return gemm_time_s(hw.kernels, n_tokens=n_logit_tokens, k=model.hidden_size, n=model.vocab_size / tp,
-                       out_bytes_per_elem=LOGIT_BYTES, **_rates(model, hw, eff))
+                       out_bytes_per_elem=LOGIT_BYTES, **rates)
 
 
 def activations_time_s(model: ModelSpec, hw: HardwareProfile, n_tokens, tp: int) -> np.ndarray:

@@ -231,7 +231,7 @@ def _weights(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
 
 def _lm_head(model, hw, n_logit_tokens, tp, efficiency) -> OperatorCost:
     eff, bw, _, _, gemm_flops_per_s, _ = _rates(model, hw, efficiency)
-    head_bytes = (model.lm_head_params * model.weight_bytes_per_param + n_logit_tokens * model.vocab_size * LOGIT_BYTES) / tp
+    head_bytes = (model.lm_head_params * model.lm_head_bytes_per_param + n_logit_tokens * model.vocab_size * LOGIT_BYTES) / tp
     head_flops = 2.0 * n_logit_tokens * model.lm_head_params / tp
     if hw.kernels is not None:
         return OperatorCost(head_bytes, head_flops,

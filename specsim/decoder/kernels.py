@@ -465,35 +465,228 @@ def rope(x, positions, inv_freq):
                 x[m, h, 2 * i + 1] = a * s + b * c
 
 
-@njit(**_JIT)
-def _dot(a, b):
-    # a (E,), b (E,): a fixed length, so the vectorized order is the same for every query
-    acc = np.float32(0.0)
-    for j in range(a.shape[0]):
-        acc += a[j] * b[j]
-    return acc
+# -- attention: per kv head, the R = M * H/G query rows that share its keys, in register tiles ----------
+# Scores: a block of up to 4 query rows (held in registers) against one key at a time: 16-lane partial
+# products (lane l sums elements l, l + 16, ... of the head dim, in that order, by fused multiply-adds),
+# then one fixed tree over the 16 lanes (8 + 8, 4 + 4, 2 + 2, 1 + 1). Values: a block of up to 4 output
+# rows held in registers across a run of keys, each key's weight broadcast and fused in (ascending keys).
+# A row's arithmetic is therefore the same whatever block holds it, whatever M and whatever thread split:
+# a verify pass reproduces each single decode step bit for bit. Keys go in tiles of TK, each read once for
+# every row of the thread's share of the kv head. Head dims that are not a multiple of 16 (and CPUs without
+# AVX-512, or SPECSIM_DECODER_PLAIN=1) take plain loops with the same per-row order within each path.
+TK = 64  # keys per tile: 16 KB of keys or values at E = 64, in L1 while every row of the block uses them
+_F32 = ir.FloatType()
+HAVE_AVX512 = bool(_features.get("avx512f", False) and not os.environ.get("SPECSIM_DECODER_PLAIN"))
 
 
-TK = 32  # keys per tile of the score pass: a tile (8 KB at E = 64) stays in L1 while every query row uses it
+def _ir_row_ptrs(builder, ary, rows):
+    """Pointers (float*) to rows `rows` (i64 values) of a 2-D array."""
+    s0, _ = cgutils.unpack_tuple(builder, ary.strides, 2)
+    base = builder.bitcast(ary.data, _I8.as_pointer())
+    return [builder.bitcast(builder.gep(base, [builder.mul(r, s0)]), _F32.as_pointer()) for r in rows]
+
+
+def _ir_loop(builder, lo, hi, body, carried, name):
+    """for t in [lo, hi): carried = body(t, carried); returns the carried values after the loop."""
+    entry = builder.basic_block
+    loop, done = builder.append_basic_block(name + ".loop"), builder.append_basic_block(name + ".done")
+    builder.cbranch(builder.icmp_signed("<", lo, hi), loop, done)
+    builder.position_at_end(loop)
+    t = builder.phi(_I64)
+    phis = [builder.phi(v.type) for v in carried]
+    new = body(t, phis)
+    t2 = builder.add(t, ir.Constant(_I64, 1))
+    end = builder.basic_block
+    t.add_incoming(lo, entry)
+    t.add_incoming(t2, end)
+    for p, v0, v1 in zip(phis, carried, new):
+        p.add_incoming(v0, entry)
+        p.add_incoming(v1, end)
+    builder.cbranch(builder.icmp_signed("<", t2, hi), loop, done)
+    builder.position_at_end(done)
+    res = [builder.phi(v.type) for v in carried]
+    for r, v0, v1 in zip(res, carried, new):
+        r.add_incoming(v0, entry)
+        r.add_incoming(v1, end)
+    return res
+
+
+def _attn_block(kind, rb, nv):
+    """kind "scores": (s (R, W), q (R, E), k (C, E), r0, t0, t1) -> s[r0 + b, t] = the dot of q row r0 + b
+    with key t, t in [t0, t1), b < rb; kind "values": (acc (R, E), p (R, W), v (C, E), r0, t0, t1) ->
+    acc[r0 + b] += p[r0 + b, t] * v[t] for t in [t0, t1) in order. E = 16 nv; f32 2-D arrays, rows
+    contiguous."""
+    v16 = _V(_F32, 16)
+
+    @intrinsic
+    def block(typingctx, a, b, c, r0, t0, t1):
+        if not all(isinstance(x, types.Array) and x.dtype == types.float32 and x.ndim == 2 for x in (a, b, c)) \
+                or not all(isinstance(x, types.Integer) for x in (r0, t0, t1)):
+            return None
+        sig = types.void(a, b, c, r0, t0, t1)
+
+        def codegen(context, builder, signature, args):
+            k = lambda ty, x: ir.Constant(ty, x)  # noqa: E731
+            arys = [context.make_array(t)(context, builder, x) for t, x in zip(signature.args[:3], args[:3])]
+            r0_, t0_, t1_ = (context.cast(builder, x, t, types.int64) for x, t in zip(args[3:], signature.args[3:]))
+            rows = [builder.add(r0_, k(_I64, i)) for i in range(rb)]
+            pa, pb = _ir_row_ptrs(builder, arys[0], rows), _ir_row_ptrs(builder, arys[1], rows)
+            s0, _ = cgutils.unpack_tuple(builder, arys[2].strides, 2)
+            base = builder.bitcast(arys[2].data, _I8.as_pointer())
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3), "llvm.fma.v16f32")
+            vec = lambda ptr, j: builder.bitcast(builder.gep(ptr, [k(_I64, 16 * j)]), v16.as_pointer())  # noqa: E731
+
+            def row_of_c(t):
+                return builder.bitcast(builder.gep(base, [builder.mul(t, s0)]), _F32.as_pointer())
+
+            if kind == "values":
+                init = [builder.load(vec(pa[i], j), align=4) for i in range(rb) for j in range(nv)]
+
+                def body(t, accs):
+                    vv = [builder.load(vec(row_of_c(t), j), align=4) for j in range(nv)]
+                    out = []
+                    for i in range(rb):
+                        w = builder.insert_element(k(v16, None), builder.load(builder.gep(pb[i], [t])), k(_I32, 0))
+                        w = builder.shuffle_vector(w, k(v16, None), k(_V(_I32, 16), [0] * 16))
+                        out += [builder.call(fma, [w, vv[j], accs[i * nv + j]]) for j in range(nv)]
+                    return out
+                res = _ir_loop(builder, t0_, t1_, body, init, "attn_values")
+                for i in range(rb):
+                    for j in range(nv):
+                        builder.store(res[i * nv + j], vec(pa[i], j), align=4)
+            else:
+                qv = [[builder.load(vec(pb[i], j), align=4) for j in range(nv)] for i in range(rb)]
+
+                def half(x, n, upper):
+                    return builder.shuffle_vector(x, k(x.type, None), k(_V(_I32, n), list(range(n * upper, n * upper + n))))
+
+                def body(t, carried):
+                    kv = [builder.load(vec(row_of_c(t), j), align=4) for j in range(nv)]
+                    for i in range(rb):
+                        x = builder.fmul(qv[i][0], kv[0])
+                        for j in range(1, nv):
+                            x = builder.call(fma, [qv[i][j], kv[j], x])
+                        for n in (8, 4, 2):
+                            x = builder.fadd(half(x, n, 0), half(x, n, 1))
+                        total = builder.fadd(builder.extract_element(x, k(_I32, 0)), builder.extract_element(x, k(_I32, 1)))
+                        builder.store(total, builder.gep(pa[i], [t]))
+                    return carried
+                _ir_loop(builder, t0_, t1_, body, [k(_I64, 0)], "attn_scores")
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return block
+
+
+def _plain_block(kind, rb, nv):
+    """The same blocks as plain loops (each row alone, the same order of operations as the IR path up to
+    whether LLVM fuses a multiply and an add, which is then the same for every row)."""
+    e = 16 * nv
+
+    @njit(cache=False, fastmath={"nsz", "arcp", "contract", "afn"}, nogil=True)
+    def block(a, b, c, r0, t0, t1):
+        lanes = np.empty(16, np.float32)
+        for i in range(rb):
+            r = r0 + i
+            if kind == "values":
+                for t in range(t0, t1):
+                    w = b[r, t]
+                    for j in range(e):
+                        a[r, j] = w * c[t, j] + a[r, j]
+            else:
+                for t in range(t0, t1):
+                    for l in range(16):
+                        lanes[l] = b[r, l] * c[t, l]
+                    for j in range(1, nv):
+                        for l in range(16):
+                            lanes[l] = b[r, 16 * j + l] * c[t, 16 * j + l] + lanes[l]
+                    n = 8
+                    while n >= 2:
+                        for l in range(n):
+                            lanes[l] = lanes[l] + lanes[l + n]
+                        n //= 2
+                    a[r, t] = lanes[0] + lanes[1]
+    return block
+
+
+_make = _attn_block if HAVE_AVX512 else _plain_block
+# rows per block by 16-lane chunks of the head dim (registers: rb * nv accumulators, at most 16 of 32)
+_BLOCKS = {nv: (4 if nv <= 4 else 2, _make("scores", 4 if nv <= 4 else 2, nv), _make("scores", 1, nv),
+                _make("values", 4 if nv <= 4 else 2, nv), _make("values", 1, nv)) for nv in (1, 2, 4, 8)}
+(_RB1, _S1A, _S1B, _V1A, _V1B), (_RB2, _S2A, _S2B, _V2A, _V2B) = _BLOCKS[1], _BLOCKS[2]
+(_RB4, _S4A, _S4B, _V4A, _V4B), (_RB8, _S8A, _S8B, _V8A, _V8B) = _BLOCKS[4], _BLOCKS[8]
 
 
 @njit(**_JIT_ORDERED)
-def _group_scores(s, q, k, g, r0, r1, n_shared, mask, scale):
-    # s (R, >= n_rows + 2) f32, R = M * (H/G): row r = m * (H/G) + i is query m, head g * (H/G) + i;
-    # rows [r0, r1) only; column -2 gets each row's max; q (M, H, E); k (C, E) the keys of kv head g; mask (M, W)
-    group, top, n_rows = s.shape[0] // q.shape[0], s.shape[1] - 2, n_shared + mask.shape[1]
-    for t0 in range(0, n_rows, TK):  # each tile of keys is read once, for every query row
-        for r in range(r0, r1):
-            m, sr = r // group, s[r]
-            qr = q[m, g * group + r % group]
-            mx = sr[top] if t0 > 0 else np.float32(-np.inf)
-            for t in range(t0, min(t0 + TK, n_rows)):
-                if t < n_shared or mask[m, t - n_shared]:
-                    sr[t] = _dot(qr, k[t]) * scale
-                    mx = max(mx, sr[t])
-                else:
-                    sr[t] = np.float32(-np.inf)
-            sr[top] = mx
+def _blocks(kind, a, b, c, r0, r1, t0, t1):
+    # rows [r0, r1) against keys [t0, t1): blocks of rb rows, then single rows; kind 0 scores, 1 values
+    nv = c.shape[1] // 16
+    rb = _RB1 if nv == 1 else _RB2 if nv == 2 else _RB4 if nv == 4 else _RB8
+    r = r0
+    while r + rb <= r1:
+        if nv == 1:
+            _S1A(a, b, c, r, t0, t1) if kind == 0 else _V1A(a, b, c, r, t0, t1)
+        elif nv == 2:
+            _S2A(a, b, c, r, t0, t1) if kind == 0 else _V2A(a, b, c, r, t0, t1)
+        elif nv == 4:
+            _S4A(a, b, c, r, t0, t1) if kind == 0 else _V4A(a, b, c, r, t0, t1)
+        else:
+            _S8A(a, b, c, r, t0, t1) if kind == 0 else _V8A(a, b, c, r, t0, t1)
+        r += rb
+    while r < r1:
+        if nv == 1:
+            _S1B(a, b, c, r, t0, t1) if kind == 0 else _V1B(a, b, c, r, t0, t1)
+        elif nv == 2:
+            _S2B(a, b, c, r, t0, t1) if kind == 0 else _V2B(a, b, c, r, t0, t1)
+        elif nv == 4:
+            _S4B(a, b, c, r, t0, t1) if kind == 0 else _V4B(a, b, c, r, t0, t1)
+        else:
+            _S8B(a, b, c, r, t0, t1) if kind == 0 else _V8B(a, b, c, r, t0, t1)
+        r += 1
+
+
+@njit(**_JIT_ORDERED)
+def _generic_blocks(kind, a, b, c, r0, r1, t0, t1):
+    # any head dim: each row alone, elements in order (scores) or keys in order (values)
+    for r in range(r0, r1):
+        for t in range(t0, t1):
+            if kind == 0:
+                acc = np.float32(0.0)
+                for j in range(c.shape[1]):
+                    acc = b[r, j] * c[t, j] + acc
+                a[r, t] = acc
+            else:
+                w = b[r, t]
+                for j in range(c.shape[1]):
+                    a[r, j] = w * c[t, j] + a[r, j]
+
+
+@njit(cache=True, fastmath=True, nogil=True)  # a maximum is exact in any order: this one may vectorize
+def _row_max(row, lo, hi, mx):
+    # row (>= hi,) f32: max(mx, row[lo:hi])
+    for t in range(lo, hi):
+        mx = max(mx, row[t])
+    return mx
+
+
+@njit(cache=True, fastmath=False, nogil=True)
+def _row_sum(row, n, part):
+    # row (>= n,) f32; part (16,) scratch: element t into lane t % 16 in order, then the lanes by a fixed tree
+    for lane in range(16):
+        part[lane] = np.float32(0.0)
+    n16 = n - n % 16
+    for t0 in range(0, n16, 16):
+        for lane in range(16):
+            part[lane] += row[t0 + lane]
+    for t in range(n16, n):
+        part[t - n16] += row[t]
+    w = 8
+    while w >= 1:
+        for lane in range(w):
+            part[lane] += part[lane + w]
+        w //= 2
+    return part[0]
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # IEEE steps: the vector body and the tail give the same bits
@@ -521,82 +714,90 @@ def _exp_row(row, mx, n):
 
 
 @njit(**_JIT_ORDERED)
-def _softmax_rows(s, r0, r1, n_rows):
-    # s (R, >= n_rows + 2), rows [r0, r1): columns [0, n_rows) scores -> exp(score - max); column -1 the
-    # reciprocal of their sum, summed in ascending key order (a masked key adds an exact 0)
-    top = s.shape[1] - 2
+def _head(out, s, qs, acc, part, q, k, v, g, r0, r1, n_shared, mask, scale):
+    # one thread's rows [r0, r1) of kv head g. s (R, >= n_rows + 2): scores, then weights; qs, acc (R, E)
+    # scratch: the rows' queries gathered, their outputs; part (16,); q (M, H, E); k, v (C, E); mask (M, W)
+    group, top, n_rows, e = s.shape[0] // q.shape[0], s.shape[1] - 2, n_shared + mask.shape[1], q.shape[2]
+    blocked = e % 16 == 0 and e <= 128
     for r in range(r0, r1):
-        row, total = s[r], np.float32(0.0)
-        _exp_row(row, s[r, top], n_rows)
-        for t in range(n_rows):
-            total += row[t]
-        row[top + 1] = np.float32(1.0) / total
-
-
-RB = 8  # query rows per sub-block of the value pass: their output rows (2 KB at E = 64) stay in L1
-
-
-@njit(**_JIT_ORDERED)
-def _group_values(out, s, v, g, r0, r1, n_rows):
-    # out (M, H, E); s (R, >= n_rows + 2) from `_softmax_rows`, rows [r0, r1); v (C, E) the values of kv head g.
-    # Keys go in pairs: o + p0 v0 + p1 v1 is two fused multiply-adds in key order, the bits of two single
-    # steps, with one load and store of o; a pair with a zero weight goes as single steps (0 is skipped)
-    group, inv = s.shape[0] // out.shape[0], s.shape[1] - 1
-    for r in range(r0, r1):
-        out[r // group, g * group + r % group, :] = 0.0
-    for t0 in range(0, n_rows, TK):  # each tile of values is read once, for every row
+        qs[r, :] = q[r // group, g * group + r % group, :]
+        acc[r, :] = 0.0
+    for t0 in range(0, n_rows, TK):  # scores, a tile of keys for every row; scale, mask and running max
         t1 = min(t0 + TK, n_rows)
-        for rb in range(r0, r1, RB):
-            mb, hb = rb // group, g * group + rb % group  # query and head of row rb
-            for t in range(t0, t1, 2):  # rows inner: independent sums, each in key order
-                m, h = mb, hb  # query and head of row r
-                for r in range(rb, min(rb + RB, r1)):
-                    p0 = s[r, t] * s[r, inv]
-                    p1 = s[r, t + 1] * s[r, inv] if t + 1 < t1 else np.float32(0.0)
-                    if p0 != 0.0 and p1 != 0.0:
-                        for j in range(v.shape[1]):
-                            out[m, h, j] = out[m, h, j] + p0 * v[t, j] + p1 * v[t + 1, j]
-                    else:
-                        for tt in range(t, min(t + 2, t1)):
-                            p = p0 if tt == t else p1
-                            if p != 0.0:
-                                for j in range(v.shape[1]):
-                                    out[m, h, j] += p * v[tt, j]
-                    h += 1
-                    if h == (g + 1) * group:
-                        m, h = m + 1, g * group
+        if blocked:
+            _blocks(0, s, qs, k, r0, r1, t0, t1)
+        else:
+            _generic_blocks(0, s, qs, k, r0, r1, t0, t1)
+        ts = min(t1, n_shared)
+        for r in range(r0, r1):
+            m, sr = r // group, s[r]
+            mx = sr[top] if t0 > 0 else np.float32(-np.inf)
+            for t in range(t0, ts):
+                sr[t] = sr[t] * scale
+            mx = _row_max(sr, t0, ts, mx)
+            for t in range(max(t0, n_shared), t1):
+                if mask[m, t - n_shared]:
+                    sr[t] = sr[t] * scale
+                    mx = max(mx, sr[t])
+                else:
+                    sr[t] = np.float32(-np.inf)
+            sr[top] = mx
+    for r in range(r0, r1):  # softmax: exp, the sum by lanes and a fixed tree, weights = exp / sum
+        sr = s[r]
+        _exp_row(sr, sr[top], n_rows)
+        inv = np.float32(1.0) / _row_sum(sr, n_rows, part)
+        for t in range(n_rows):
+            sr[t] = sr[t] * inv
+    for t0 in range(0, n_rows, TK):  # values, a tile for every row, keys in order
+        if blocked:
+            _blocks(1, acc, s, v, r0, r1, t0, min(t0 + TK, n_rows))
+        else:
+            _generic_blocks(1, acc, s, v, r0, r1, t0, min(t0 + TK, n_rows))
+    for r in range(r0, r1):
+        out[r // group, g * group + r % group, :] = acc[r, :]
 
 
 @njit(parallel=True, **_JIT_ORDERED)
-def _attention(out, scores, q, k_cache, v_cache, n_shared, mask, n_c):
-    # as `attention`; n_c: chunks of the G * R rows (kv head major), one per thread
+def _attention(out, scores, qs, acc, part, q, k_cache, v_cache, n_shared, mask, n_c):
+    # as `attention`; qs, acc (G, >= R, E) and part (n_c, 16) scratch; n_c: chunks of the G * R rows, one per thread
     n_g, n_rows, group = k_cache.shape[0], n_shared + mask.shape[1], q.shape[1] // k_cache.shape[0]
     rows, scale = q.shape[0] * group, np.float32(1.0 / math.sqrt(q.shape[2]))
     if (out.shape != q.shape or v_cache.shape != k_cache.shape or n_g < 1 or q.shape[1] % n_g != 0
             or k_cache.shape[2] != q.shape[2] or mask.shape[0] != q.shape[0] or n_shared < 0
             or n_rows > k_cache.shape[1] or scores.shape[0] < n_g or scores.shape[1] < rows
-            or scores.shape[2] < n_rows + 2 or n_c < 1):
+            or scores.shape[2] < n_rows + 2 or n_c < 1 or qs.shape[0] < n_g or qs.shape[1] < rows
+            or qs.shape[2] != q.shape[2] or acc.shape != qs.shape or part.shape[0] < n_c or part.shape[1] != 16):
         raise ValueError("attention: shapes of out, scores, q, the caches and the mask do not agree")
     for c in prange(n_c):
         lo, hi = c * n_g * rows // n_c, (c + 1) * n_g * rows // n_c  # rows [lo, hi) of all kv heads
         for g in range(lo // rows, min(n_g, (hi + rows - 1) // rows)):
             r0, r1 = max(lo - g * rows, 0), min(hi - g * rows, rows)
-            s = scores[g, :rows]  # (R, >= n_rows + 2)
-            _group_scores(s, q, k_cache[g], g, r0, r1, n_shared, mask, scale)
-            _softmax_rows(s, r0, r1, n_rows)
-            _group_values(out, s, v_cache[g], g, r0, r1, n_rows)
+            _head(out, scores[g, :rows], qs[g], acc[g], part[c], q, k_cache[g], v_cache[g], g, r0, r1, n_shared,
+                  mask, scale)
+
+
+_ATTN_SCRATCH: dict = {}
 
 
 def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
     """out (M, H, E) f32; scores (G, >= M * H/G, >= n_shared + W + 2) f32 scratch; q (M, H, E);
     k_cache, v_cache (G, C, E); n_shared: cache rows [0, n_shared) seen by every query;
     mask (M, W) bool: query m sees row n_shared + w.
-    Fused: per kv head, the scores of all R = M * H/G query rows (keys outer), a softmax per row, then
-    the values (values outer). The G * R rows, kv head major, are cut into T equal chunks, one per
-    thread: a thread reads each key and value of a kv head once for all its rows of that head, and a
-    kv head is read by two threads only where a chunk boundary cuts it. A row's arithmetic is the
-    same whatever M, T and the other rows are."""
-    _attention(out, scores, q, k_cache, v_cache, n_shared, mask, get_num_threads())
+    Fused per kv head: the scores of all R = M * H/G query rows (key tiles outer, register blocks of
+    rows), a softmax per row, then the values (tiles outer, register blocks of rows). The G * R rows,
+    kv head major, are cut into T equal chunks, one per thread: a thread reads each key and value of a
+    kv head once for all its rows of that head. A row's arithmetic is the same whatever M, T and the
+    other rows are (see the section comment)."""
+    n_c = get_num_threads()
+    g, rows, e = k_cache.shape[0], q.shape[0] * (q.shape[1] // max(k_cache.shape[0], 1)), q.shape[2]
+    key = (g, rows, e, n_c)
+    scratch = _ATTN_SCRATCH.get(key)
+    if scratch is None:
+        if len(_ATTN_SCRATCH) > 32:
+            _ATTN_SCRATCH.clear()
+        scratch = _ATTN_SCRATCH[key] = (np.zeros((g, rows, e), np.float32), np.zeros((g, rows, e), np.float32),
+                                        np.zeros((n_c, 16), np.float32))
+    _attention(out, scores, scratch[0], scratch[1], scratch[2], q, k_cache, v_cache, n_shared, mask, n_c)
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # no reassociation: it would undo the two-part ln 2

@@ -27,7 +27,7 @@ from ..errors import SpecError, field_error, reject_unknown_keys
 from ..speculation.acceptance import alpha_from_tau
 from ..speculation.families import FAMILIES, TREE_METHODS
 from ..speculation.operating_point import OperatingPoint, check_context, memory_parts
-from ..speculation.predict import grid
+from ..speculation.predict import band_grid, grid
 
 CATEGORICAL = ("hardware", "target", "method", "drafter", "stack", "tp", "attention", "temperature")
 NUMERIC = ("k", "tree_size", "batch_size", "context_len", "alpha", "tau")
@@ -37,7 +37,8 @@ SWEEP_KEYS = CATEGORICAL + NUMERIC + OTHER_KEYS
 COLUMNS = ("hardware", "target", "drafter", "method", "stack", "tp", "attention", "temperature", "k", "tree_size",
            "is_tree", "batch_size", "context_len", "alpha", "tokens_per_cycle", "draft_time_s", "verify_time_s",
            "cycle_overhead_s", "cycle_time_s", "target_step_time_s", "verify_q_len", "tokens_per_s",
-           "baseline_tokens_per_s", "speedup", "regression", "memory_per_device_bytes", "fits", "alpha_effective")
+           "baseline_tokens_per_s", "speedup", "regression", "memory_per_device_bytes", "fits", "alpha_effective",
+           "speedup_low", "speedup_high")  # the last two: a calibrated acceptance's interval carried through (else NaN)
 
 
 def _as_list(value) -> list:
@@ -219,6 +220,10 @@ def _evaluate_combo(shared, combo):
     cols["memory_per_device_bytes"] = np.broadcast_to(mem, g.shape).ravel()
     cols["fits"] = cols["memory_per_device_bytes"] <= point.hardware.memory_bytes
     cols["alpha_effective"] = g.alpha_effective.ravel()
+    ends = band_grid(point, k=axes["k"], tree_size=axes["tree_size"] if tree else None, batch_size=axes["batch_size"],
+                     context_len=contexts) if alphas is None else None
+    cols["speedup_low"] = ends[0].speedup.ravel() if ends else np.full(n, np.nan)
+    cols["speedup_high"] = ends[1].speedup.ravel() if ends else np.full(n, np.nan)
     cols["_n"] = n
     return cols, skips, first[0] if first else None
 

@@ -122,6 +122,7 @@ class ThresholdPolicy:
     per_batch: list
     notes: list = field(default_factory=list)
     configs: dict = field(default_factory=dict)
+    band: dict | None = None  # a calibrated acceptance's interval carried through (speculation.predict.acceptance_band)
 
     @property
     def batch_off(self) -> int | None:
@@ -131,7 +132,7 @@ class ThresholdPolicy:
         out = {k: getattr(self, k) for k in ("scenario", "method", "hardware", "target", "drafter", "alpha",
                                             "context_len", "margin", "deployed_k", "alpha_off",
                                             "alpha_off_deployed_k", "alpha_off_ratio", "bands", "per_batch", "notes",
-                                            "configs")}
+                                            "configs", "band")}
         out["batch_off"] = self.batch_off
         out["recommended"] = self.recommended.to_dict()
         out["answers"] = {name: a.to_dict() for name, a in self.answers.items()}
@@ -218,7 +219,27 @@ def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None,
                              alpha_off_deployed_k=alpha_off_k, alpha_off_ratio=ratio, bands=bands, per_batch=per_batch,
                              notes=notes)
     configs = stack_configs(policy, drafter_model=st.drafter_model)
-    return ThresholdPolicy(**{**{k: getattr(policy, k) for k in policy.__dataclass_fields__}, "configs": configs})
+    band = _acceptance_band(op, recommended, workload=workload, max_batch_serving=max_batch_serving, kw=kw)
+    return ThresholdPolicy(**{**{k: getattr(policy, k) for k in policy.__dataclass_fields__}, "configs": configs,
+                              "band": band})
+
+
+def _acceptance_band(op: OperatingPoint, recommended: SwitchOff, *, workload, max_batch_serving, kw) -> dict | None:
+    """With a calibrated acceptance: the speedup band at the point and the recommended switch-off batch
+    under the same assumption at each end of the calibration's α interval."""
+    from ..speculation.predict import acceptance_band, with_alpha
+
+    band = acceptance_band(op)
+    if band is None:
+        return None
+    cal = op.acceptance.calibration
+    retune = recommended.retune_k
+    for end, a in (("low", cal.alpha_low), ("high", cal.alpha_high)):
+        x = with_alpha(op, a)
+        off = switch_off_point(x, retune_k=retune, workload=workload,
+                               max_batch_speculative=max_batch_serving if workload is not None else None, **kw)
+        band[f"batch_off_{end}"] = off.batch_off
+    return band
 
 
 def recommended_switch_off(op: OperatingPoint, *, decode_only: bool = False, margin: float | None = None) -> SwitchOff:
@@ -315,6 +336,15 @@ def format_policy(p: ThresholdPolicy) -> str:
                                       f"switch OFF at batch size ≥ {r.batch_off}" if r.batch_off is not None else
                                       f"keep it on: it pays at every batch to {r.batch_limit}"))
     lines.append(f"    assumes {r.assumptions}")
+    if p.band is not None:
+        b = p.band
+        show = lambda x: "never pays" if x is not None and x <= 1 else (f"≥ {x}" if x is not None else "none")  # noqa: E731
+        lines.append(f"    across the calibration's α {b['alpha_low']:.3f}–{b['alpha_high']:.3f} ({b['level']:.0%} interval of "
+                     f"{b['calibration']}): switch-off at α low {show(b['batch_off_low'])}, at α high "
+                     f"{show(b['batch_off_high'])}; speedup at the scenario's batch {b['speedup_low']:.2f}–"
+                     f"{b['speedup_high']:.2f}×")
+        for w in b["calibration_warnings"]:
+            lines.append(f"    warning: outside the calibration: {w}")
     lines += ["", "  switch-off by assumption:"]
     for name, a in p.answers.items():
         mark = "*" if a is r else " "

@@ -117,6 +117,7 @@ class ModelSpec:
     sliding_window: int = 0
     weight_format: str = "bf16"
     weight_bits: float = 16.0
+    lm_head_weight_format: str = ""  # the LM head's (tied: the embedding's) own format; "" = weight_format
     compute_dtype: str = "bf16"
     kv_cache_dtype: str = "bf16"
     moe: MoESpec | None = None
@@ -157,6 +158,9 @@ class ModelSpec:
                               "> 0 exactly when architecture = 'encoder-decoder'")
         if not (isinstance(self.weight_bits, (int, float)) and 1.0 <= self.weight_bits <= 32.0):
             raise field_error(where, "weight_bits", self.weight_bits, "bits per weight in [1, 32]")
+        if self.lm_head_weight_format and self.lm_head_weight_format not in WEIGHT_FORMATS:
+            raise field_error(where, "lm_head_weight_format", self.lm_head_weight_format,
+                              f"one of {', '.join(WEIGHT_FORMATS)} (or absent: the weight format)")
         if self.kv_cache_dtype not in KV_DTYPES:
             raise field_error(where, "kv_cache_dtype", self.kv_cache_dtype, f"one of {sorted(KV_DTYPES)}")
         if self.moe is not None:
@@ -179,6 +183,14 @@ class ModelSpec:
     @property
     def weight_bytes_per_param(self) -> float:
         return self.weight_bits / 8.0
+
+    @property
+    def lm_head_bytes_per_param(self) -> float:
+        """Bytes per weight of the LM head (and of a tied embedding): GGUF files often keep it in a
+        wider format than the layers (Q8_0 or Q6_K beside Q4 layers)."""
+        if not self.lm_head_weight_format:
+            return self.weight_bytes_per_param
+        return WEIGHT_FORMATS[self.lm_head_weight_format][0] / 8.0
 
     @property
     def kv_bytes_per_elem(self) -> float:
@@ -318,7 +330,8 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> float:
-        return (self.n_params + self.mtp_params) * self.weight_bytes_per_param
+        head = self.lm_head_params * (self.lm_head_bytes_per_param - self.weight_bytes_per_param)
+        return (self.n_params + self.mtp_params) * self.weight_bytes_per_param + head
 
     # ---- KV cache ---------------------------------------------------------------------------------
     @property
@@ -337,14 +350,14 @@ class ModelSpec:
             raise field_error(f"model {self.id!r}", "weight_format", fmt, f"one of {', '.join(WEIGHT_FORMATS)}")
         bits, compute = WEIGHT_FORMATS[fmt]
         from dataclasses import replace
-        return replace(self, weight_format=fmt, weight_bits=bits, compute_dtype=compute)
+        return replace(self, weight_format=fmt, weight_bits=bits, compute_dtype=compute, lm_head_weight_format="")
 
 
 _INT_KEYS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "ffn_size", "vocab_size",
              "n_encoder_layers", "max_context", "sliding_window", "n_mtp_layers", "relative_attention_num_buckets")
 _TOP_KEYS = {"id", "name", "tokenizer", "ffn_kind", "tied_embeddings", "attention_bias", "qk_norm",
              "position_encoding", "relative_attention_num_buckets", "architecture",
-             "weight_format", "weight_bits", "kv_cache_dtype", "moe", "mla", "aliases", "published_params_b",
+             "weight_format", "weight_bits", "lm_head_weight_format", "kv_cache_dtype", "moe", "mla", "aliases", "published_params_b",
              "sources", "notes", *_INT_KEYS}
 _MOE_KEYS = {"n_experts", "n_experts_per_token", "n_shared_experts", "expert_ffn_size", "n_dense_layers"}
 _MLA_KEYS = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}

@@ -45,7 +45,9 @@ class Acceptance:
     tau_given: a measured τ (tokens per cycle, bonus included), used as is at the point it was
     measured, tau_point = (K, tree size, context, temperature) of the scenario that gave it (the
     model holds the i.i.d. α that gives it at K, which stands in everywhere else).
-    n_ranks, rank_decay: how α becomes a per-rank vector for trees. source: where it came from."""
+    n_ranks, rank_decay: how α becomes a per-rank vector for trees. source: where it came from.
+    calibration: the `specs.calibrations.AcceptanceCalibration` the model came from (its intervals
+    and coverage), when the scenario named one; workload: what the scenario says it is for."""
 
     model: AcceptanceModel | None
     tau_given: float | None = None
@@ -53,6 +55,8 @@ class Acceptance:
     n_ranks: int = DEFAULT_N_RANKS
     rank_decay: float = DEFAULT_RANK_DECAY
     source: str = ""
+    calibration: object = None
+    workload: str | None = None
 
     def alpha_at(self, context_len, temperature) -> np.ndarray | None:
         """The i.i.d. α at context L and temperature T (for per-position rates: the first one's)."""
@@ -305,9 +309,9 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
     reference point of the acceptance model (so overriding the context moves along the model)."""
     raw = dict(scenario.section("acceptance"))
     where = f"scenario {scenario.path or scenario.name!r} [acceptance]"
-    reject_unknown_keys(where, raw, ACCEPTANCE_KEYS + ("calibrated",))
-    if "calibrated" in raw:
-        raise field_error(where, "calibrated", raw["calibrated"], "a calibration name (not available in this version)")
+    reject_unknown_keys(where, raw, ACCEPTANCE_KEYS + ("calibrated", "workload"))
+    if "workload" in raw and "calibrated" not in raw:
+        raise field_error(where, "workload", raw["workload"], "absent unless [acceptance] calibrated names a calibration")
     for key in ("context_decay_per_token", "reference_context_len", "temperature_slope", "reference_temperature",
                 "rank_decay"):
         if key in raw and (isinstance(raw[key], bool) or not isinstance(raw[key], (int, float))
@@ -319,6 +323,8 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
     rank_decay = float(raw.get("rank_decay", DEFAULT_RANK_DECAY))
     if not 0.0 <= rank_decay <= 1.0:
         raise field_error(where, "rank_decay", rank_decay, "a fraction in [0, 1]")
+    if "calibrated" in raw:
+        return _calibrated(scenario, raw, where, n_ranks, rank_decay)
     dependence = dict(context_decay_per_token=raw.get("context_decay_per_token", 0.0),
                       temperature_slope=raw.get("temperature_slope", 0.0),
                       reference_context_len=raw.get("reference_context_len", reference.context_len),
@@ -359,6 +365,29 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     return Acceptance(model=model, tau_given=tau_given, n_ranks=n_ranks, rank_decay=rank_decay, source=source)
+
+
+def _calibrated(scenario: Scenario, raw: dict, where: str, n_ranks: int, rank_decay: float) -> Acceptance:
+    """The i.i.d. α of a calibration (`specs.calibrations`) at its reference context and temperature,
+    with its fitted dependence on both; the calibration rides along for its intervals and coverage."""
+    from ..specs.calibrations import load_calibration
+
+    clash = [k for k in raw if k not in ("calibrated", "workload", "n_ranks", "rank_decay")]
+    clash += [k for k in ("alpha", "tau") if getattr(scenario, k) is not None]
+    if clash:
+        raise field_error(where, clash[0], raw.get(clash[0], getattr(scenario, clash[0], None)),
+                          "absent: [acceptance] calibrated gives the acceptance and its dependence")
+    try:
+        cal = load_calibration(raw["calibrated"])
+        model = AcceptanceModel(alpha=cal.alpha, context_decay_per_token=cal.context_decay_per_token,
+                                temperature_slope=cal.temperature_slope,
+                                reference_context_len=cal.reference_context_len,
+                                reference_temperature=cal.reference_temperature)
+        acc = Acceptance(model=model, n_ranks=n_ranks, rank_decay=rank_decay, calibration=cal,
+                         workload=raw.get("workload"), source=f"calibration {cal.name} ({cal.path}; {cal.command})")
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return acc
 
 
 def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size, ctx_len, k,

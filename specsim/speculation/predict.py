@@ -8,7 +8,7 @@ expected tokens per cycle the point's acceptance gives. All three read the point
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,6 +29,7 @@ class Prediction:
     verify_step: StepCost
     cycle: CycleTimes
     verify_q_len: int = 1
+    band: dict | None = None  # from a calibrated acceptance's interval: see `acceptance_band`
 
     def to_dict(self) -> dict:
         op, c = self.point, self.cycle
@@ -46,6 +47,8 @@ class Prediction:
         }
         if self.draft_step is not None:
             out["draft_step"] = self.draft_step.breakdown()
+        if self.band is not None:
+            out.update(self.band)
         return out
 
 
@@ -103,7 +106,42 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
                           attention=dep.attention, efficiency=dep.eff)
     _check_finite(op, cyc)
     return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
-                      verify_q_len=q)
+                      verify_q_len=q, band=acceptance_band(op))
+
+
+def with_alpha(op: OperatingPoint, alpha: float) -> OperatingPoint:
+    """The point with its i.i.d. α at the acceptance model's reference replaced (its dependence on
+    context and temperature kept), and no calibration attached."""
+    acc = op.require_acceptance()
+    return replace(op, acceptance=replace(acc, model=replace(acc.model, alpha=float(alpha)), calibration=None))
+
+
+def acceptance_band(op: OperatingPoint) -> dict | None:
+    """For a point whose acceptance comes from a calibration (`[acceptance] calibrated`): speedup and
+    tokens/s at the ends of the calibration's interval for α (the same dependence on context and
+    temperature applies), and the ways the point lies outside what the calibration covered. None
+    otherwise."""
+    cal = op.acceptance.calibration if op.speculative else None
+    if cal is None or op.acceptance.model is None or op.acceptance.model.alpha is None:
+        return None
+    ends = {}
+    for end, a in (("low", cal.alpha_low), ("high", cal.alpha_high)):
+        at = with_alpha(op, a)
+        c = predict(at, check_memory=False).cycle
+        ends[end] = (at.alpha, float(c.speedup), float(c.tokens_per_s))
+    warn = cal.coverage_warnings(context_len=op.context_len, temperature=op.temperature, method=op.method,
+                                 workload=op.acceptance.workload, k=op.k if op.drafter.family.uses_k else None,
+                                 target=op.target.id)
+    return {"calibration": cal.name, "level": cal.level, "alpha_low": ends["low"][0], "alpha_high": ends["high"][0],
+            "speedup_low": ends["low"][1], "speedup_high": ends["high"][1], "tokens_per_s_low": ends["low"][2],
+            "tokens_per_s_high": ends["high"][2], "calibration_warnings": warn}
+
+
+def format_band(value: float, band: dict | None, key: str = "speedup", unit: str = "×") -> str:
+    """'1.54× [1.49, 1.60]': a predicted figure with the calibration's band (just the figure without one)."""
+    if band is None:
+        return f"{value:.2f}{unit}"
+    return f"{value:.2f}{unit} [{band[key + '_low']:.2f}, {band[key + '_high']:.2f}]"
 
 
 def _scheduled_cycle(op: OperatingPoint) -> CycleTimes:
@@ -169,4 +207,14 @@ def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context
     return g
 
 
-__all__ = ["Prediction", "predict", "grid", "tokens_per_cycle_at"]
+__all__ = ["Prediction", "predict", "grid", "tokens_per_cycle_at", "acceptance_band", "with_alpha", "format_band",
+           "band_grid"]
+
+
+def band_grid(op: OperatingPoint, **axes) -> tuple[GridResult, GridResult] | None:
+    """`grid(op, **axes)` at the low and the high end of a calibrated acceptance's interval (None when
+    the acceptance is not calibrated, or when the grid sets α itself)."""
+    cal = op.acceptance.calibration
+    if cal is None or axes.get("alpha") is not None or op.acceptance.model is None or op.acceptance.model.alpha is None:
+        return None
+    return grid(with_alpha(op, cal.alpha_low), **axes), grid(with_alpha(op, cal.alpha_high), **axes)

@@ -1,0 +1,459 @@
+"""Acceptance calibrated on the reference decoder: run each drafter over each workload at several
+temperatures, record every cycle, and fit the acceptance models with `speculation.acceptance`'s
+estimators (`specsim calibrate acceptance`).
+
+What is recorded per cycle: the tokens drafted (a chain's length, a tree's depth; 0 when a prompt
+lookup found no match), the drafts accepted, the context length the cycle ran at, and for trees the
+rank of each accepted node and the ranks examined before it. What is fitted, per drafter and
+workload (the reference is temperature 0 and the median context of its cycles):
+
+- i.i.d. α: under the i.i.d. model every drafted position the verifier examines is one Bernoulli(α)
+  trial (a cycle with A accepted of K drafted is A successes and, when A < K, one failure), so the
+  truncated-geometric MLE with per-cycle draft lengths is `fit_iid_alpha` over those trials (K = 1),
+  with its likelihood-ratio interval;
+- per-position conditional rates c_i: position i is tried when the cycle drafted at least i tokens
+  and accepted the first i − 1; each c_i is the same binomial fit over its trials;
+- a tree's per-rank vector: `fit_rank_acceptance` over the counts of each rank examined / accepted;
+- dependence on context length and temperature: α(L, T) = α_ref·exp(−λ (L − L_ref) − s (T − T_ref))
+  (`AcceptanceModel`'s form) fitted by maximum likelihood over every trial of every temperature, with
+  profile-likelihood intervals for λ and s.
+
+The result is one calibration file per (drafter, workload) in the layout `specs.calibrations` reads.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import brentq, minimize
+from scipy.special import chdtri, expit, logit
+
+from ..errors import SpecError
+from ..speculation.acceptance import fit_iid_alpha, fit_rank_acceptance
+
+# decoder drafter -> analytical drafter family (specsim.speculation.families)
+FAMILY = {"prompt-lookup": "prompt_lookup", "layer-skip": "layer_skip", "tree": "layer_skip",
+          "draft-model": "draft_model", "medusa": "medusa", "eagle": "eagle"}
+TEMPERATURES = (0.0, 0.7, 1.0)
+WORKLOADS = ("code-edit", "prose")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleRecord:
+    """Every cycle of one (drafter, workload, temperature) run, as arrays of length n_cycles, and a
+    tree's rank counts (accepted[r], tried[r]) when the drafter drafts trees."""
+
+    drafter: str
+    workload: str
+    temperature: float
+    verify: str
+    k: int
+    drafted: np.ndarray
+    accepted: np.ndarray
+    context_len: np.ndarray
+    rank_accepted: np.ndarray | None = None
+    rank_tried: np.ndarray | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceRunConfig:
+    """drafters: decoder drafters to run (None: every one this install has, `available_drafters`);
+    k: drafts per cycle of the chain drafters; layers: the layer-skip drafter's layers (None: 4/5 of the
+    target's); n_prompts and tokens: per workload and temperature; level: of every interval."""
+
+    model: object = None
+    drafters: tuple | None = None
+    workloads: tuple = WORKLOADS
+    temperatures: tuple = TEMPERATURES
+    k: int = 4
+    layers: int | None = None
+    n_prompts: int = 3
+    tokens: int = 96
+    seed: int = 0
+    level: float = 0.95
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("k", "n_prompts", "tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"--{name.replace('_', '-')} {v!r}: expected an integer >= 1")
+        if not self.temperatures or any(not isinstance(t, (int, float)) or isinstance(t, bool) or not t >= 0
+                                        or not math.isfinite(t) for t in self.temperatures):
+            raise SpecError(f"--temperatures {self.temperatures!r}: expected finite numbers >= 0")
+        if not 0 < self.level < 1:
+            raise SpecError(f"--level {self.level!r}: expected a number in (0, 1)")
+        if self.drafters is not None:
+            bad = [d for d in self.drafters if d not in FAMILY]
+            if bad:
+                raise SpecError(f"--drafters {bad[0]!r}: expected among {', '.join(FAMILY)}")
+        from ..decoder.workloads import WORKLOADS as KNOWN
+
+        bad = [w for w in self.workloads if w not in KNOWN]
+        if bad or not self.workloads:
+            raise SpecError(f"--workloads {','.join(self.workloads)}: expected among {', '.join(KNOWN)}")
+
+
+def available_drafters(target, *, k: int, layers: int | None = None) -> dict:
+    """name -> (build(capacity) -> drafter, note): the decoder's drafters, and the trained ones whose
+    weights this install holds (specsim/decoder/weights)."""
+    from ..decoder import drafters as D
+    from ..decoder import run, trained
+    from ..speculation.trees import from_choices
+
+    n = max(1, (4 * target.config.n_layer) // 5) if layers is None else layers
+    if not 1 <= n <= target.config.n_layer:
+        raise SpecError(f"--layers {layers}: expected 1..{target.config.n_layer}")
+    from dataclasses import fields
+
+    default_tree = next(f.default for f in fields(run.RunConfig) if f.name == "tree")
+    tree = from_choices(run.parse_tree(default_tree))
+    out = {
+        "prompt-lookup": (lambda cap: D.PromptLookupDrafter(k=k), f"k = {k}, n-grams 1..3 (earliest longest match)"),
+        "layer-skip": (lambda cap: D.layer_skip(target, k=k, n_layers=n, capacity=cap),
+                       f"k = {k}, the first {n} of {target.config.n_layer} layers + the LM head"),
+        "tree": (lambda cap: D.TreeDrafter(D.layer_skip(target, k=1, n_layers=n, capacity=cap), tree),
+                 f"tree {default_tree} ({tree.n_nodes} nodes) from the layer-skip drafter's top-k"),
+    }
+    w = trained.weights_dir()
+    if (w / trained.DRAFT_GGUF).is_file():
+        out["draft-model"] = (lambda cap: D.distilled(target, k=k, capacity=cap), f"k = {k}, the distilled draft model")
+    if (w / trained.MEDUSA_NPZ).is_file():
+        out["medusa"] = (lambda cap: trained.MedusaDrafter(target), "Medusa heads, the shipped tree")
+    if (w / trained.EAGLE_NPZ).is_file():
+        out["eagle"] = (lambda cap: trained.EagleDrafter(target, capacity=cap), "EAGLE head, dynamic tree")
+    return out
+
+
+class _Recorder:
+    """Wraps a drafter, keeping each draft (to find a tree's accepted ranks afterwards)."""
+
+    def __init__(self, inner):
+        self.inner, self.drafts = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def propose(self, context, sampling, rng):
+        d = self.inner.propose(context, sampling, rng)
+        self.drafts.append(d)
+        return d
+
+
+def _rank_counts(drafts, cycles, tokens, n_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(accepted[r], tried[r]) of a tree drafter's cycles: the accepted path is found by walking the
+    tree along the emitted tokens; at each node of the path, the children of rank below the accepted
+    one were examined and rejected, the accepted one examined and accepted; at the path's last node
+    every child was examined and rejected."""
+    acc, tried = np.zeros(n_ranks), np.zeros(n_ranks)
+    pos = 1  # tokens[0] came from the prefill
+    for d, c in zip(drafts, cycles):
+        tree, toks = d.tree, d.tokens
+        node = 0
+        for j in range(c.n_accepted + 1):
+            kids = tree.children(node)
+            taken = None
+            if j < c.n_accepted:
+                match = [int(ch) for ch in kids if toks[ch] == tokens[pos + j]]
+                taken = match[0] if match else None
+            for ch in kids:
+                r = int(tree.ranks[ch])
+                if taken is None or r <= int(tree.ranks[taken]):
+                    tried[r] += 1
+                    acc[r] += ch == taken
+            if taken is None:
+                break
+            node = taken
+        pos += c.n_accepted + 1
+    return acc, tried
+
+
+def run_drafter(target, build, *, name: str, workload: str, temperature: float, k: int, prompts, tokens: int,
+                seed: int) -> CycleRecord:
+    """Speculative decoding of `prompts` (token-id lists) with a fresh drafter from `build(capacity)`;
+    every cycle recorded."""
+    from ..decoder import generate as gen
+    from ..decoder import sampling as samp
+
+    sampling = samp.SamplingParams(temperature=float(temperature))
+    drafted, accepted, ctx = [], [], []
+    ranks_a, ranks_t = None, None
+    t0 = time.perf_counter()
+    verify = "greedy"
+    for i, prompt in enumerate(prompts):
+        drafter = _Recorder(build(len(prompt) + tokens + 64))
+        if temperature > 0:
+            verify = "rejection" if getattr(drafter.inner, "gives_q", False) else "onehot"
+        g = gen.generate_speculative(target, drafter, prompt, tokens, mode=verify, sampling=sampling, seed=seed, index=i)
+        length = len(prompt) + 1
+        for c in g.cycles:
+            drafted.append(c.n_drafted)
+            accepted.append(c.n_accepted)
+            ctx.append(length)
+            length += c.n_accepted + 1
+        if any(d.tree.n_nodes - 1 > d.tree.max_depth for d in drafter.drafts):  # a tree: count ranks
+            n_r = 1 + max(int(d.tree.ranks.max()) for d in drafter.drafts)
+            a, t = _rank_counts(drafter.drafts, g.cycles, g.tokens, n_r)
+            if ranks_a is None:
+                ranks_a, ranks_t = a, t
+            else:
+                m = max(ranks_a.size, a.size)
+                ranks_a = np.pad(ranks_a, (0, m - ranks_a.size)) + np.pad(a, (0, m - a.size))
+                ranks_t = np.pad(ranks_t, (0, m - ranks_t.size)) + np.pad(t, (0, m - t.size))
+    return CycleRecord(drafter=name, workload=workload, temperature=float(temperature), verify=verify, k=k,
+                       drafted=np.array(drafted, np.int64), accepted=np.array(accepted, np.int64),
+                       context_len=np.array(ctx, np.int64), rank_accepted=ranks_a, rank_tried=ranks_t,
+                       seconds=time.perf_counter() - t0)
+
+
+# ---- fits -------------------------------------------------------------------------------------------
+
+def bernoulli_trials(drafted, accepted) -> tuple[np.ndarray, np.ndarray]:
+    """Each cycle as the Bernoulli trials the verifier ran: A successes, and one failure when A < the
+    drafted length. Returns (outcome (n_trials,) 0/1, cycle index of each trial)."""
+    d = np.asarray(drafted, np.int64)
+    a = np.asarray(accepted, np.int64)
+    if np.any(a > d) or np.any(a < 0):
+        raise SpecError("cycle records: accepted drafts must lie in [0, drafted]")
+    fail = (a < d).astype(np.int64)
+    n = a + fail
+    idx = np.repeat(np.arange(d.size), n)
+    # within a cycle: A ones then (when it failed) a zero
+    offs = np.arange(idx.size) - np.repeat(np.cumsum(n) - n, n)
+    outcome = (offs < np.repeat(a, n)).astype(np.int64)
+    return outcome, idx
+
+
+def fit_iid(drafted, accepted, *, level: float):
+    """i.i.d. α over per-cycle draft lengths: `fit_iid_alpha` over the cycles' Bernoulli trials."""
+    outcome, _ = bernoulli_trials(drafted, accepted)
+    if outcome.size == 0:
+        return None
+    return fit_iid_alpha(outcome, 1, level=level)
+
+
+def fit_positions(drafted, accepted, *, k: int, level: float) -> list:
+    """Per-position conditional rates: position i is tried in the cycles that drafted >= i tokens and
+    accepted the first i − 1; each rate is `fit_iid_alpha` over its trials (a binomial)."""
+    d, a = np.asarray(drafted), np.asarray(accepted)
+    out = []
+    for i in range(1, k + 1):
+        tried = (d >= i) & (a >= i - 1)
+        out.append(fit_iid_alpha((a[tried] >= i).astype(np.int64), 1, level=level) if tried.any() else None)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DependenceFit:
+    """α(L, T) = α_ref·exp(−λ (L − L_ref) − s (T − T_ref)) by maximum likelihood over Bernoulli trials;
+    intervals by profile likelihood at `level`. fixed_*: a term not identifiable from the data (one
+    context, one temperature) is held at 0 with a zero-width interval."""
+
+    alpha_ref: float
+    context_decay_per_token: float
+    context_decay_ci: tuple
+    temperature_slope: float
+    temperature_slope_ci: tuple
+    reference_context_len: float
+    reference_temperature: float
+    level: float
+    n_trials: int
+    notes: tuple = field(default=())
+
+
+def fit_dependence(outcome, context_len, temperature, *, reference_context_len: float, reference_temperature: float,
+                   level: float = 0.95) -> DependenceFit:
+    y = np.asarray(outcome, float)
+    dl = np.asarray(context_len, float) - reference_context_len
+    dt = np.asarray(temperature, float) - reference_temperature
+    if y.size == 0:
+        raise SpecError("dependence fit: no trials")
+    free_l = np.ptp(dl) > 0
+    free_t = np.ptp(dt) > 0
+    scale_l = max(float(np.ptp(dl)), 1.0)  # λ in units of 1/range for the optimiser
+    notes = []
+
+    def nll(theta, lam=None, s=None):
+        a = expit(theta[0])
+        i = 1
+        if lam is None:
+            lam = theta[i] / scale_l if free_l else 0.0
+            i += free_l
+        if s is None:
+            s = theta[i] if free_t else 0.0
+        p = np.clip(a * np.exp(-lam * dl - s * dt), 1e-12, 1 - 1e-12)
+        return -float(np.sum(y * np.log(p) + (1 - y) * np.log1p(-p)))
+
+    a0 = min(max(y.mean(), 1e-3), 1 - 1e-3)
+    x0 = np.array([logit(a0)] + [0.0] * (int(free_l) + int(free_t)))
+    best = minimize(nll, x0, method="Nelder-Mead", options=dict(xatol=1e-9, fatol=1e-10, maxiter=20000))
+    lam_hat = best.x[1] / scale_l if free_l else 0.0
+    s_hat = best.x[1 + int(free_l)] if free_t else 0.0
+    half = 0.5 * float(chdtri(1, 1.0 - level))
+
+    def profile(which: str, value: float) -> float:
+        if which == "lam":
+            z0 = np.array([best.x[0]] + ([s_hat] if free_t else []))
+            f = lambda z: nll(np.array([z[0]] + ([z[1]] if free_t else [])), lam=value)  # noqa: E731
+        else:
+            z0 = np.array([best.x[0]] + ([lam_hat * scale_l] if free_l else []))
+            f = lambda z: nll(np.array([z[0]] + ([z[1]] if free_l else [])), s=value)  # noqa: E731
+        return minimize(f, z0, method="Nelder-Mead", options=dict(xatol=1e-9, fatol=1e-10, maxiter=20000)).fun
+
+    def interval(which: str, hat: float, step: float) -> tuple:
+        target = best.fun + half
+        g = lambda v: profile(which, v) - target  # noqa: E731
+        ends = []
+        for sign in (-1.0, 1.0):
+            d = step
+            while g(hat + sign * d) < 0 and d < step * 2 ** 20:
+                d *= 2.0
+            if g(hat + sign * d) < 0:
+                ends.append(sign * math.inf)
+                continue
+            ends.append(brentq(g, *sorted((hat, hat + sign * d)), xtol=abs(step) * 1e-6))
+        return tuple(float(e) for e in ends)
+
+    lam_ci = interval("lam", lam_hat, 1e-3 / scale_l) if free_l else (0.0, 0.0)
+    s_ci = interval("s", s_hat, 1e-2) if free_t else (0.0, 0.0)
+    if not free_l:
+        notes.append("one context length only: no context dependence fitted")
+    if not free_t:
+        notes.append("one temperature only: no temperature dependence fitted")
+    return DependenceFit(alpha_ref=float(expit(best.x[0])), context_decay_per_token=float(lam_hat),
+                         context_decay_ci=lam_ci, temperature_slope=float(s_hat), temperature_slope_ci=s_ci,
+                         reference_context_len=float(reference_context_len),
+                         reference_temperature=float(reference_temperature), level=level, n_trials=int(y.size),
+                         notes=tuple(notes))
+
+
+# ---- one calibration --------------------------------------------------------------------------------
+
+def calibration_table(records: list[CycleRecord], *, target_id: str, name: str, command: str, level: float,
+                      k: int, note: str = "") -> dict:
+    """The calibration file's content (a dict `specs.calibrations` reads) from one drafter's records on
+    one workload, at every temperature."""
+    if not records:
+        raise SpecError("calibration: no runs")
+    ref_t = min(r.temperature for r in records)
+    ref = [r for r in records if r.temperature == ref_t]
+    drafted = np.concatenate([r.drafted for r in ref])
+    accepted = np.concatenate([r.accepted for r in ref])
+    ctx = np.concatenate([r.context_len for r in ref])
+    if not np.any(drafted > 0):
+        raise SpecError(f"calibration {name}: no cycle drafted a token at temperature {ref_t:g}")
+    iid = fit_iid(drafted, accepted, level=level)
+    ref_l = float(np.median(ctx[drafted > 0]))
+    rows, all_y, all_l, all_t = [], [], [], []
+    for r in records:
+        y, idx = bernoulli_trials(r.drafted, r.accepted)
+        all_y.append(y)
+        all_l.append(r.context_len[idx])
+        all_t.append(np.full(y.size, r.temperature))
+        f = fit_iid(r.drafted, r.accepted, level=level)
+        pos = fit_positions(r.drafted, r.accepted, k=k, level=level)
+        n = r.drafted.size
+        rows.append({"temperature": r.temperature, "verify": r.verify, "k": r.k, "n_cycles": int(n),
+                     "alpha": None if f is None else float(f.estimate),
+                     "ci_low": None if f is None else float(f.ci_low), "ci_high": None if f is None else float(f.ci_high),
+                     "n_trials": 0 if f is None else int(f.n_obs),
+                     "tau": float(np.mean(r.accepted + 1)) if n else None,
+                     "draft_frac": float(np.mean(r.drafted > 0)) if n else None,
+                     "mean_drafted": float(np.mean(r.drafted)) if n else None,
+                     "conditional": [None if p is None else float(p.estimate) for p in pos],
+                     "context_len_min": int(r.context_len.min()) if n else None,
+                     "context_len_max": int(r.context_len.max()) if n else None,
+                     "seconds": round(r.seconds, 2)})
+    dep = fit_dependence(np.concatenate(all_y), np.concatenate(all_l), np.concatenate(all_t),
+                         reference_context_len=ref_l, reference_temperature=ref_t, level=level)
+    pos = fit_positions(drafted, accepted, k=k, level=level)
+    table = {
+        "name": name, "target": target_id, "drafter": records[0].drafter, "method": FAMILY[records[0].drafter],
+        "workload": records[0].workload, "command": command, "level": level,
+        "notes": "; ".join(x for x in (note, *dep.notes,
+                                      "i.i.d. alpha and per-position rates at the reference temperature; the "
+                                      "dependence fitted over every temperature") if x),
+        "reference": {"context_len": ref_l, "temperature": ref_t, "k": k},
+        "iid": {"alpha": float(iid.estimate), "ci_low": float(iid.ci_low), "ci_high": float(iid.ci_high),
+                "n_cycles": int(drafted.size), "n_trials": int(iid.n_obs)},
+    }
+    if all(p is not None for p in pos):
+        table["conditional"] = {"rates": [float(p.estimate) for p in pos], "ci_low": [float(p.ci_low) for p in pos],
+                                "ci_high": [float(p.ci_high) for p in pos]}
+    ra = [r for r in ref if r.rank_accepted is not None]
+    if ra:
+        m = max(r.rank_accepted.size for r in ra)
+        acc = sum(np.pad(r.rank_accepted, (0, m - r.rank_accepted.size)) for r in ra)
+        tri = sum(np.pad(r.rank_tried, (0, m - r.rank_tried.size)) for r in ra)
+        keep = int(np.max(np.flatnonzero(tri > 0))) + 1 if np.any(tri > 0) else 0
+        if keep:
+            rf = fit_rank_acceptance(acc[:keep], tri[:keep], level=level)
+            table["rank"] = {"rank_acceptance": [float(x) for x in np.nan_to_num(rf.estimate)],
+                             "ci_low": [float(x) for x in rf.ci_low], "ci_high": [float(x) for x in rf.ci_high]}
+    table["dependence"] = {"context_decay_per_token": dep.context_decay_per_token,
+                           "context_decay_ci": [_finite(x) for x in dep.context_decay_ci],
+                           "temperature_slope": dep.temperature_slope,
+                           "temperature_slope_ci": [_finite(x) for x in dep.temperature_slope_ci]}
+    all_ctx = np.concatenate([r.context_len for r in records])
+    table["coverage"] = {"context_len": [float(all_ctx.min()), float(all_ctx.max())],
+                         "temperatures": sorted({r.temperature for r in records}), "ks": [k],
+                         "workloads": [records[0].workload], "drafters": [records[0].drafter]}
+    table["runs"] = [{k2: v for k2, v in row.items() if v is not None} for row in rows]
+    return table
+
+
+def _finite(x: float) -> float:
+    """An unbounded interval end written as a large finite number (TOML has inf, but the reader wants
+    finite figures)."""
+    return float(x) if math.isfinite(x) else math.copysign(1e9, x)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceCalibrationResult:
+    tables: dict  # name -> calibration table (dict)
+    records: tuple
+    skipped: tuple  # drafters asked for but not available, with why
+
+
+def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id: str = "smollm2-135m-q4_1",
+                         name_prefix: str = "smollm2-135m", progress=None) -> AcceptanceCalibrationResult:
+    """Run every (drafter, workload, temperature) and fit one calibration per (drafter, workload)."""
+    from ..decoder import run
+    from ..decoder import workloads as wl
+
+    target = run.load_target(config.model, config.threads)
+    tok = target.tokenizer
+    avail = available_drafters(target, k=config.k, layers=config.layers)
+    names = list(config.drafters) if config.drafters is not None else list(avail)
+    skipped = tuple(f"{n}: no weights in specsim/decoder/weights (run `specsim decoder train`)" for n in names
+                    if n not in avail)
+    names = [n for n in names if n in avail]
+    if not names:
+        raise SpecError("calibrate acceptance: none of the drafters asked for is available here: " + "; ".join(skipped))
+    tables, records = {}, []
+    for w in config.workloads:
+        work = wl.load_workload(w, config.n_prompts, seed=config.seed)
+        prompts = [wl.chat_prompt(tok, t, work.response_prefix) for t in work.prompts]
+        for n in names:
+            build, note = avail[n]
+            recs = []
+            for t in config.temperatures:
+                if progress:
+                    progress(f"{n} on {w} at temperature {t:g}")
+                recs.append(run_drafter(target, build, name=n, workload=w, temperature=t, k=config.k,
+                                        prompts=prompts, tokens=config.tokens, seed=config.seed))
+            records += recs
+            name = f"{name_prefix}/{n}/{w}"
+            tables[name] = calibration_table(recs, target_id=target_id, name=name, command=command,
+                                             level=config.level, k=config.k,
+                                             note=f"{note}; {config.n_prompts} prompts x {config.tokens} tokens per "
+                                                  f"temperature, seed {config.seed}")
+    return AcceptanceCalibrationResult(tables=tables, records=tuple(records), skipped=skipped)
+
+
+__all__ = ["AcceptanceRunConfig", "CycleRecord", "DependenceFit", "calibrate_acceptance", "calibration_table",
+           "fit_dependence", "fit_iid", "fit_positions", "bernoulli_trials", "available_drafters", "run_drafter",
+           "FAMILY", "TEMPERATURES", "WORKLOADS"]

@@ -1,0 +1,174 @@
+"""The reference decoder as a serving stack (stacks/specsim-numba.toml), fitted from
+`specsim decoder bench` output: `specsim calibrate steps BENCH --write-stack stacks/specsim-numba.toml`.
+
+`bench_rows` reads what `specsim decoder bench --out DIR` (or `--json FILE`) writes — one verify pass of
+M query tokens at context L per row — as the rows `calibration.fit` fits (hardware, target, tp,
+batch_size, q_len, ctx_len, logit_len, measured_time_s): tp 1, batch 1, q_len M, ctx_len L, and
+logit_len M (the decoder computes logits for every row of a pass). The fit (`fit.fit_efficiency`)
+finds the stack's bandwidth and compute fractions (which, on a part with a `[kernels]` table, apply to
+attention and the KV write only: the matrix products follow the measured curve) and its fixed costs
+per pass and per layer (the Python dispatch between kernels).
+
+`measure_host` times the decoder's work between forward passes on this machine: picking and recording
+the token of a plain step (argmax and the top-2 of a vocabulary row), and per speculative cycle the
+tree mask, the greedy verification, the KV compaction and the recording of the emitted tokens. They
+become the stack's `[host] step_us` and `cycle_overhead_us`.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputError, SpecError
+from .fit import ROW_COLUMNS
+
+DEFAULT_TARGET = "smollm2-135m-q4_1"  # the catalog entry of the GGUF `specsim decoder fetch` gets
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def read_bench(path) -> dict:
+    """bench.json from a `decoder bench --out` folder or a `--json` file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "bench.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file (write one with `specsim decoder bench --out DIR`)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{p}: not a bench JSON file ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise InputError(f"{p}: expected the JSON `specsim decoder bench` writes (an object with 'rows')")
+    data["_path"] = str(p)
+    return data
+
+
+def bench_rows(path, *, hardware: str = "local", target: str | None = None) -> pd.DataFrame:
+    """The bench's verify passes as calibration rows (see the module docstring). target: the catalog
+    model the bench ran (default: smollm2-135m-q4_1 when the bench ran the fetched GGUF)."""
+    data = read_bench(path)
+    where = data["_path"]
+    if target is None:
+        model = str(data.get("model", ""))
+        if Path(model).name != DEFAULT_GGUF:
+            raise SpecError(f"{where}: the bench ran {model!r}; name its catalog model with --target")
+        target = DEFAULT_TARGET
+    rows = []
+    for i, r in enumerate(data["rows"]):
+        try:
+            m, ctx, t = int(r["m"]), int(r["ctx_len"]), float(r["verify_s"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{where}: row {i}: expected m, ctx_len and verify_s") from None
+        rows.append(dict(hardware=hardware, target=target, tp=1, batch_size=1, q_len=m, ctx_len=ctx, logit_len=m,
+                         measured_time_s=t))
+    if not rows:
+        raise InputError(f"{where}: no rows")
+    return pd.DataFrame(rows, columns=list(ROW_COLUMNS))
+
+
+def _median_time(fn, repeats: int, inner: int) -> float:
+    fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        out.append((time.perf_counter() - t0) / inner)
+    return float(np.median(out))
+
+
+def measure_host(*, vocab: int = 49152, k: int = 4, repeats: int = 7) -> dict:
+    """Seconds of the decoder's host work (see the module docstring), median of `repeats`."""
+    from ..decoder import generate as G
+    from ..decoder import verify as V
+    from ..decoder.kv_cache import KVCache
+    from ..speculation.trees import ancestor_mask, chain
+
+    rng = np.random.default_rng(0)
+    row = rng.standard_normal(vocab).astype(np.float32)
+
+    def plain():
+        tok = int(np.argmax(row))
+        G._top(row)
+        np.array([tok])
+
+    tree = chain(k)
+    toks = np.arange(k + 1, dtype=np.int64)
+    logits = rng.standard_normal((k + 1, vocab)).astype(np.float32)
+    for i in range(k // 2):  # half of the draft accepted: the argmax of node i is the token of node i + 1
+        logits[i, toks[i + 1]] = 100.0
+    cache = KVCache(30, 3, 1024, 64)
+
+    def cycle():
+        ancestor_mask(tree)
+        v = V.verify_greedy(tree, toks, logits)
+        cache.length = 600
+        cache.compact(595, 595 + np.array((0,) + v.path, np.int64))
+        for node in (0,) + v.path:
+            G._top(logits[node])
+
+    step = _median_time(plain, repeats, 200)
+    cyc = _median_time(cycle, repeats, 100)
+    return {"step_s": step, "cycle_s": cyc, "vocab": vocab, "k": k, "accepted": k // 2, "repeats": repeats}
+
+
+def measure_prompt_lookup(*, contexts=(256, 1024, 4096), repeats: int = 5) -> dict:
+    """Seconds of one prompt-lookup search (`decoder.drafters.PromptLookupDrafter.propose`, K = 4,
+    n-grams 3..1) over a context with no match (every n tried to the end), and its slope per 1,000
+    context tokens (the family's `prompt_lookup_s_per_seq_per_ktoken`)."""
+    from ..decoder.drafters import PromptLookupDrafter
+    from ..decoder.sampling import SamplingParams
+
+    d = PromptLookupDrafter(k=4)
+    rng = np.random.default_rng(0)
+    times = []
+    for n in contexts:
+        ctx = rng.permutation(n).astype(np.int64)  # all distinct: no n-gram recurs
+        times.append(_median_time(lambda: d.propose(ctx, SamplingParams(), rng), repeats, 20))
+    slope = float(np.polyfit(np.asarray(contexts, float) / 1000.0, times, 1)[0])
+    return {"contexts": list(contexts), "seconds": times, "s_per_ktoken": max(slope, 0.0)}
+
+
+def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str, hardware: str,
+               lookup: dict | None = None) -> str:
+    """The stack file: the fitted efficiency and overheads (from `fit.fit_efficiency`) and the
+    measured host work, each with its source."""
+    e = cal.efficiency
+    s = cal.summary()
+    when = time.strftime("%Y-%m-%d %H:%M")
+    fit_src = (f"fitted by `{command}` ({when}) to {cal.n_rows} verify passes of `specsim decoder bench` ({bench_path}) "
+               f"on hardware {hardware!r}: median |error| {s['median_relative_error_after']:.1%} (worst "
+               f"{s['worst_relative_error_after']:.1%})")
+    host_src = f"measured by `{command}` ({when}): calibration.decoder_stack.measure_host, median of {host['repeats']}"
+    notes = ("Efficiencies and fixed costs of one forward pass fitted to the decoder bench; host work between passes "
+             "timed directly. Attention and the KV write use these fractions; the matrix products follow the hardware "
+             "[kernels] curve.")
+    if lookup:
+        notes += (f" Prompt lookup search: {lookup['s_per_ktoken'] * 1e6:.1f} us per 1000 context tokens (a scenario's "
+                  f"[drafter_options] prompt_lookup_s_per_seq_per_ktoken).")
+    lines = [f"# The reference decoder (specsim decoder) as a stack, fitted on this machine by `{command}`.",
+             f'id = "{stack_id}"', 'name = "specsim reference decoder (numba, CPU)"', 'version = "specsim 0.1"',
+             f"bandwidth_frac = {e.bandwidth_frac:.6f}", f"compute_frac = {e.compute_frac:.6f}",
+             f"step_overhead_us = {e.step_overhead_s * 1e6:.3f}", f"per_layer_overhead_us = {e.per_layer_overhead_s * 1e6:.4f}",
+             f"cycle_overhead_us = {max(host['cycle_s'] - host['step_s'], 0.0) * 1e6:.3f}",
+             'tree_verification = "static"', 'multi_gpu = "none"',
+             'methods = ["prompt_lookup", "layer_skip", "draft_model", "medusa", "eagle"]',
+             f"notes = {json.dumps(notes)}",
+             "", "[host]", f"step_us = {host['step_s'] * 1e6:.3f}", 'overlap = "none"',
+             "", "[sources]"]
+    for key in ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us"):
+        lines.append(f"{key} = {json.dumps(fit_src)}")
+    lines.append(f"cycle_overhead_us = {json.dumps(host_src + ': per speculative cycle (K = ' + str(host['k']) + ', ' + str(host['accepted']) + ' accepted) the tree mask, greedy verification, KV compaction and recording of the emitted tokens, less one plain step of host work')}")
+    lines.append('tree_verification = "specsim.decoder.generate verifies any tree in one pass with the ancestor mask"')
+    lines.append('multi_gpu = "the decoder runs on one CPU"')
+    lines.append('methods = "specsim.decoder: prompt-lookup, layer-skip, draft-model (distilled), medusa and eagle drafters"')
+    lines += ["", "[sources.host]", f"step_us = {json.dumps(host_src + ': argmax and top-2 of one vocabulary row per plain step')}",
+              'overlap = "the decoder is one Python thread: host work and kernels run in turn"']
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["bench_rows", "read_bench", "measure_host", "measure_prompt_lookup", "stack_toml", "DEFAULT_TARGET"]

@@ -1,0 +1,497 @@
+"""`specsim validate`: predict what the reference decoder will measure on this machine, then measure it.
+
+Predictions come from the calibrated pieces only: the hardware profile `specsim calibrate machine`
+wrote (hardware/local.toml), the decoder's stack (stacks/specsim-numba.toml, `specsim calibrate
+steps --format bench --write-stack`) and the acceptance calibrations (data/calibrations, `specsim
+calibrate acceptance`), through the same `resolve` and `predict` every other command uses.
+
+1. Verify step time: one forward pass of M = 1..64 query tokens after L = 128, 512, 2048 cached ones
+   (the cache filled with random keys and values, as `specsim decoder bench` does), the median of
+   `repeats` passes with min and max. The prediction is `roofline.step_cost` (weights, LM head,
+   attention, KV write, element-wise work, fixed costs). The measured pass is also split, by timing
+   the same kernels on the same inputs: the matrix products of the pass, the attention of the pass,
+   and the rest (element-wise kernels, copies, Python between kernels). Where the relative error is
+   over 10 %, the term whose predicted share is furthest from its measured share is named.
+2. Speculative decoding: for each drafter and K, plain and speculative tokens per second on the
+   workload's prompts (median of `repeats` runs, with the range), against the prediction of the
+   operating point (hardware, stack, target, the drafter's family and K, the calibrated acceptance at
+   the run's mean context) with the band from the calibration's interval. A prompt-lookup cycle that
+   finds no match is a plain step through the speculative path: the prediction weighs the drafting
+   and the empty cycles by the calibration's fraction of cycles that drafted.
+3. Break-even: every run gives a measured (α, speedup) point; where a drafter's points straddle a
+   speedup of 1 the acceptance at which speculation stops paying is interpolated, beside the model's
+   own break-even for that drafter and K (α with predicted speedup 1) and the seed's 50–60 %.
+
+The machine is shared: every timed figure is a median of repeats with its range, and the 1-minute
+load average before and after each part is reported.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import SpecError
+from .acceptance_runs import FAMILY, fit_iid
+
+PARTS = ("verify", "spec")
+SEED_BREAK_EVEN = (0.50, 0.60)  # the seed article: below roughly 50-60 % acceptance, switch it off
+CLASSES = {"matrix products": ("weights", "lm_head"), "attention": ("attention",),
+           "other": ("kv_write", "activations", "overhead")}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidateConfig:
+    model: Path | None = None
+    hardware: str = "local"
+    stack: str = "specsim-numba"
+    target: str = "smollm2-135m-q4_1"
+    calibration_prefix: str = "smollm2-135m"
+    m_values: tuple = (1, 2, 4, 8, 16, 32, 64)
+    contexts: tuple = (128, 512, 2048)
+    repeats: int = 5
+    drafters: tuple = ("prompt-lookup", "layer-skip")
+    ks: tuple = (2, 4, 8)
+    workloads: tuple = ("code-edit",)
+    calibration_workload: str | None = None  # predict every run from this workload's calibration (held-out runs)
+    layers: int | None = None
+    n_prompts: int = 2
+    tokens: int = 64
+    seed: int = 0
+    threads: int | None = None
+    parts: tuple = PARTS
+    split: bool = True  # time the kernels of each pass apart (the measured split)
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "n_prompts", "tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"--{name.replace('_', '-')} {v!r}: expected an integer >= 1")
+        for name in ("m_values", "contexts", "ks"):
+            v = getattr(self, name)
+            if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
+                raise SpecError(f"--{name.replace('_', '-')} {v!r}: expected integers >= 1")
+        bad = [p for p in self.parts if p not in PARTS]
+        if bad or not self.parts:
+            raise SpecError(f"--parts {','.join(self.parts)}: expected among {', '.join(PARTS)}")
+        bad = [d for d in self.drafters if d not in ("prompt-lookup", "layer-skip")]
+        if bad:
+            raise SpecError(f"--drafters {bad[0]!r}: validate predicts the chain drafters prompt-lookup and layer-skip")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidateResult:
+    config: ValidateConfig
+    verify: pd.DataFrame
+    spec: pd.DataFrame
+    break_even: pd.DataFrame
+    summary: dict
+    notes: tuple = field(default=())
+
+    def to_dict(self) -> dict:
+        return {"summary": self.summary, "verify": self.verify.to_dict(orient="records"),
+                "spec": self.spec.to_dict(orient="records"), "break_even": self.break_even.to_dict(orient="records"),
+                "notes": list(self.notes)}
+
+
+def load_1min() -> float:
+    try:
+        return float(os.getloadavg()[0])
+    except OSError:
+        return float("nan")
+
+
+def _spread(xs) -> tuple[float, float, float]:
+    xs = [float(x) for x in xs]
+    return float(np.median(xs)), min(xs), max(xs)
+
+
+# ---- 1. verify step time ---------------------------------------------------------------------------
+
+def _pass_split(model, cache, ctx: int, m: int, repeats: int) -> tuple[float, float]:
+    """Median seconds of the pass's matrix products and of its attention, timed apart on the pass's own
+    shapes (the same kernels, weights and cache)."""
+    from ..decoder import kernels as K
+
+    c = model.config
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((m, c.d_model)).astype(np.float32)
+    xf = rng.standard_normal((m, c.n_ff)).astype(np.float32)
+    ws = model._workspace(m, cache.capacity)
+
+    def matmuls():
+        for li in range(c.n_layer):
+            lw, fw = model.layers[li], model.fused[li]
+            if fw["qkv"] is not None:
+                model._matmul(ws["qkv"], fw["qkv"], x)
+            else:
+                for n, o in (("attn_q", "q"), ("attn_k", "k"), ("attn_v", "v")):
+                    model._matmul(ws[o], lw[n], x)
+            model._matmul(ws["o"], lw["attn_output"], ws["att"])
+            if fw["gate_up"] is not None:
+                model._matmul(ws["gate_up"], fw["gate_up"], x)
+            else:
+                model._matmul(ws["gate"], lw["ffn_gate"], x)
+                model._matmul(ws["up"], lw["ffn_up"], x)
+            model._matmul(ws["down"], lw["ffn_down"], xf)
+        model._matmul(ws["logits"], model.output, x)
+
+    q = rng.standard_normal((m, c.n_head, c.head_dim)).astype(np.float32)
+    mask = np.tril(np.ones((m, m), np.bool_))
+    out = np.zeros_like(q)
+
+    def attention():
+        for li in range(c.n_layer):
+            K.attention(out, ws["scores"], q, cache.k[li], cache.v[li], ctx, mask)
+
+    cache.length = ctx + m
+    res = []
+    for fn in (matmuls, attention):
+        fn()
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        res.append(float(np.median(ts)))
+    return res[0], res[1]
+
+
+def _blame(pred: dict, meas: dict) -> str:
+    """The term whose predicted time is furthest from its measured time, with both."""
+    worst = max(pred, key=lambda k: abs(pred[k] - meas[k]))
+    return f"{worst}: predicted {pred[worst] * 1e3:.2f} ms, measured {meas[worst] * 1e3:.2f} ms"
+
+
+def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFrame:
+    from ..cost.roofline import step_cost
+    from ..speculation.trees import ancestor_mask, chain
+
+    dep = op.deployment
+    rng = np.random.default_rng(config.seed)
+    cap = max(config.contexts) + max(config.m_values)
+    if cap > model.config.n_ctx:
+        raise SpecError(f"--contexts/--m: {cap} tokens exceed the model's context of {model.config.n_ctx}")
+    cache = model.new_cache(cap)
+    cache.k[:] = rng.standard_normal(cache.k.shape, dtype=np.float32)
+    cache.v[:] = rng.standard_normal(cache.v.shape, dtype=np.float32)
+    rows = []
+    for ctx in config.contexts:
+        for m in config.m_values:
+            if say:
+                say(f"verify pass M = {m} at context {ctx}")
+            tree = chain(m - 1)
+            toks = rng.integers(0, model.config.n_vocab, m)
+            mask = ancestor_mask(tree)
+            ts = []
+            for i in range(config.repeats + 1):  # the first also compiles a new shape
+                cache.length = ctx
+                t0 = time.perf_counter()
+                model.forward(cache, toks, ctx + tree.depths, mask)
+                if i:
+                    ts.append(time.perf_counter() - t0)
+            med, lo, hi = _spread(ts)
+            sc = step_cost(op.target, op.hardware, batch_size=1, q_len=m, ctx_len=ctx, tp=dep.tp, attention=dep.attention,
+                           efficiency=dep.eff)
+            b = sc.breakdown()
+            pred_cls = {cls: float(sum(b[f"{k}_time_s"] if k not in ("overhead",) else b["overhead_s"] for k in ks))
+                        for cls, ks in CLASSES.items()}
+            pred = float(sc.time_s)
+            row = dict(ctx_len=ctx, m=m, predicted_s=pred, measured_s=med, measured_min_s=lo, measured_max_s=hi,
+                       relative_error=pred / med - 1.0, **{f"predicted_{k.replace(' ', '_')}_s": v for k, v in pred_cls.items()})
+            if config.split:
+                mm, att = _pass_split(model, cache, ctx, m, max(3, config.repeats // 2))
+                meas_cls = {"matrix products": mm, "attention": att, "other": max(med - mm - att, 0.0)}
+                row.update({f"measured_{k.replace(' ', '_')}_s": v for k, v in meas_cls.items()})
+                row["term"] = _blame(pred_cls, meas_cls) if abs(row["relative_error"]) > 0.10 else ""
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    base = df[df["m"] == df["m"].min()].set_index("ctx_len")["measured_s"]
+    df["measured_ratio_to_m1"] = df["measured_s"] / df["ctx_len"].map(base)
+    pbase = df[df["m"] == df["m"].min()].set_index("ctx_len")["predicted_s"]
+    df["predicted_ratio_to_m1"] = df["predicted_s"] / df["ctx_len"].map(pbase)
+    return df
+
+
+# ---- 2. speculative decoding ------------------------------------------------------------------------
+
+def _scenario(config: ValidateConfig, *, drafter: str, workload: str, k: int, context_len: int, layers: int,
+              lookup_s_per_ktoken: float):
+    from ..specs.calibrations import calibration_path
+    from ..specs.scenario import scenario_from_dict
+
+    name = f"{config.calibration_prefix}/{drafter}/{config.calibration_workload or workload}"
+    try:
+        calibration_path(name)
+    except SpecError:
+        return None, name
+    options = {"skip_layers": layers} if drafter == "layer-skip" else \
+        {"prompt_lookup_s_per_seq_per_ktoken": lookup_s_per_ktoken}
+    raw = {"name": f"validate {drafter} K={k} on {workload}", "hardware": config.hardware, "stack": config.stack,
+           "target": config.target, "method": FAMILY[drafter], "k": k, "batch_size": 1, "context_len": int(context_len),
+           "temperature": 0.0, "acceptance": {"calibrated": name, "workload": workload}, "drafter_options": options}
+    return scenario_from_dict(raw, where=f"validate ({drafter}, K = {k}, {workload})"), name
+
+
+def predict_decoder(op, *, draft_frac: float | None) -> dict:
+    """The operating point's prediction as the decoder runs it: speculative tokens/s and speedup with
+    the calibration's band; for a drafter whose cycles sometimes draft nothing (prompt lookup), the
+    drafting and the empty cycles weighed by the fraction that drafted (an empty cycle: the plain step
+    plus the cycle's host work and the search)."""
+    from ..speculation.predict import predict, with_alpha
+
+    def one(point) -> tuple[float, float, float, float]:
+        p = predict(point, check_memory=False)
+        c = p.cycle
+        plain = float(c.target_step_time_s)
+        tau, cyc = float(c.tokens_per_cycle), float(c.cycle_time_s)
+        if draft_frac is not None and draft_frac < 1.0:
+            work = point.drafter.family.work(point.drafter, point.target, point.deployment.tp)
+            search = work.host_s_per_seq_per_ktoken * point.context_len / 1000.0
+            empty = plain + point.deployment.cycle_overhead_s + search
+            tau = draft_frac * tau + (1.0 - draft_frac)
+            cyc = draft_frac * cyc + (1.0 - draft_frac) * empty
+        return tau / cyc, 1.0 / plain, tau, cyc
+
+    tps, base, tau, cyc = one(op)
+    out = {"predicted_tokens_per_s": tps, "predicted_plain_tokens_per_s": base, "predicted_speedup": tps / base,
+           "predicted_tokens_per_cycle": tau, "predicted_cycle_s": cyc, "alpha_predicted": op.alpha}
+    cal = op.acceptance.calibration
+    if cal is not None:
+        for end, a in (("low", cal.alpha_low), ("high", cal.alpha_high)):
+            t, b, _, _ = one(with_alpha(op, a))
+            out[f"predicted_tokens_per_s_{end}"] = t
+            out[f"predicted_speedup_{end}"] = t / b
+        out["calibration_warnings"] = "; ".join(cal.coverage_warnings(
+            context_len=op.context_len, temperature=op.temperature, method=op.method, workload=op.acceptance.workload,
+            k=op.k))
+    return out
+
+
+def measure_run(model, drafter, prompts, tokens: int, *, repeats: int, seed: int = 0) -> dict:
+    """Plain and speculative decoding of the prompts, `repeats` times: tokens/s medians and ranges
+    (decoding only, prefills excluded, as `decoder run`), and the cycles' acceptance (the same every
+    repeat: the same seeds give the same tokens)."""
+    from ..decoder.generate import generate_plain, generate_speculative
+
+    generate_speculative(model, drafter, prompts[0][:16], 4, seed=seed)  # compile every shape first
+    generate_plain(model, prompts[0][:16], 2, seed=seed)
+    plain_tps, spec_tps, speedups = [], [], []
+    drafted, accepted, ctx = [], [], []
+    for r in range(repeats):
+        ps = pn = ss = sn = 0.0
+        for i, prompt in enumerate(prompts):
+            p = generate_plain(model, prompt, tokens, seed=seed, index=i)
+            s = generate_speculative(model, drafter, prompt, tokens, seed=seed, index=i)
+            ps, pn = ps + p.decode_s, pn + p.tokens.size - 1
+            ss, sn = ss + s.decode_s, sn + s.tokens.size - 1
+            if r == 0:
+                length = len(prompt) + 1
+                for c in s.cycles:
+                    drafted.append(c.n_drafted)
+                    accepted.append(c.n_accepted)
+                    ctx.append(length)
+                    length += c.n_accepted + 1
+        plain_tps.append(pn / ps)
+        spec_tps.append(sn / ss)
+        speedups.append(spec_tps[-1] / plain_tps[-1])
+    d, a = np.array(drafted), np.array(accepted)
+    f = fit_iid(d, a, level=0.95) if np.any(d > 0) else None
+    med = lambda xs: _spread(xs)  # noqa: E731
+    out = {"n_cycles": int(d.size), "tau_measured": float(np.mean(a + 1)) if d.size else None,
+           "draft_frac_measured": float(np.mean(d > 0)) if d.size else None,
+           "alpha_measured": None if f is None else float(f.estimate),
+           "alpha_measured_low": None if f is None else float(f.ci_low),
+           "alpha_measured_high": None if f is None else float(f.ci_high),
+           "mean_context": float(np.mean(ctx)) if ctx else None}
+    for name, xs in (("tokens_per_s", spec_tps), ("plain_tokens_per_s", plain_tps), ("speedup", speedups)):
+        m, lo, hi = med(xs)
+        out.update({f"measured_{name}": m, f"measured_{name}_min": lo, f"measured_{name}_max": hi})
+    return out
+
+
+def validate_spec(model, config: ValidateConfig, *, say=None, workloads=None, ks=None, drafters=None,
+                  layer_options=None) -> pd.DataFrame:
+    from ..decoder import drafters as D
+    from ..decoder.workloads import chat_prompt, load_workload
+    from ..speculation.operating_point import resolve
+    from .decoder_stack import measure_prompt_lookup
+
+    tok = model.tokenizer
+    n_layer = model.config.n_layer
+    lookup = measure_prompt_lookup()["s_per_ktoken"]
+    rows = []
+    for w in workloads or config.workloads:
+        work = load_workload(w, config.n_prompts, seed=config.seed)
+        prompts = [chat_prompt(tok, t, work.response_prefix) for t in work.prompts]
+        for d in drafters or config.drafters:
+            for layers in (layer_options or [config.layers]) if d == "layer-skip" else [None]:
+                n = max(1, (4 * n_layer) // 5) if (d == "layer-skip" and layers is None) else layers
+                for k in ks or config.ks:
+                    if say:
+                        say(f"{d}{'' if n is None else f' ({n} layers)'} K = {k} on {w}")
+                    cap = max(len(p) for p in prompts) + config.tokens + k + 8
+                    drafter = (D.PromptLookupDrafter(k=k) if d == "prompt-lookup"
+                               else D.layer_skip(model, k=k, n_layers=n, capacity=cap))
+                    meas = measure_run(model, drafter, prompts, config.tokens, repeats=config.repeats, seed=config.seed)
+                    row = dict(drafter=d, layers=n, workload=w, k=k, load_1min=load_1min(), **meas)
+                    scen, cal_name = _scenario(config, drafter=d, workload=w, k=k,
+                                               context_len=int(round(meas["mean_context"] or 256)),
+                                               layers=n or 1, lookup_s_per_ktoken=lookup)
+                    row["calibration"] = cal_name
+                    if scen is not None:
+                        op = resolve(scen)
+                        cal = op.acceptance.calibration
+                        frac = None
+                        if d == "prompt-lookup":
+                            ref = [r for r in cal.runs if float(r.get("temperature", -1)) == cal.reference_temperature]
+                            frac = float(ref[0]["draft_frac"]) if ref and "draft_frac" in ref[0] else None
+                        row.update(predict_decoder(op, draft_frac=frac))
+                        row["draft_frac_calibrated"] = frac
+                        row["relative_error"] = row["predicted_tokens_per_s"] / row["measured_tokens_per_s"] - 1.0
+                        row["speedup_relative_error"] = row["predicted_speedup"] / row["measured_speedup"] - 1.0
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- 3. break-even ----------------------------------------------------------------------------------
+
+def break_even(spec: pd.DataFrame, model_alpha: dict | None = None) -> pd.DataFrame:
+    """Per drafter (and layer count) and K: the measured (α, speedup) points sorted by α; where they
+    straddle 1, the α at which the measured speedup crosses 1 (linear interpolation between the two
+    points around it); beside it the model's break-even α (`model_alpha[(drafter, layers, k)]`)."""
+    rows = []
+    for (d, layers, k), g in spec.groupby(["drafter", spec["layers"].fillna(0).astype(int), "k"]):
+        g = g.dropna(subset=["alpha_measured"]).sort_values("alpha_measured")
+        a, s = g["alpha_measured"].to_numpy(float), g["measured_speedup"].to_numpy(float)
+        cross = None
+        for i in range(len(a) - 1):
+            if (s[i] - 1.0) * (s[i + 1] - 1.0) <= 0 and a[i + 1] > a[i]:
+                cross = float(a[i] + (1.0 - s[i]) * (a[i + 1] - a[i]) / (s[i + 1] - s[i]))
+                break
+        rows.append(dict(drafter=d, layers=layers or None, k=k, n_points=len(a),
+                         points=", ".join(f"{x:.2f}:{y:.2f}x" for x, y in zip(a, s)),
+                         measured_break_even_alpha=cross,
+                         model_break_even_alpha=(model_alpha or {}).get((d, layers or None, k)),
+                         seed_break_even=f"{SEED_BREAK_EVEN[0]:.0%}–{SEED_BREAK_EVEN[1]:.0%}"))
+    return pd.DataFrame(rows)
+
+
+def model_break_even(config: ValidateConfig, *, drafter: str, layers: int | None, k: int, context_len: int,
+                     draft_frac: float | None = None) -> float | None:
+    """The α at which the model's predicted speedup is 1 for this drafter and K (None if it never is in
+    (0, 1))."""
+    from scipy.optimize import brentq
+
+    from ..specs.scenario import scenario_from_dict
+    from ..speculation.operating_point import resolve
+
+    options = {"skip_layers": layers} if drafter == "layer-skip" else {}
+    op = resolve(scenario_from_dict({"hardware": config.hardware, "stack": config.stack, "target": config.target,
+                                     "method": FAMILY[drafter], "k": k, "context_len": int(context_len),
+                                     "alpha": 0.5, "drafter_options": options}, where="validate break-even"))
+    from ..speculation.predict import with_alpha
+
+    f = lambda a: predict_decoder(with_alpha(op, a), draft_frac=draft_frac)["predicted_speedup"] - 1.0  # noqa: E731
+    lo, hi = f(1e-6), f(1.0 - 1e-9)
+    if lo * hi > 0:
+        return None
+    return float(brentq(f, 1e-6, 1.0 - 1e-9, xtol=1e-6))
+
+
+# ---- all of it --------------------------------------------------------------------------------------
+
+def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
+    from ..decoder.run import load_target
+    from ..specs.scenario import scenario_from_dict
+    from ..speculation.operating_point import resolve
+
+    say = progress or (lambda m: None)
+    model = load_target(config.model, config.threads)
+    base = resolve(scenario_from_dict({"hardware": config.hardware, "stack": config.stack, "target": config.target,
+                                       "method": "none", "k": 0, "context_len": 128}, where="validate"))
+    load_before = load_1min()
+    verify = validate_verify(model, base, config, say=say) if "verify" in config.parts else pd.DataFrame()
+    spec = validate_spec(model, config, say=say) if "spec" in config.parts else pd.DataFrame()
+    load_after = load_1min()
+    be = pd.DataFrame()
+    if len(spec):
+        models = {}
+        for (d, layers, k), g in spec.groupby(["drafter", spec["layers"].fillna(0).astype(int), "k"]):
+            frac = g["draft_frac_calibrated"].dropna().median() if "draft_frac_calibrated" in g else None
+            ctx = int(g["mean_context"].median())
+            models[(d, layers or None, k)] = model_break_even(config, drafter=d, layers=layers or None, k=int(k),
+                                                              context_len=ctx,
+                                                              draft_frac=None if frac is None or frac != frac else frac)
+        be = break_even(spec, models)
+    summary = {"load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
+               "threads": model._n_threads if hasattr(model, "_n_threads") else None}
+    if len(verify):
+        summary["verify_median_abs_relative_error"] = float(verify["relative_error"].abs().median())
+        summary["verify_worst_abs_relative_error"] = float(verify["relative_error"].abs().max())
+        v8 = verify[verify["m"] == 8].set_index("ctx_len")["measured_ratio_to_m1"].to_dict()
+        summary["verify_m8_ratio_to_m1_by_context"] = {int(k): float(v) for k, v in v8.items()}
+    if len(spec) and "relative_error" in spec:
+        e = spec["relative_error"].dropna().abs()
+        summary["spec_tokens_per_s_median_abs_relative_error"] = float(e.median()) if len(e) else None
+    notes = ("timings are medians of the repeats; the machine is shared (load average reported)",)
+    return ValidateResult(config=config, verify=verify, spec=spec, break_even=be, summary=summary, notes=notes)
+
+
+def format_report(res: ValidateResult) -> str:
+    s = res.summary
+    lines = [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
+             f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after)"]
+    v = res.verify
+    if len(v):
+        lines += ["", "verify step time (one forward pass of M query tokens after L cached)",
+                  f"  {'L':>5} {'M':>3} {'predicted':>10} {'measured median [min–max]':>30} {'error':>7}  x M=1 meas/pred"]
+        for r in v.itertuples():
+            lines.append(f"  {r.ctx_len:>5} {r.m:>3} {r.predicted_s * 1e3:>8.2f}ms {r.measured_s * 1e3:>9.2f}ms "
+                         f"[{r.measured_min_s * 1e3:.2f}–{r.measured_max_s * 1e3:.2f}] {r.relative_error:>+7.1%}  "
+                         f"{r.measured_ratio_to_m1:.2f}/{r.predicted_ratio_to_m1:.2f}"
+                         + (f"   <- {r.term}" if getattr(r, "term", "") else ""))
+        lines.append(f"  median |error| {s['verify_median_abs_relative_error']:.1%} (worst "
+                     f"{s['verify_worst_abs_relative_error']:.1%})")
+    p = res.spec
+    if len(p):
+        lines += ["", "speculative decoding: tokens/s predicted [band from the calibration's interval] vs measured "
+                      "median [min–max]; speedup over plain decoding"]
+        for r in p.to_dict(orient="records"):
+            who = r["drafter"] + (f"-{r['layers']}" if r.get("layers") else "")
+            meas = (f"{r['measured_tokens_per_s']:.1f} [{r['measured_tokens_per_s_min']:.1f}–"
+                    f"{r['measured_tokens_per_s_max']:.1f}]")
+            if r.get("predicted_tokens_per_s") is None or r["predicted_tokens_per_s"] != r["predicted_tokens_per_s"]:
+                lines.append(f"  {who:<16} K={r['k']} {r['workload']:<14} measured {meas} tok/s, speedup "
+                             f"{r['measured_speedup']:.2f}x; no calibration {r['calibration']}")
+                continue
+            band = (f" [{r['predicted_tokens_per_s_low']:.1f}, {r['predicted_tokens_per_s_high']:.1f}]"
+                    if r.get("predicted_tokens_per_s_low") is not None else "")
+            lines.append(f"  {who:<16} K={r['k']} {r['workload']:<14} predicted {r['predicted_tokens_per_s']:.1f}{band} "
+                         f"measured {meas} tok/s ({r['relative_error']:+.1%}); speedup {r['predicted_speedup']:.2f}x "
+                         f"[{r.get('predicted_speedup_low', float('nan')):.2f}, {r.get('predicted_speedup_high', float('nan')):.2f}]"
+                         f" vs {r['measured_speedup']:.2f}x [{r['measured_speedup_min']:.2f}–{r['measured_speedup_max']:.2f}];"
+                         f" α cal {r['alpha_predicted']:.3f} run {r['alpha_measured'] if r['alpha_measured'] is not None else float('nan'):.3f}")
+            if r.get("calibration_warnings"):
+                lines.append(f"  {'':<16} warning: {r['calibration_warnings']}")
+        if s.get("spec_tokens_per_s_median_abs_relative_error") is not None:
+            lines.append(f"  median |error| of speculative tokens/s {s['spec_tokens_per_s_median_abs_relative_error']:.1%}")
+    b = res.break_even
+    if len(b):
+        lines += ["", "break-even acceptance (speedup = 1): measured (interpolated between runs) vs the model vs the seed"]
+        for r in b.to_dict(orient="records"):
+            who = r["drafter"] + (f"-{r['layers']}" if r.get("layers") else "")
+            mea = "not bracketed" if r["measured_break_even_alpha"] is None else f"{r['measured_break_even_alpha']:.2f}"
+            mod = "never" if r["model_break_even_alpha"] is None else f"{r['model_break_even_alpha']:.2f}"
+            lines.append(f"  {who:<16} K={r['k']}: measured {mea}, model {mod}, seed {r['seed_break_even']}  "
+                         f"(α:speedup {r['points']})")
+    return "\n".join(lines)
+
+
+__all__ = ["ValidateConfig", "ValidateResult", "validate", "format_report", "predict_decoder", "measure_run",
+           "break_even", "model_break_even", "validate_verify", "validate_spec", "load_1min"]

@@ -1,0 +1,157 @@
+"""Acceptance calibrated on the reference decoder (specsim.calibration.acceptance_runs) and the file a
+scenario names (specsim.specs.calibrations, operating_point's `[acceptance] calibrated`)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specsim.calibration.acceptance_runs import (AcceptanceRunConfig, _rank_counts, bernoulli_trials,
+                                                 calibrate_acceptance, calibration_table, fit_dependence, fit_iid,
+                                                 fit_positions, CycleRecord)
+from specsim.errors import SpecError
+from specsim.specs.calibrations import calibration_from_dict
+from specsim.specs.catalog import to_toml
+
+
+def test_bernoulli_trials_by_hand():
+    # cycle 0: drafted 3, accepted 1 -> 1, 0; cycle 1: drafted 2, accepted 2 -> 1, 1; cycle 2: drafted 0 -> none
+    y, idx = bernoulli_trials([3, 2, 0], [1, 2, 0])
+    assert y.tolist() == [1, 0, 1, 1] and idx.tolist() == [0, 0, 1, 1]
+    with pytest.raises(SpecError):
+        bernoulli_trials([1], [2])
+
+
+def test_iid_over_variable_draft_lengths_is_s_over_s_plus_f():
+    drafted = [4, 4, 2, 0, 3]
+    accepted = [4, 1, 2, 0, 0]
+    f = fit_iid(drafted, accepted, level=0.95)
+    # S = 4 + 1 + 2 + 0 + 0 = 7 accepted; F = cycles that stopped short of their draft: (4,1) and (3,0) = 2
+    assert f.estimate == pytest.approx(7 / 9, abs=1e-12)
+    assert f.ci_low < 7 / 9 < f.ci_high
+
+
+def test_positions_by_hand():
+    drafted = [3, 3, 3, 1]
+    accepted = [0, 2, 3, 1]
+    p = fit_positions(drafted, accepted, k=3, level=0.95)
+    # position 1: tried by all 4, accepted by 3; position 2: tried by the 2 that drafted >= 2 and accepted
+    # the first (cycles 1, 2), accepted by both; position 3: tried by those two, accepted by one
+    assert [x.estimate for x in p] == pytest.approx([3 / 4, 1.0, 0.5], abs=1e-12)
+
+
+def test_rank_counts_walk_the_tree():
+    from specsim.decoder.drafters import Draft
+    from specsim.decoder.generate import Cycle
+    from specsim.speculation.trees import from_choices
+
+    tree = from_choices(((0,), (1,), (0, 0)))  # root; node 1 rank 0, node 2 rank 1, node 3 child of 1
+    nodes = {tuple(): 0}
+    # tokens: root 5, rank-0 child 7, rank-1 child 8, its child (under node 1) 9
+    toks = np.zeros(tree.n_nodes, np.int64)
+    for i in range(tree.n_nodes):
+        toks[i] = {0: 5}.get(i, 0)
+    toks[:] = [5, 7, 8, 9] if tree.parents.tolist() == [-1, 0, 0, 1] else toks
+    assert tree.parents.tolist() == [-1, 0, 0, 1] and tree.ranks.tolist() == [0, 0, 1, 0]
+    d = Draft(toks, tree)
+    # cycle 1: the rank-1 child (8) accepted, then the target's own token 3: ranks 0, 1 tried at the root
+    # (0 rejected, 1 accepted); node 2 has no children
+    # cycle 2: nothing accepted: both ranks at the root tried and rejected
+    # cycle 3: 7 then 9 accepted: rank 0 at the root (accepted), rank 0 under node 1 (accepted), leaf
+    cycles = [Cycle(n_drafted=2, n_accepted=1, n_nodes=4, draft_s=0, verify_s=0),
+              Cycle(n_drafted=2, n_accepted=0, n_nodes=4, draft_s=0, verify_s=0),
+              Cycle(n_drafted=2, n_accepted=2, n_nodes=4, draft_s=0, verify_s=0)]
+    tokens = np.array([1, 8, 3, 4, 7, 9, 6])
+    acc, tried = _rank_counts([d, d, d], cycles, tokens, 2)
+    # rank 0: tried 1 (c1) + 1 (c2) + 2 (c3) = 4, accepted 2 (c3); rank 1: tried 1 (c1) + 1 (c2), accepted 1
+    assert acc.tolist() == [2, 1] and tried.tolist() == [4, 2]
+    del nodes
+
+
+def test_dependence_recovers_a_planted_decay():
+    rng = np.random.default_rng(0)
+    n = 60000
+    length = rng.uniform(100, 2100, n)
+    temp = rng.choice([0.0, 0.7, 1.0], n)
+    lam, s, a_ref = 2e-4, 0.3, 0.8
+    p = a_ref * np.exp(-lam * (length - 1000) - s * temp)
+    y = (rng.random(n) < p).astype(int)
+    f = fit_dependence(y, length, temp, reference_context_len=1000, reference_temperature=0.0)
+    # with 60,000 trials the planted values sit inside the 95 % profile intervals (a 1-in-20 miss would be
+    # chance; the seed is fixed)
+    assert f.context_decay_ci[0] < lam < f.context_decay_ci[1]
+    assert f.temperature_slope_ci[0] < s < f.temperature_slope_ci[1]
+    assert f.alpha_ref == pytest.approx(a_ref, abs=0.02)
+    one = fit_dependence(y, np.full(n, 500), np.zeros(n), reference_context_len=500, reference_temperature=0)
+    assert one.context_decay_per_token == 0 and one.temperature_slope == 0 and len(one.notes) == 2
+
+
+def _record(temperature, drafted, accepted, ctx):
+    return CycleRecord(drafter="prompt-lookup", workload="code-edit", temperature=temperature, verify="greedy", k=3,
+                       drafted=np.array(drafted), accepted=np.array(accepted), context_len=np.array(ctx))
+
+
+def test_calibration_table_round_trips_through_the_reader():
+    recs = [_record(0.0, [3, 3, 0, 2, 3], [3, 1, 0, 2, 0], [100, 104, 106, 107, 110]),
+            _record(1.0, [3, 3, 3], [0, 1, 2], [100, 101, 103])]
+    t = calibration_table(recs, target_id="smollm2-135m-q4_1", name="x/prompt-lookup/code-edit", command="test",
+                          level=0.95, k=3)
+    # T = 0: S = 3 + 1 + 2 + 0 = 6, F = (3,1), (3,0) = 2  ->  α = 6 / 8
+    assert t["iid"]["alpha"] == pytest.approx(0.75, abs=1e-12)
+    assert t["reference"]["temperature"] == 0.0 and t["reference"]["context_len"] == 105.5  # median of drafting cycles
+    import tomllib
+
+    cal = calibration_from_dict(tomllib.loads(to_toml(t)), where="t.toml", name="x/prompt-lookup/code-edit")
+    assert cal.alpha == pytest.approx(0.75) and cal.method == "prompt_lookup" and cal.temperatures == (0.0, 1.0)
+    assert cal.coverage_warnings(context_len=105, temperature=0.0, method="prompt_lookup") == []
+    w = cal.coverage_warnings(context_len=2048, temperature=0.5, method="layer_skip", workload="prose", k=8)
+    assert len(w) == 5 and "2048" in w[0] and "between" in w[1]
+
+
+def test_scenario_names_a_calibration(tmp_path):
+    from specsim.specs.scenario import scenario_from_dict
+    from specsim.speculation.operating_point import resolve
+
+    recs = [_record(0.0, [3] * 8, [3, 3, 1, 2, 3, 0, 3, 2], list(range(100, 108))),
+            _record(1.0, [3] * 4, [0, 1, 2, 3], [100, 101, 103, 105])]
+    t = calibration_table(recs, target_id="smollm2-135m-q4_1", name="t", command="test", level=0.95, k=3)
+    path = tmp_path / "cal.toml"
+    path.write_text(to_toml(t))
+    base = dict(hardware="ddr5-5600-2ch", target="smollm2-135m", method="prompt_lookup", k=3, context_len=104)
+    op = resolve(scenario_from_dict({**base, "acceptance": {"calibrated": str(path), "workload": "prose"}}))
+    # at the reference temperature 0, moved along the fitted context decay from the reference context
+    lam, ref = t["dependence"]["context_decay_per_token"], t["reference"]["context_len"]
+    assert op.alpha == pytest.approx(t["iid"]["alpha"] * math.exp(-lam * (104 - ref)), rel=1e-12)
+    assert op.acceptance.calibration.alpha_low < op.alpha < op.acceptance.calibration.alpha_high
+    assert op.acceptance.workload == "prose"
+    op2 = resolve(scenario_from_dict({**base, "acceptance": f"calibrated:{path}"}))
+    assert op2.alpha == op.alpha
+    with pytest.raises(SpecError, match="alpha"):
+        resolve(scenario_from_dict({**base, "alpha": 0.5, "acceptance": {"calibrated": str(path)}}))
+    with pytest.raises(SpecError, match="not found"):
+        resolve(scenario_from_dict({**base, "acceptance": {"calibrated": "no/such/calibration"}}))
+    with pytest.raises(SpecError, match="workload"):
+        resolve(scenario_from_dict({**base, "alpha": 0.5, "acceptance": {"workload": "prose"}}))
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    from specsim.decoder.testing import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", n_ctx=4096)
+
+
+def test_calibrate_on_the_tiny_model(tiny_path):
+    cfg = AcceptanceRunConfig(model=tiny_path, drafters=("prompt-lookup", "tree"), workloads=("code-edit",),
+                              temperatures=(0.0, 1.0), k=3, layers=2, n_prompts=1, tokens=12)
+    res = calibrate_acceptance(cfg, command="test", target_id="tiny", name_prefix="tiny")
+    assert set(res.tables) == {"tiny/prompt-lookup/code-edit", "tiny/tree/code-edit"}
+    for t in res.tables.values():
+        a = t["iid"]
+        assert 0 <= a["ci_low"] <= a["alpha"] <= a["ci_high"] <= 1 and a["n_cycles"] > 0
+        assert [r["temperature"] for r in t["runs"]] == [0.0, 1.0]
+    assert "rank" in res.tables["tiny/tree/code-edit"]
+    with pytest.raises(SpecError, match="drafters"):
+        AcceptanceRunConfig(drafters=("nope",))
+    assert math.isfinite(res.tables["tiny/tree/code-edit"]["dependence"]["temperature_slope"])

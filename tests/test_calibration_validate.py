@@ -1,0 +1,247 @@
+"""The closed loop on this machine: the machine profile (calibration.machine), the decoder's stack
+(calibration.decoder_stack), the band a calibrated acceptance puts on a prediction (speculation.predict)
+and `specsim validate` (calibration.validate). No timing is asserted: the structure, the arithmetic
+(checked by hand) and the errors are."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsim.errors import InputError, SpecError
+
+
+def test_the_q4_1_gguf_streams_its_tensor_bytes():
+    """smollm2-135m-q4_1 per pass: 30 layers of Q4_1 matrices (5 bits) and the Q8_0 tied head (8.5 bits),
+    the bytes `load_gguf` reports for SmolLM2-135M-Instruct.Q4_1.gguf's tensors."""
+    from specsim.cost.roofline import step_cost
+    from specsim.specs.hardware import load_hardware
+    from specsim.specs.models import load_model
+
+    m = load_model("smollm2-135m-q4_1")
+    layer = 3 * 1536 * 576 + 2 * 576 * 576 + 2 * 192 * 576  # gate, up, down; q, o; k, v
+    c = step_cost(m, load_hardware("ddr5-5600-2ch"), q_len=1, ctx_len=0)
+    assert c.weights.bytes == pytest.approx(30 * layer * 20 / 32, rel=1e-12)  # the matrices (norms aside)
+    assert c.lm_head.bytes == pytest.approx(49152 * 576 * 34 / 32 + 49152 * 4, rel=1e-12)  # + fp32 logits
+    assert m.kv_bytes_per_token == 30 * 2 * 3 * 64 * 4
+    assert m.with_weight_format("bf16").lm_head_bytes_per_param == 2.0  # re-quantised whole
+
+
+# ---- the machine profile ---------------------------------------------------------------------------
+
+def _synthetic_tables(bw=40e9, peak=1.0e12, f_bw=0.7, f_c=0.4, floor_s=5e-6):
+    """Tables as measure_machine returns them, with GEMM times planted from the cost curve (p = 1:
+    memory and compute add) so the fit must find f_bw, f_c, p and the floor again."""
+    from specsim.calibration.machine import BITS, SHAPES
+
+    rows = []
+    for name, n, k, out_bytes, _ in SHAPES:
+        for m in (1, 2, 4, 8, 16, 32, 64):
+            mem = (k * n * BITS["Q4_1"] / 8 + m * (k * 2 + n * out_bytes)) / (bw * f_bw)
+            comp = math.ceil(m * math.ceil(n / 16) / 2) * 2 * 16 * k * 2 / (peak * f_c)
+            t = floor_s + mem + comp
+            for fmt, scale in (("Q4_1", 1.0), ("Q8_0", 0.8)):
+                rows.append(dict(format=fmt, shape=name, n=n, k=k, threads=2, m=m, out_bytes=out_bytes,
+                                 bytes=n * k * BITS[fmt] / 8, flops=2.0 * m * n * k, time_s=t * scale,
+                                 time_min_s=t * scale, time_max_s=t * scale))
+    gemm = pd.DataFrame(rows)
+    bandwidth = pd.DataFrame([dict(size_bytes=2 ** 27, threads=2, time_s=2 ** 27 / bw, time_min_s=1, time_max_s=1)])
+    ew = []
+    for kind, r in (("norm", 576), ("rope", 576), ("act", 1536), ("add", 576), ("embed", 576)):
+        for m in (1, 8, 64):
+            ew.append(dict(kind=kind, threads=2, m=m, row_elems=r, time_s=1e-6 + m * r * 1e-10, time_min_s=0, time_max_s=0))
+    ew += [dict(kind="gemm_floor", threads=2, m=1, time_s=floor_s, time_min_s=0, time_max_s=0),
+           dict(kind="parallel_floor", threads=2, m=1, time_s=3e-6, time_min_s=0, time_max_s=0)]
+    att = pd.DataFrame([dict(threads=2, m=1, ctx_len=c, time_s=1e-6 * c / 128, time_min_s=0, time_max_s=0)
+                        for c in (128, 512)])
+    fma = pd.DataFrame([dict(threads=2, flops_per_s=2e11, flops_per_s_min=2e11, flops_per_s_max=2e11)])
+    return dict(bandwidth=bandwidth, gemm=gemm, attention=att, elementwise=pd.DataFrame(ew), fma=fma)
+
+
+def test_machine_fit_recovers_a_planted_curve(tmp_path):
+    from specsim.calibration.machine import fit_profile
+    from specsim.specs.hardware import load_hardware
+
+    prof = fit_profile(**_synthetic_tables(), threads=2, repeats=3)
+    # the Q8_0 rows are 0.8 x the Q4_1 rows: the peak is the best Q8_0 rate (M = 64 on the head shape)
+    assert prof.peak_int8_ops_per_s == pytest.approx(float((prof.gemm["flops"] / prof.gemm["time_s"])[
+        prof.gemm["format"] == "Q8_0"].max()), rel=1e-12)
+    # the bandwidth is the faster of the stream (40 GB/s) and the best matrix-vector read
+    assert prof.mem_bandwidth_bytes_per_s >= 40e9
+    assert prof.gemm_fit_errors["relative_error"].abs().max() < 0.05  # the planted curve is in the model's family
+    path = tmp_path / "local.toml"
+    path.write_text(prof.toml(command="test"))
+    hw = load_hardware(path)  # every figure has a source, the [kernels] table is complete
+    assert hw.kernels is not None and hw.kernels.n_sm == 2 and hw.kind == "cpu"
+    assert "test" in hw.sources["mem_bandwidth_gb_s"]
+
+
+def test_machine_quick_run_writes_a_loadable_profile(tmp_path):
+    from specsim.calibration.machine import MachineConfig, measure_machine
+    from specsim.specs.hardware import load_hardware
+
+    prof = measure_machine(MachineConfig(repeats=1, threads=(1,), formats=("Q4_1", "Q8_0"), m_values=(1, 8),
+                                         contexts=(32,), quick=True))
+    path = tmp_path / "q.toml"
+    path.write_text(prof.toml(command="specsim calibrate machine --out q.toml"))
+    hw = load_hardware(path)
+    assert hw.mem_bandwidth_bytes_per_s > 0 and hw.peak_flops_per_s["int8"] > 0
+    assert set(prof.gemm["format"]) == {"Q4_1", "Q8_0"} and set(prof.gemm["m"]) == {1, 8}
+    with pytest.raises(SpecError, match="Q4_1"):
+        MachineConfig(formats=("Q8_0",))
+
+
+# ---- the decoder's stack ---------------------------------------------------------------------------
+
+def test_bench_rows_read_the_bench_json(tmp_path):
+    from specsim.calibration.decoder_stack import bench_rows
+    from specsim.calibration.fit import ROW_COLUMNS
+
+    data = {"model": "/x/SmolLM2-135M-Instruct.Q4_1.gguf", "config": {},
+            "rows": [{"ctx_len": 128, "m": 1, "verify_s": 0.008, "per_token_s": 0.008, "ratio_to_m1": 1.0},
+                     {"ctx_len": 128, "m": 8, "verify_s": 0.017, "per_token_s": 0.002, "ratio_to_m1": 2.1}]}
+    (tmp_path / "bench.json").write_text(json.dumps(data))
+    rows = bench_rows(tmp_path)
+    assert tuple(rows.columns) == ROW_COLUMNS
+    assert rows.to_dict(orient="records")[1] == dict(hardware="local", target="smollm2-135m-q4_1", tp=1, batch_size=1,
+                                                      q_len=8, ctx_len=128, logit_len=8, measured_time_s=0.017)
+    data["model"] = "/x/other.gguf"
+    (tmp_path / "b2.json").write_text(json.dumps(data))
+    with pytest.raises(SpecError, match="--target"):
+        bench_rows(tmp_path / "b2.json")
+    (tmp_path / "b3.json").write_text("{not json")
+    with pytest.raises(InputError):
+        bench_rows(tmp_path / "b3.json")
+
+
+def test_stack_toml_loads_with_every_source(tmp_path):
+    from specsim.calibration.decoder_stack import stack_toml
+    from specsim.calibration.fit import fit_efficiency
+    from specsim.specs.stacks import load_stack
+
+    rows = pd.DataFrame([dict(hardware="ddr5-5600-2ch", target="smollm2-135m-q4_1", tp=1, batch_size=1, q_len=m,
+                              ctx_len=c, logit_len=m, measured_time_s=0.004 + 0.0004 * m + 1e-6 * c)
+                         for m in (1, 4, 16) for c in (128, 1024)])
+    cal = fit_efficiency(rows, fit=("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s"))
+    host = {"step_s": 1.5e-4, "cycle_s": 6e-4, "k": 4, "accepted": 2, "repeats": 3}
+    path = tmp_path / "specsim-numba.toml"
+    path.write_text(stack_toml(cal, host, stack_id="specsim-numba", command="test", bench_path="b.json",
+                               hardware="ddr5-5600-2ch", lookup={"s_per_ktoken": 2e-5}))
+    st = load_stack(path)
+    assert st.host.step_s == pytest.approx(1.5e-4) and st.cycle_overhead_s == pytest.approx(4.5e-4)  # cycle − step
+    assert st.efficiency.bandwidth_frac == pytest.approx(cal.efficiency.bandwidth_frac, rel=1e-5)
+    assert "prompt_lookup" in st.methods and st.tree_verification == "static"
+
+
+# ---- the band of a calibrated prediction ----------------------------------------------------------
+
+def _calibrated_scenario(tmp_path, **over):
+    from specsim.specs.catalog import to_toml
+    from specsim.specs.scenario import scenario_from_dict
+
+    cal = {"name": "t/prompt-lookup/code-edit", "target": "smollm2-135m-q4_1", "drafter": "prompt-lookup",
+           "method": "prompt_lookup", "workload": "code-edit", "command": "test", "level": 0.95,
+           "reference": {"context_len": 400.0, "temperature": 0.0, "k": 4},
+           "iid": {"alpha": 0.7, "ci_low": 0.65, "ci_high": 0.75, "n_cycles": 200, "n_trials": 300},
+           "coverage": {"context_len": [300.0, 500.0], "temperatures": [0.0, 0.7, 1.0], "ks": [4],
+                        "workloads": ["code-edit"], "drafters": ["prompt-lookup"]}}
+    p = tmp_path / "cal.toml"
+    p.write_text(to_toml(cal))
+    raw = {"hardware": "ddr5-5600-2ch", "target": "smollm2-135m-q4_1", "method": "prompt_lookup", "k": 4,
+           "context_len": 400, "acceptance": {"calibrated": str(p)}, **over}
+    return scenario_from_dict(raw, where="t")
+
+
+def test_calibrated_prediction_carries_its_band(tmp_path):
+    from specsim.speculation.operating_point import resolve
+    from specsim.speculation.predict import format_band, grid, band_grid, predict, with_alpha
+
+    op = resolve(_calibrated_scenario(tmp_path))
+    p = predict(op)
+    b = p.band
+    assert b["calibration"] == "t/prompt-lookup/code-edit" and b["calibration_warnings"] == []
+    assert b["speedup_low"] < float(p.cycle.speedup) < b["speedup_high"]
+    # the ends are the same prediction at α = 0.65 and 0.75 (a second path: the scenario with alpha given)
+    from specsim.specs.scenario import scenario_from_dict
+
+    for a, key in ((0.65, "speedup_low"), (0.75, "speedup_high")):
+        plain = resolve(scenario_from_dict({"hardware": "ddr5-5600-2ch", "target": "smollm2-135m-q4_1",
+                                            "method": "prompt_lookup", "k": 4, "context_len": 400, "alpha": a}))
+        assert b[key] == pytest.approx(float(predict(plain).cycle.speedup), rel=1e-12)
+    assert format_band(1.5449, {"speedup_low": 1.4912, "speedup_high": 1.6031}) == "1.54× [1.49, 1.60]"
+    lo, hi = band_grid(op, k=[1, 2, 4])
+    mid = grid(op, k=[1, 2, 4])
+    assert np.all(lo.speedup <= mid.speedup) and np.all(mid.speedup <= hi.speedup)
+    assert with_alpha(op, 0.6).acceptance.calibration is None
+    far = predict(resolve(_calibrated_scenario(tmp_path, context_len=2048, temperature=0.5, k=8)))
+    w = far.band["calibration_warnings"]
+    assert any("2048" in x for x in w) and any("temperature 0.5" in x for x in w) and any("K = 8" in x for x in w)
+    assert "speedup_low" in far.to_dict()
+
+
+# ---- validate -----------------------------------------------------------------------------------
+
+def test_break_even_interpolates_between_runs():
+    from specsim.calibration.validate import break_even
+
+    spec = pd.DataFrame([dict(drafter="prompt-lookup", layers=None, k=4, alpha_measured=a, measured_speedup=s)
+                         for a, s in ((0.2, 0.8), (0.5, 1.2), (0.8, 2.0))])
+    be = break_even(spec, {("prompt-lookup", None, 4): 0.33})
+    r = be.to_dict(orient="records")[0]
+    # between (0.2, 0.8) and (0.5, 1.2): 0.2 + (1 − 0.8) · 0.3 / 0.4 = 0.35
+    assert r["measured_break_even_alpha"] == pytest.approx(0.35, abs=1e-12)
+    assert r["model_break_even_alpha"] == 0.33 and r["n_points"] == 3
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny GGUF, a catalog-shaped model file for it, a handmade CPU profile and stack."""
+    from specsim.decoder.testing import write_tiny_gguf
+    from specsim.specs.catalog import to_toml
+
+    d = tmp_path_factory.mktemp("loop")
+    gguf = write_tiny_gguf(d / "tiny.gguf", n_ctx=4096)
+    from specsim.decoder.testing import tiny_vocab
+
+    (d / "tiny-model.toml").write_text(to_toml({
+        "id": "tiny-model", "name": "tiny", "tokenizer": "tiny", "n_layers": 3, "hidden_size": 64, "n_heads": 4,
+        "n_kv_heads": 2, "head_dim": 16, "ffn_size": 128, "vocab_size": len(tiny_vocab()), "max_context": 4096,
+        "weight_format": "gguf-q4_1", "kv_cache_dtype": "fp32", "sources": {"shape": "specsim.decoder.testing"}}))
+    (d / "cpu.toml").write_text(to_toml({
+        "id": "cpu", "name": "test cpu", "kind": "cpu", "memory_gb": 16, "mem_bandwidth_gb_s": 20,
+        "peak_tflops": {"int8": 1.0, "fp32": 0.2}, "sources": {"memory_gb": "test", "mem_bandwidth_gb_s": "test",
+                                                                "peak_tflops": "test"}}))
+    (d / "stack.toml").write_text(to_toml({
+        "id": "stack", "name": "test stack", "version": "1", "bandwidth_frac": 0.5, "compute_frac": 0.3,
+        "step_overhead_us": 50, "methods": ["prompt_lookup", "layer_skip"],
+        "sources": {"bandwidth_frac": "test", "compute_frac": "test", "step_overhead_us": "test", "methods": "test"}}))
+    return d, gguf
+
+
+def test_validate_on_the_tiny_model(tiny, tmp_path):
+    from specsim.calibration.validate import ValidateConfig, format_report, validate
+
+    d, gguf = tiny
+    cfg = ValidateConfig(model=gguf, hardware=str(d / "cpu.toml"), stack=str(d / "stack.toml"),
+                         target=str(d / "tiny-model.toml"), m_values=(1, 4), contexts=(32, 64), repeats=2,
+                         drafters=("prompt-lookup", "layer-skip"), ks=(2,), layers=2, n_prompts=1, tokens=10,
+                         calibration_prefix="no-such-prefix")
+    res = validate(cfg)
+    v = res.verify
+    assert len(v) == 4 and set(v["m"]) == {1, 4}
+    assert np.all(v["measured_min_s"] <= v["measured_s"]) and np.all(v["measured_s"] <= v["measured_max_s"])
+    assert np.allclose(v["relative_error"], v["predicted_s"] / v["measured_s"] - 1)
+    assert {"measured_matrix_products_s", "measured_attention_s", "predicted_attention_s"} <= set(v.columns)
+    s = res.spec
+    assert len(s) == 2 and s["calibration"].str.startswith("no-such-prefix").all()  # no calibration: measured only
+    assert "predicted_tokens_per_s" not in s.columns or s["predicted_tokens_per_s"].isna().all()
+    text = format_report(res)
+    assert "verify step time" in text and "no calibration" in text
+    assert json.dumps(res.to_dict(), default=str)
+    with pytest.raises(SpecError, match="--parts"):
+        ValidateConfig(parts=("nope",))
+    with pytest.raises(SpecError, match="--drafters"):
+        ValidateConfig(drafters=("tree",))
