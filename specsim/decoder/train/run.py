@@ -87,10 +87,65 @@ def agreement(target: Transformer, folder: Path, held: FT.Windows, draft, medusa
     return out
 
 
+STAGES = ("draft_model", "medusa", "eagle")
+
+
+def train_stage(name: str, recipe: FT.Recipe, shape, train, held, embd, head, log):
+    """One drafter, from its own seeds (initialisation: torch.manual_seed(seed * 100 + stage); batch order:
+    a generator seeded the same way), so that stages run in any order or in separate processes agree."""
+    i = STAGES.index(name)
+    torch.manual_seed(recipe.seed * 100 + i)
+    gen = torch.Generator().manual_seed(recipe.seed * 100 + 10 + i)
+    if name == "draft_model":
+        return FT.train_draft(recipe, shape, train, held, embd, head, gen, log)
+    if name == "medusa":
+        return FT.train_medusa(recipe, train, held, head, gen, log)
+    return FT.train_eagle(recipe, shape, train, held, embd, head, gen, log)
+
+
+def save_stage(path: Path, module, curve: dict) -> None:
+    torch.save(dict(state=module.state_dict(), curve=curve), path)
+
+
+def load_stage(path: Path, name: str, recipe: FT.Recipe, shape, embd, head):
+    """A stage trained by `run_stage` in another process: the module rebuilt and its weights loaded."""
+    from dataclasses import replace
+
+    from .nets import DraftLM, EagleHead, MedusaHeads
+
+    blob = torch.load(path, weights_only=False)
+    if name == "draft_model":
+        s = replace(shape, d_model=recipe.draft_d_model, n_head=recipe.draft_n_head,
+                    n_kv_head=recipe.draft_n_kv_head, n_ff=recipe.draft_n_ff)
+        module = DraftLM(s, recipe.draft_layers, embd, head)
+    elif name == "medusa":
+        module = MedusaHeads(embd.shape[1], recipe.medusa_heads, head)
+    else:
+        module = EagleHead(replace(shape, n_ff=recipe.eagle_n_ff), embd, head)
+    module.load_state_dict(blob["state"])
+    return module.eval(), blob["curve"]
+
+
+def run_stage(target: Transformer, name: str, out: Path, *, work: Path, recipe: FT.Recipe = FT.Recipe(), log=print):
+    """Train one stage on existing teacher records and save it (train_all(stages_dir=...) picks it up)."""
+    rec = TE.load(work)
+    FT.setup(recipe)
+    vocab = FT.choose_vocabulary(rec, recipe.vocab_size)
+    embd = torch.from_numpy(TR.dense(target.embedding))
+    head = torch.from_numpy(TR.dense(TR.head_rows(target, vocab)))
+    train = FT.windows(rec, "train", vocab, recipe.window)
+    held_all = FT.windows(rec, "heldout", vocab, recipe.window)
+    order = torch.randperm(len(held_all), generator=torch.Generator().manual_seed(recipe.seed + 7))
+    held = held_all.take(order[:recipe.n_eval_windows])
+    module, curve = train_stage(name, recipe, _target_shape(target), train, held, embd, head, log)
+    save_stage(Path(out) / f"{name}.pt", module, curve)
+
+
 def train_all(target: Transformer, file: Callable[[str], Path], *, work: Path, recipe: FT.Recipe = FT.Recipe(),
-              plan: TE.DataPlan = TE.DataPlan(), log=print) -> dict:
+              plan: TE.DataPlan = TE.DataPlan(), log=print, stages_dir: Path | None = None) -> dict:
     """Everything, deterministic for (recipe.seed, plan, recipe.n_threads). `file(name)` gives the path
-    each output is written to; `work` holds the teacher's records (reused when its plan matches)."""
+    each output is written to; `work` holds the teacher's records (reused when its plan matches).
+    stages_dir: stages already trained there by `run_stage` (in parallel processes) are loaded, not retrained."""
     t_start = time.perf_counter()
     work = Path(work)
     meta_path = work / "meta.json"
@@ -99,7 +154,7 @@ def train_all(target: Transformer, file: Callable[[str], Path], *, work: Path, r
     else:
         TE.build(target, work, plan, log=log)
     rec = TE.load(work)
-    gen = FT.setup(recipe)
+    FT.setup(recipe)
     vocab = FT.choose_vocabulary(rec, recipe.vocab_size)
     vocab_hash = TR.vocabulary_hash(target.gguf.tokens)
     embd = torch.from_numpy(TR.dense(target.embedding))
@@ -114,9 +169,14 @@ def train_all(target: Transformer, file: Callable[[str], Path], *, work: Path, r
     log(f"data: {len(train)} training windows, {len(held)} of {len(held_all)} held-out windows of {recipe.window} tokens; "
         f"drafting vocabulary {vocab.size} ids covers the target's argmax on held-out {coverage}")
     shape = _target_shape(target)
-    draft, c_draft = FT.train_draft(recipe, shape, train, held, embd, head, gen, log)
-    medusa, c_medusa = FT.train_medusa(recipe, train, held, head, gen, log)
-    eagle, c_eagle = FT.train_eagle(recipe, shape, train, held, embd, head, gen, log)
+    done = {}
+    for name in STAGES:  # each stage seeded on its own: a stage run apart (run_stage) gives the same result
+        if stages_dir is not None and (Path(stages_dir) / f"{name}.pt").is_file():
+            done[name] = load_stage(Path(stages_dir) / f"{name}.pt", name, recipe, shape, embd, head)
+            log(f"{name}: loaded from {stages_dir}")
+        else:
+            done[name] = train_stage(name, recipe, shape, train, held, embd, head, log)
+    (draft, c_draft), (medusa, c_medusa), (eagle, c_eagle) = (done[n] for n in STAGES)
     export(file, draft, medusa, eagle, vocab, vocab_hash)
     folder = file(TR.DRAFT_GGUF).parent
     agree = agreement(target, folder, held, draft, medusa, eagle)
