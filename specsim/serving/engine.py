@@ -209,7 +209,7 @@ def request_keys(seed_seq: np.random.SeedSequence, n: int) -> np.ndarray:
     return _splitmix64(base ^ np.arange(n, dtype=np.uint64))
 
 
-MAX_TABULATED_DRAWS = 12_000_000  # int64 draws: at most ~100 MB
+MAX_TABULATED_DRAWS = 64_000_000  # one byte a draw: at most 64 MB
 
 
 class _Draws:
@@ -222,7 +222,7 @@ class _Draws:
         per = out.astype(np.int64) + 1
         self.offsets = np.concatenate([[0], np.cumsum(per)[:-1]]).astype(np.int64)
         total = int(per.sum())
-        g = np.empty(total, dtype=np.int64)
+        g = np.empty(total, dtype=np.int8)  # K <= 64: a byte holds it
         chunk = 1 << 22
         owner = np.repeat(np.arange(out.size, dtype=np.int64), per)
         for s in range(0, total, chunk):
@@ -238,7 +238,7 @@ class _Draws:
                 x = np.log1p(-u)
                 x /= np.log(np.full(8, alpha))[0]
                 np.minimum(x, kmax, out=x)
-                g[s:s + chunk] = x
+                g[s:s + chunk] = x  # x >= 0, so the cast floors
         self.g = g
 
 
@@ -1003,7 +1003,7 @@ class _Engine:
         dks = mix.draft_k if batch.all_draft else mix.draft_k[batch.spec_rows]
         draw = self.r_draw
         if sh.draws is not None:
-            g = sh.draws.g[draw[ridx]]
+            g = sh.draws.g[draw[ridx]].astype(np.int64)
             draw[ridx] += 1
             if batch.all_draft and mix.uniform_q and int(dks[0]) == self.k_res:
                 return g  # tabulated as min(geometric, k_res): nothing left to cap
