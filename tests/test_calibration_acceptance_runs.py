@@ -94,7 +94,8 @@ def _record(temperature, drafted, accepted, ctx):
 
 def test_calibration_table_round_trips_through_the_reader():
     recs = [_record(0.0, [3, 3, 0, 2, 3], [3, 1, 0, 2, 0], [100, 104, 106, 107, 110]),
-            _record(1.0, [3, 3, 3], [0, 1, 2], [100, 101, 103])]
+            _record(1.0, [3, 3, 3], [0, 1, 2], [100, 101, 103]),
+            _record(0.7, [3, 3], [0, 0], [100, 101])]  # position 2 never reached: a nan in that run's row
     t = calibration_table(recs, target_id="smollm2-135m-q4_1", name="x/prompt-lookup/code-edit", command="test",
                           level=0.95, k=3)
     # T = 0: S = 3 + 1 + 2 + 0 = 6, F = (3,1), (3,0) = 2  ->  α = 6 / 8
@@ -103,7 +104,8 @@ def test_calibration_table_round_trips_through_the_reader():
     import tomllib
 
     cal = calibration_from_dict(tomllib.loads(to_toml(t)), where="t.toml", name="x/prompt-lookup/code-edit")
-    assert cal.alpha == pytest.approx(0.75) and cal.method == "prompt_lookup" and cal.temperatures == (0.0, 1.0)
+    assert cal.alpha == pytest.approx(0.75) and cal.method == "prompt_lookup" and cal.temperatures == (0.0, 0.7, 1.0)
+    assert math.isnan(cal.runs[2]["conditional"][1])
     assert cal.coverage_warnings(context_len=105, temperature=0.0, method="prompt_lookup") == []
     w = cal.coverage_warnings(context_len=2048, temperature=0.5, method="layer_skip", workload="prose", k=8)
     assert len(w) == 5 and "2048" in w[0] and "between" in w[1]

@@ -146,3 +146,25 @@ def test_unrecognised_file(tmp_path):
         import_acceptance(f)
     with pytest.raises(InputError, match="no such file"):
         import_acceptance(tmp_path / "missing.log")
+
+
+def test_cli_import_writes_a_calibration_a_scenario_names(tmp_path, capsys):
+    from specsim.cli import main
+    from specsim.specs.scenario import scenario_from_dict
+    from specsim.speculation.operating_point import resolve
+
+    log = tmp_path / "vllm.log"
+    log.write_text(V1_LINE + "\n" + V1_OLD + "\n")
+    out = tmp_path / "cal.toml"
+    assert main(["calibrate", "acceptance", "--import", str(log), "--out", str(out), "--name",
+                 "llama-3.1-8b/eagle/chat", "--context-len", "1500"]) == 0
+    assert "α = 0.7500" in capsys.readouterr().out  # 270 / 360, as in the V1 test
+    op = resolve(scenario_from_dict({"target": "llama-3.1-8b", "method": "eagle", "k": 3, "context_len": 1500,
+                                     "acceptance": {"calibrated": str(out)}}))
+    assert op.alpha == pytest.approx(0.75, abs=1e-12)
+    assert main(["calibrate", "acceptance", "--import", str(log), "--out", str(out), "--name", "no-slashes"]) == 2
+    assert "target/drafter/workload" in capsys.readouterr().err
+    bad = tmp_path / "bad.log"
+    bad.write_text("x\n" + V1_LINE.replace("Drafted: 300", "Drafted: lots") + "\n")
+    assert main(["calibrate", "acceptance", "--import", str(bad)]) == 3
+    assert "bad.log:2:" in capsys.readouterr().err

@@ -245,3 +245,26 @@ def test_validate_on_the_tiny_model(tiny, tmp_path):
         ValidateConfig(parts=("nope",))
     with pytest.raises(SpecError, match="--drafters"):
         ValidateConfig(drafters=("tree",))
+
+
+def test_band_reaches_sweep_and_threshold(tmp_path):
+    from specsim.presentation.sweep import run_sweep
+    from specsim.presentation.threshold import format_policy, threshold_policy
+    from specsim.speculation.operating_point import resolve
+    from specsim.speculation.predict import grid, with_alpha
+
+    op = resolve(_calibrated_scenario(tmp_path))
+    df = run_sweep(op)
+    assert df["speedup_low"].notna().all()
+    # the band columns are the grid at the interval's ends (a second path: grid at α = 0.65 and 0.75)
+    lo = grid(with_alpha(op, 0.65)).speedup.ravel()
+    assert np.allclose(df["speedup_low"].to_numpy(), lo, rtol=1e-12)
+    assert np.all(df["speedup_low"] <= df["speedup"]) and np.all(df["speedup"] <= df["speedup_high"])
+    pol = threshold_policy(op)
+    assert pol.band["batch_off_low"] is not None or pol.band["batch_off_high"] is None
+    assert "across the calibration's α 0.650–0.750" in format_policy(pol)
+    from specsim.specs.scenario import scenario_from_dict
+
+    plain = resolve(scenario_from_dict({"hardware": "ddr5-5600-2ch", "target": "smollm2-135m-q4_1",
+                                        "method": "prompt_lookup", "k": 4, "context_len": 400, "alpha": 0.7}))
+    assert run_sweep(plain)["speedup_low"].isna().all() and threshold_policy(plain).band is None

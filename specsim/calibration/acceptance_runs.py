@@ -363,7 +363,7 @@ def calibration_table(records: list[CycleRecord], *, target_id: str, name: str, 
                      "tau": float(np.mean(r.accepted + 1)) if n else None,
                      "draft_frac": float(np.mean(r.drafted > 0)) if n else None,
                      "mean_drafted": float(np.mean(r.drafted)) if n else None,
-                     "conditional": [None if p is None else float(p.estimate) for p in pos],
+                     "conditional": [float("nan") if p is None else float(p.estimate) for p in pos],  # nan: never tried
                      "context_len_min": int(r.context_len.min()) if n else None,
                      "context_len_max": int(r.context_len.max()) if n else None,
                      "seconds": round(r.seconds, 2)})

@@ -70,9 +70,19 @@ def _run_steps(args) -> int:
     from ..calibration.fit import check_rows, fit_efficiency, splitwise_rows
     from ..presentation.output import write_file_atomically
 
+    from ..specs.tables import read_csv_table
+    from .common import parse_list
+
     skipped: list[str] = []
     if args.write_stack and args.format != "bench":
         raise SpecError("--write-stack: needs --format bench (the decoder's own verify passes)")
+    if args.hardware is not None and not args.hardware.strip():
+        raise SpecError("--hardware '': expected a hardware id (`specsim hardware list`)")
+    fit = tuple(parse_list(args.fit, "--fit", str))
+    unknown = [p for p in fit if p not in PARAMETERS_DEFAULT]
+    if unknown:
+        raise SpecError(f"--fit {args.fit!r}: {unknown[0]!r} is not a parameter; expected some of "
+                        f"{', '.join(PARAMETERS_DEFAULT)}")
     if args.format == "bench":
         from ..calibration.decoder_stack import bench_rows
 
@@ -80,12 +90,15 @@ def _run_steps(args) -> int:
     elif args.format == "splitwise":
         rows, skipped = splitwise_rows(args.file, hardware=args.hardware)
     else:
-        try:
-            rows = check_rows(pd.read_csv(args.file), where=args.file)
-        except FileNotFoundError:
-            raise SpecError(f"{args.file}: file not found") from None
-        if args.hardware:
+        rows = check_rows(read_csv_table(args.file, what="CSV of measured forward passes"), where=args.file)
+        if args.hardware is not None:
+            on = sorted(rows["hardware"].unique())
             rows = rows[rows["hardware"] == args.hardware]
+            if rows.empty:
+                raise SpecError(f"--hardware {args.hardware!r}: no rows of {args.file} are on it; its rows are on "
+                                f"{', '.join(on)}")
+    if args.format == "splitwise" and rows.empty:
+        raise SpecError(f"{args.file}: no rows to fit" + (f" on --hardware {args.hardware!r}" if args.hardware else ""))
     if args.phase:
         if "phase" not in rows.columns:
             raise SpecError(f"{args.file}: --phase needs a 'phase' column")
@@ -93,12 +106,11 @@ def _run_steps(args) -> int:
     if len(rows) and rows["hardware"].nunique() > 1:
         raise SpecError(f"{args.file}: rows on {sorted(rows['hardware'].unique())}; fit one hardware at a time "
                         f"(--hardware ID), since a stack's efficiency is per part")
-    fit = tuple(s.strip() for s in args.fit.split(",") if s.strip())
     if args.format == "bench" and args.fit == ",".join(PARAMETERS_DEFAULT):
         fit = tuple(p for p in fit if p != "interconnect_latency_s")  # one CPU: no all-reduce to fit
     cal = fit_efficiency(rows, fit=fit)
     summary = cal.summary()
-    if args.out:
+    if args.out is not None:
         write_file_atomically(args.out, cal.rows.to_csv(index=False), flag="--out")
     if args.write_stack:
         from ..calibration.decoder_stack import measure_host, measure_prompt_lookup, stack_toml
@@ -170,7 +182,7 @@ def _run_operators(args) -> int:
     from ..specs.models import load_model
 
     train = tuple(s.strip() for s in args.train.split(",") if s.strip())
-    out = OutputDir(args.out, force=args.force) if args.out else None  # refuse a non-empty folder up front
+    out = OutputDir(args.out, force=args.force) if args.out is not None else None  # refuse a non-empty folder up front
     profiles = load_operator_profiles(args.data)
     parts = args.hardware or sorted(profiles["hardware"].unique())
     fits, reduces, splitwise, report = [], [], [], {}
@@ -470,6 +482,7 @@ def _register_acceptance(sub) -> None:
 def _run_acceptance(args) -> int:
     if args.import_file:
         return _run_acceptance_import(args)
+    import json
     import sys
 
     from ..calibration.acceptance_runs import AcceptanceRunConfig, calibrate_acceptance
@@ -482,7 +495,7 @@ def _run_acceptance(args) -> int:
                     ("--context-len", args.context_len), ("--temperature", args.temperature)):
         if v is not None:
             raise SpecError(f"{flag} {v!r}: applies to --import only")
-    out = OutputDir(args.out, force=args.force) if args.out else None
+    out = OutputDir(args.out, force=args.force) if args.out is not None else None
     drafters = parse_list(args.drafters, "--drafters", str)
     cfg = AcceptanceRunConfig(
         model=args.model, drafters=tuple(drafters) if drafters else None,
@@ -510,6 +523,10 @@ def _run_acceptance(args) -> int:
                 out.write_text(calibration_file_name(name), to_toml(t))
             out.write_text("summary.csv", summary.to_csv(index=False))
             out.write_text("report.txt", report + "\n")
+            out.write_text("records.json", json.dumps([
+                {"drafter": r.drafter, "workload": r.workload, "temperature": r.temperature, "verify": r.verify, "k": r.k,
+                 "drafted": r.drafted.tolist(), "accepted": r.accepted.tolist(), "context_len": r.context_len.tolist()}
+                for r in res.records]) + "\n")
     if args.json:
         print_json({"calibrations": res.tables, "skipped": list(res.skipped)})
         return 0
@@ -549,7 +566,7 @@ def _run_acceptance_import(args) -> int:
         if v is not None:
             raise SpecError(f"{flag} {v!r}: applies to decoder runs, not --import")
     imp = import_acceptance(args.import_file, fmt=args.format, k=args.k, model_name=args.model_name)
-    if args.out:
+    if args.out is not None:
         if not args.name or args.name.count("/") != 2:
             raise SpecError(f"--name {args.name!r}: with --import --out, expected target/drafter/workload (what the "
                             f"stack served, with which drafter, on what traffic)")

@@ -470,9 +470,12 @@ def rope(x, positions, inv_freq):
 # products (lane l sums elements l, l + 16, ... of the head dim, in that order, by fused multiply-adds),
 # then one fixed tree over the 16 lanes (8 + 8, 4 + 4, 2 + 2, 1 + 1). Values: a block of up to 4 output
 # rows held in registers across a run of keys, each key's weight broadcast and fused in (ascending keys).
-# A row's arithmetic is therefore the same whatever block holds it, whatever M and whatever thread split:
-# a verify pass reproduces each single decode step bit for bit. Keys go in tiles of TK, each read once for
-# every row of the thread's share of the kv head. Head dims that are not a multiple of 16 (and CPUs without
+# A row's arithmetic is therefore the same whatever block holds it, whatever M and whatever thread split.
+# The softmax sum puts the k-th key a query sees into lane k % 16 (then a fixed tree over the lanes), and
+# the values take the shared rows in tiles, then the new rows the query sees one by one in slot order: so
+# a verify pass reproduces each single decode step bit for bit, a tree node's row too, whose ancestors
+# sit among masked siblings in the pass but in the shared rows when it is decoded. Keys go in tiles of
+# TK, each read once for every row of the thread's share of the kv head. Head dims that are not a multiple of 16 (and CPUs without
 # AVX-512, or SPECSIM_DECODER_PLAIN=1) take plain loops with the same per-row order within each path.
 TK = 64  # keys per tile: 16 KB of keys or values at E = 64, in L1 while every row of the block uses them
 _F32 = ir.FloatType()
@@ -671,16 +674,22 @@ def _row_max(row, lo, hi, mx):
 
 
 @njit(cache=True, fastmath=False, nogil=True)
-def _row_sum(row, n, part):
-    # row (>= n,) f32; part (16,) scratch: element t into lane t % 16 in order, then the lanes by a fixed tree
+def _row_sum(row, n_shared, n_rows, seen, part):
+    # row (>= n_rows,) f32; seen (W,) bool: which of rows [n_shared, n_rows) the query sees; part (16,) scratch.
+    # The k-th key the query sees (in ascending slot order) goes into lane k % 16, in order; then the lanes by
+    # a fixed tree. Counting only the keys it sees makes the sum the same whether its earlier tokens sit in
+    # the shared rows (a decode step) or among a tree's rows (a verify pass, with siblings masked out).
     for lane in range(16):
         part[lane] = np.float32(0.0)
-    n16 = n - n % 16
+    n16 = n_shared - n_shared % 16
     for t0 in range(0, n16, 16):
         for lane in range(16):
             part[lane] += row[t0 + lane]
-    for t in range(n16, n):
-        part[t - n16] += row[t]
+    k = n16
+    for t in range(n16, n_rows):
+        if t < n_shared or seen[t - n_shared]:
+            part[k % 16] += row[t]
+            k += 1
     w = 8
     while w >= 1:
         for lane in range(w):
@@ -742,17 +751,25 @@ def _head(out, s, qs, acc, part, q, k, v, g, r0, r1, n_shared, mask, scale):
                 else:
                     sr[t] = np.float32(-np.inf)
             sr[top] = mx
-    for r in range(r0, r1):  # softmax: exp, the sum by lanes and a fixed tree, weights = exp / sum
+    for r in range(r0, r1):  # softmax: exp, the sum by lanes of the keys seen and a fixed tree, weights = exp / sum
         sr = s[r]
         _exp_row(sr, sr[top], n_rows)
-        inv = np.float32(1.0) / _row_sum(sr, n_rows, part)
+        inv = np.float32(1.0) / _row_sum(sr, n_shared, n_rows, mask[r // group], part)
         for t in range(n_rows):
             sr[t] = sr[t] * inv
-    for t0 in range(0, n_rows, TK):  # values, a tile for every row, keys in order
+    for t0 in range(0, n_shared, TK):  # values of the shared rows: a tile for every row, keys in order
         if blocked:
-            _blocks(1, acc, s, v, r0, r1, t0, min(t0 + TK, n_rows))
+            _blocks(1, acc, s, v, r0, r1, t0, min(t0 + TK, n_shared))
         else:
-            _generic_blocks(1, acc, s, v, r0, r1, t0, min(t0 + TK, n_rows))
+            _generic_blocks(1, acc, s, v, r0, r1, t0, min(t0 + TK, n_shared))
+    for r in range(r0, r1):  # then each row's own rows among the new ones, only those it sees, in order
+        m = r // group
+        for t in range(n_shared, n_rows):
+            if mask[m, t - n_shared]:
+                if blocked:
+                    _blocks(1, acc, s, v, r, r + 1, t, t + 1)
+                else:
+                    _generic_blocks(1, acc, s, v, r, r + 1, t, t + 1)
     for r in range(r0, r1):
         out[r // group, g * group + r % group, :] = acc[r, :]
 
