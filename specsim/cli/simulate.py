@@ -125,8 +125,12 @@ def _run(args) -> int:
     if args.band and band is None:
         raise SpecError("--band: the scenario's acceptance is not from a calibration ([acceptance] calibrated)")
     if out is not None:
-        with out:
+        from ..presentation.progress import Progress
+
+        with out, Progress("simulate: writing", quiet=args.quiet, total=1) as writing:
+            writing.phase("tables" if args.no_plots else "tables and plots")
             write_comparison(c, out, plots=not args.no_plots)
+            writing.step()
         finish_resume(c)
     setup = c.setup
     if args.json:
