@@ -10,6 +10,7 @@ the load average is printed before and after (the machine may be shared).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import time
@@ -46,7 +47,7 @@ def main() -> int:
 
         setup = replace(setup, workload=setup.workload.head(args.requests))
     rates = [float(r) for r in np.round(np.geomspace(1.0, 16.0, 16), 3)]
-    policies = ["never", "static_k4", "gate_bs64"]
+    policies = list(setup.policies)  # never, static K = 4 and the scenario's batch-size gate
     print(f"{len(rates)} rates x {len(policies)} policies = {len(rates) * len(policies)} runs of "
           f"{setup.workload.n_requests} requests each")
 
@@ -61,7 +62,8 @@ def main() -> int:
     serial_s, serial = timed(None)
     pool_s, pool = timed(lambda fn, shared, pts, prog: run_points(fn, shared, pts, workers=args.workers))
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cl, \
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cl, \
             Client(cl) as client:
         start_s = time.perf_counter() - t0
         dask_s, dask = timed(lambda fn, shared, pts, prog: run_points(fn, shared, pts, cluster=client))

@@ -3,6 +3,7 @@ interrupted sweep resumes from the points already written without ever looking f
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -72,8 +73,8 @@ def test_pool_and_a_two_worker_local_cluster_match_the_serial_run(tmp_path):
     grid = op.with_overrides(sections={"sweep": {"method": ["draft_model", "eagle", "medusa"], "k": [1, 2, 4],
                                                  "batch_size": [1, 8, 64], "stack": ["", "vllm"]}})
     sweep_serial = run_sweep(grid, workers=1)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
         dask = compare_policies(op, seed=7, cluster=client)
         sweep_dask = run_sweep(grid, cluster=client)
     _same(serial, dask)
