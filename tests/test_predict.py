@@ -181,5 +181,17 @@ def test_a_measured_baseline_anchors_the_stacks_fixed_costs(capsys):
 
 def test_a_baseline_faster_than_the_device_is_refused():
     # 70B fp16 on 2 TB/s cannot step in 1 ms: 140 GB must stream every step
-    with pytest.raises(SpecError, match="baseline_tokens_per_s.*device time alone"):
+    # the refusal names the input as given: a step time in seconds here
+    with pytest.raises(SpecError, match=r"baseline_step_time_s' = 0.001: expected at least 0.0697.* s: the device time alone"):
         resolve(load_scenario("seed-70b-hbm"), baseline_step_time_s=0.001)
+    with pytest.raises(SpecError, match=r"baseline_tokens_per_s' = 1000.0: expected at most 14.3.* tokens/s"):
+        resolve(load_scenario("seed-70b-hbm"), baseline_tokens_per_s=1000.0)
+
+
+def test_a_baseline_slower_than_any_fixed_cost_could_explain_is_refused():
+    # 1e6 s a step (a unit mistake) would need the stack's fixed costs scaled past MAX_FIXED_COST_SCALE;
+    # brentq used to fail on it with an internal error
+    for kw, field in (({"baseline_step_time_s": 1e6}, "baseline_step_time_s"),
+                      ({"baseline_tokens_per_s": 1e-300}, "baseline_tokens_per_s")):
+        with pytest.raises(SpecError, match=field + ".*fixed costs"):
+            resolve(load_scenario("seed-70b-hbm"), stack="vllm", **kw)

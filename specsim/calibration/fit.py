@@ -27,9 +27,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..errors import SpecError, field_error
+from ..errors import InputError, SpecError, field_error
 from ..specs.hardware import Efficiency, load_hardware
 from ..specs.models import load_model
+from ..specs.tables import numeric_column, read_csv_table, require_columns, text_column
 from ..cost.roofline import mixed_step_cost
 
 ROW_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "ctx_len", "logit_len", "measured_time_s")
@@ -65,23 +66,41 @@ class Calibration:
 
 
 def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.DataFrame:
-    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
-    if missing:
-        raise field_error(where, missing[0], None, f"a column (needed: {', '.join(ROW_COLUMNS)})")
+    """The rows with their columns as numbers, or a SpecError naming the line, the column, the value
+    and what was expected: ids that are not in the catalogs, counts that are not whole numbers >= 1
+    (tp, batch_size, q_len) or >= 0 (ctx_len, logit_len), a time that is not a finite number > 0, and
+    a context that runs past the target's maximum (ctx_len + q_len <= max_context)."""
+    require_columns(rows, ROW_COLUMNS, where=where, what="one measured forward pass per row")
     if rows.empty:
-        raise SpecError(f"{where}: no rows to fit")
+        raise InputError(f"{where}: no rows to fit")
+    rows = rows.reset_index(drop=True)
+    out = rows.copy()
+    for col in ("hardware", "target"):
+        out[col] = text_column(rows, col, where=where)
     for col in ("tp", "batch_size", "q_len"):
-        bad = rows[~(rows[col] >= 1)]
-        if len(bad):
-            raise field_error(f"{where} row {bad.index[0]}", col, bad[col].iloc[0], "an integer >= 1")
+        out[col] = numeric_column(rows, col, where=where, integer=True, minimum=1)
     for col in ("ctx_len", "logit_len"):
-        bad = rows[~(rows[col] >= 0)]
-        if len(bad):
-            raise field_error(f"{where} row {bad.index[0]}", col, bad[col].iloc[0], "an integer >= 0")
-    bad = rows[~(rows["measured_time_s"] > 0)]
-    if len(bad):
-        raise field_error(f"{where} row {bad.index[0]}", "measured_time_s", bad["measured_time_s"].iloc[0], "a time > 0 s")
-    return rows.reset_index(drop=True)
+        out[col] = numeric_column(rows, col, where=where, integer=True, minimum=0)
+    out["measured_time_s"] = numeric_column(rows, "measured_time_s", where=where, minimum=0.0, exclusive_minimum=True,
+                                            expected="a time in seconds > 0 (finite)")
+    for col, loader in (("hardware", load_hardware), ("target", load_model)):
+        for first, value in out.groupby(col, sort=False).head(1)[col].items():
+            try:
+                loader(value)
+            except SpecError as exc:
+                raise type(exc)(f"{where}: line {first + 2}: column {col!r} = {value!r}: {exc}") from None
+    for target, idx in out.groupby("target", sort=False).groups.items():
+        m = load_model(target)
+        if not m.max_context:
+            continue
+        span = out.loc[idx, "ctx_len"] + out.loc[idx, "q_len"]
+        over = span[span > m.max_context]
+        if len(over):
+            i = int(over.index[0])
+            raise field_error(f"{where}: line {i + 2}", "ctx_len", int(out.loc[i, "ctx_len"]),
+                              f"<= {m.max_context - int(out.loc[i, 'q_len'])}: {target!r} holds at most {m.max_context} "
+                              f"tokens and the pass adds q_len = {int(out.loc[i, 'q_len'])}")
+    return out
 
 
 def predict_rows(rows: pd.DataFrame, efficiency: Efficiency | None = None,
@@ -162,15 +181,17 @@ def splitwise_rows(path, *, hardware: str | None = None) -> tuple[pd.DataFrame, 
     configuration: one decode row (per-token time; context = prompt + half the generated tokens, the
     mean over the generation) and one prefill row (B prompts at once, logits for the last token of
     each). Returns (rows, skipped) where `skipped` says which source rows were left out and why."""
-    try:
-        raw = pd.read_csv(path)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
+    raw = read_csv_table(path, what="Splitwise perf_model.csv")
     needed = ("model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time", "token_time",
               "tensor_parallel")
-    for col in needed:
-        if col not in raw.columns:
-            raise field_error(str(path), col, None, f"a column of Splitwise's perf_model.csv ({', '.join(needed)})")
+    require_columns(raw, needed, where=str(path), what="Splitwise's perf_model.csv")
+    for col in ("model", "hardware"):
+        raw[col] = text_column(raw, col, where=str(path))
+    for col in ("prompt_size", "batch_size", "token_size", "tensor_parallel"):
+        raw[col] = numeric_column(raw, col, where=str(path), integer=True, minimum=1)
+    for col in ("prompt_time", "token_time"):  # milliseconds
+        raw[col] = numeric_column(raw, col, where=str(path), minimum=0.0, exclusive_minimum=True,
+                                  expected="a time in milliseconds > 0 (finite)")
     skipped = []
     for (m, h), n in raw.groupby(["model", "hardware"]).size().items():
         if m not in SPLITWISE_MODELS:
@@ -193,4 +214,15 @@ def splitwise_rows(path, *, hardware: str | None = None) -> tuple[pd.DataFrame, 
                             "tp": pre["tensor_parallel"].astype(int), "batch_size": pre["batch_size"].astype(int),
                             "phase": "prefill", "q_len": pre["prompt_size"].astype(int), "ctx_len": 0, "logit_len": 1,
                             "measured_time_s": pre["prompt_time"] / 1e3})
-    return pd.concat([decode, prefill], ignore_index=True), skipped
+    rows = pd.concat([decode, prefill], ignore_index=True)
+    # Splitwise profiled some configurations past the model's trained context (the timing is real,
+    # but the catalog refuses such a context everywhere else): leave them out and say so
+    span = rows["ctx_len"] + rows["q_len"]
+    limit = rows["target"].map(lambda t: load_model(t).max_context or np.inf)
+    over = rows[span > limit]
+    if len(over):
+        for (target, phase), g in over.groupby(["target", "phase"]):
+            skipped.append(f"{len(g)} {phase} rows of {target}: context past its maximum of "
+                           f"{load_model(target).max_context} tokens")
+        rows = rows[span <= limit].reset_index(drop=True)
+    return rows, skipped

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..errors import InputError
+from ..errors import InputError, SpecError
 from ..specs.data import data_path
+from ..specs.tables import numeric_column, read_csv_table, require_columns, text_column
 
 HOST_PARTS = ("schedule_median", "sampler_e2e_median", "prepare_inputs_e2e_median", "model_execution_launch_median",
               "process_model_outputs_median")
@@ -45,17 +46,27 @@ class HostFit:
 
 
 def read_cpu_overheads(path=None) -> pd.DataFrame:
-    p = data_path(path or DEFAULT_PATH, what="Vidur cpu_overheads CSV")
+    """Vidur's cpu_overheads CSV with the columns the fit reads checked: times in ms finite and >= 0,
+    batch sizes and tensor-parallel degrees whole numbers >= 1, a model name on every row."""
+    where = str(path or DEFAULT_PATH)
     try:
-        df = pd.read_csv(p)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"{p}: not a readable CSV ({exc})") from None
-    missing = [c for c in (*HOST_PARTS, "model_name", "batch_size", "tensor_parallel_degree", "ray_comm_time_mean")
-               if c not in df.columns]
-    if missing:
-        raise InputError(f"{p}: columns {missing} missing; expected Vidur's cpu_overheads format")
-    df = df.copy()
+        p = data_path(path or DEFAULT_PATH, what="Vidur cpu_overheads CSV")
+    except SpecError as exc:
+        raise InputError(str(exc)) from None
+    raw = read_csv_table(p, what="Vidur cpu_overheads CSV")
+    require_columns(raw, (*HOST_PARTS, "model_name", "batch_size", "tensor_parallel_degree", "ray_comm_time_mean"),
+                    where=where, what="Vidur's cpu_overheads format")
+    df = raw.copy()
+    df["model_name"] = text_column(raw, "model_name", where=where)
+    for col in ("batch_size", "tensor_parallel_degree"):
+        df[col] = numeric_column(raw, col, where=where, integer=True, minimum=1)
+    for col in (*HOST_PARTS, "ray_comm_time_mean"):
+        df[col] = numeric_column(raw, col, where=where, minimum=0.0, expected="a time in milliseconds >= 0 (finite)")
     df["host_ms"] = df[list(HOST_PARTS)].sum(axis=1)
+    one = df[df["tensor_parallel_degree"] == 1]
+    if one["batch_size"].nunique() < 2:
+        raise InputError(f"{where}: {len(one)} rows at tensor_parallel_degree 1 with {one['batch_size'].nunique()} "
+                         f"batch size(s); the fit needs rows at two batch sizes or more")
     return df
 
 

@@ -137,6 +137,8 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
         if FAMILIES[method].uses_k:
             raise SpecError("missing k (draft length or tree depth)")
         k = 1
+    elif k < 1 and FAMILIES[method].uses_k:
+        raise SpecError(f"column 'k' = {k}: expected a draft length >= 1 (the row measured speculation)")
     m = _int(row, "tree_size")
     tau, alpha = _float(row, "tau"), _float(row, "alpha")
     if tau is None and alpha is None:
@@ -189,22 +191,23 @@ def predict_row(row: dict) -> tuple[float, list[str]]:
     return float(p.cycle.speedup), assumed
 
 
-def _check_columns(table: pd.DataFrame) -> None:
+def _check_columns(table: pd.DataFrame, where: str = "replay table") -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
-        raise InputError(f"replay table lacks columns {missing}; required: {', '.join(REQUIRED_COLUMNS)}")
+        raise InputError(f"{where}: lacks columns {missing}; required: {', '.join(REQUIRED_COLUMNS)}")
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     for c in table.columns:
         if c not in known and not str(c).startswith("x_"):
             close = difflib.get_close_matches(str(c), sorted(known), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"replay table: unknown column {c!r}{hint}; known: {', '.join(sorted(known))} "
+            raise InputError(f"{where}: unknown column {c!r}{hint}; known: {', '.join(sorted(known))} "
                              f"(prefix a column with x_ to carry it through untouched)")
 
 
-def replay(table: pd.DataFrame) -> ReplayResult:
-    """Predict every row of a measured table (see the module docstring)."""
-    _check_columns(table)
+def replay(table: pd.DataFrame, *, where: str = "replay table") -> ReplayResult:
+    """Predict every row of a measured table (see the module docstring). `where` names the table
+    (its file) in the errors about its columns."""
+    _check_columns(table, where)
     cols = {c: [] for c in PREDICTED_COLUMNS}
     errs, reasons, assumptions = [], [], []
     for row in table.to_dict(orient="records"):
@@ -248,34 +251,19 @@ def read_replay_table(path) -> pd.DataFrame:
     from pathlib import Path
 
     from ..specs.data import data_path
+    from ..specs.tables import read_csv_table
 
     p = Path(path)
-    if not p.exists() and not p.is_absolute():
+    if str(path).strip() and not p.exists() and not p.is_absolute():
         try:
             p = data_path(path, what="replay table")
         except SpecError:
             raise InputError(f"{path}: file not found") from None
-    try:
-        table = pd.read_csv(p, dtype={"id": str}, comment=None)
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: a folder, not a CSV file") from None
-    except PermissionError:
-        raise InputError(f"{path}: no permission to read it") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file (expected a CSV)") from None
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path}: empty; expected a header row and measured rows") from None
-    except pd.errors.ParserError as exc:
-        raise InputError(f"{path}: not a valid CSV ({exc})") from None
-    if table.empty:
-        raise InputError(f"{path}: a header but no rows")
-    return table
+    return read_csv_table(p, what="replay table (CSV)", dtype={"id": str}, infer=True)
 
 
 def replay_file(path) -> ReplayResult:
-    return replay(read_replay_table(path))
+    return replay(read_replay_table(path), where=str(path))
 
 
 def format_replay(r: ReplayResult) -> str:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..errors import SpecError
 from ..specs.hardware import list_hardware, load_hardware
@@ -148,8 +147,10 @@ def dump_toml(table_: dict) -> str:
 def _models_import(args) -> int:
     table_ = model_from_hf_config(load_hf_config(args.config), model_id=args.id, tokenizer=args.tokenizer, name=args.name)
     text = dump_toml(table_)
-    if args.out:
-        Path(args.out).write_text(text)
+    if args.out is not None:
+        from ..presentation.output import write_file_atomically
+
+        write_file_atomically(args.out, text, flag="--out")
         print(f"wrote {args.out}")
     else:
         print(text, end="")

@@ -25,10 +25,10 @@ MANIFEST = "manifest.json"
 _STAGING_PREFIX = ".specsim-partial-"
 
 
-def _check_folder_path(path: Path, flag: str) -> Path:
-    text = str(path)
+def _check_folder_path(path, flag: str) -> Path:
+    text = str(path)  # the text as given: Path('') would read as '.', the current folder
     if not text.strip():
-        raise OutputError(f"{flag} '': expected a folder path (use {flag} . for the current folder)")
+        raise OutputError(f"{flag} {text!r}: expected a folder path (use {flag} . for the current folder)")
     p = Path(text).expanduser()
     for parent in [p, *p.parents]:
         if parent.exists():
@@ -46,7 +46,7 @@ class OutputDir:
     """A folder of outputs written as one unit (see the module docstring)."""
 
     def __init__(self, path, *, force: bool = False, flag: str = "--out", command: str | None = None):
-        self.path = _check_folder_path(Path(path), flag)
+        self.path = _check_folder_path(path, flag)
         self.flag = flag
         self.force = force
         self.command = command if command is not None else " ".join(["specsim", *sys.argv[1:]])
@@ -118,11 +118,15 @@ class OutputDir:
 
 def write_file_atomically(path, data, *, flag: str = "output") -> Path:
     """Write text or bytes to `path` through a temporary file beside it and one rename."""
-    p = Path(path).expanduser()
     if not str(path).strip():
-        raise OutputError(f"{flag} '': expected a file path")
+        raise OutputError(f"{flag} {str(path)!r}: expected a file path")
+    if str(path).endswith(("/", os.sep)):
+        raise OutputError(f"{flag} {str(path)!r} ends with a separator (a folder); expected a file path")
+    p = Path(path).expanduser()
     if p.is_dir():
         raise OutputError(f"{flag} {str(path)!r} is a folder; expected a file path")
+    if str(p.resolve()).startswith(("/proc", "/sys", "/dev")) and not p.exists():
+        raise OutputError(f"{flag} {str(path)!r}: not a place for output files (a kernel file system)")
     tmp = p.with_name(f".{p.name}.partial-{os.getpid()}")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

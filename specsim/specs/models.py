@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .catalog import catalog_dir, catalog_ids, read_toml, resolve
-from ..errors import SpecError, field_error, reject_unknown_keys, unknown_id_error
+from ..errors import InputError, SpecError, field_error, reject_unknown_keys, unknown_id_error
 
 # Bits per weight and the dtype the matrix math runs in, per named weight format. Quantised
 # formats' bits include their block scales: AWQ/GPTQ int4 with group size 128 and fp16 scale+zero
@@ -445,11 +445,26 @@ def list_models() -> list[ModelSpec]:
     return [load_model(i) for i in catalog_ids("models")]
 
 
+_HF_COUNTS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "intermediate_size",
+              "vocab_size", "head_dim", "max_position_embeddings", "num_layers", "num_decoder_layers", "d_model",
+              "num_heads", "d_kv", "d_ff", "n_routed_experts", "num_local_experts", "num_experts",
+              "num_experts_per_tok", "moe_intermediate_size", "sliding_window", "num_nextn_predict_layers")
+
+
 def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: str | None = None) -> dict:
     """Translate a Hugging Face `config.json` (Llama, Mistral, Qwen2/3, Mixtral, DeepSeek-V3, T5) into
     a catalog table. Returns the dict a TOML file would hold, so the user can review and save it."""
     where = f"config.json for {model_id!r}"
     get = config.get
+    # counts the translation divides by or copies: whole numbers >= 1 where given (a 0 must not fall
+    # back to a default through `or`, and a string must not reach an arithmetic expression)
+    for key in _HF_COUNTS:
+        v = config.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise field_error(where, key, v, "an integer >= 1")
+    archs = get("architectures")
+    if archs is not None and not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
+        raise field_error(where, "architectures", archs, "a list of architecture names")
     arch = (get("architectures") or ["?"])[0]
     if get("model_type") == "t5" or "T5" in arch:
         out = {
@@ -466,6 +481,9 @@ def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: s
         hidden = get("hidden_size")
         if n_heads is None or hidden is None:
             raise field_error(where, "num_attention_heads/hidden_size", None, "a decoder-only transformer config")
+        if get("head_dim") is None and hidden % n_heads:
+            raise field_error(where, "hidden_size", hidden, f"a multiple of num_attention_heads = {n_heads} (no "
+                              f"head_dim is given, so the head width is hidden_size / num_attention_heads)")
         out = {
             "n_layers": get("num_hidden_layers"), "hidden_size": hidden, "n_heads": n_heads,
             "n_kv_heads": get("num_key_value_heads") or n_heads,
@@ -511,12 +529,27 @@ def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: s
 
 
 def load_hf_config(path: str | Path) -> dict:
+    """A Hugging Face config.json as a dict; InputError naming the file when it cannot be one
+    (missing, a folder, not UTF-8, not JSON, NaN or Infinity in it, not a JSON object)."""
+    def no_constant(c):
+        raise ValueError(f"{c} is not a JSON number")
+
     try:
-        return json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
+        config = json.loads(raw.decode("utf-8-sig"), parse_constant=no_constant)
     except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON: {exc}") from None
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: a folder, not a config.json") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); expected a config.json") from None
+    except ValueError as exc:  # json.JSONDecodeError is one
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: a JSON {type(config).__name__}, expected an object of config keys (a config.json)")
+    return config
 
 
 def params_summary(model: ModelSpec) -> dict[str, float]:

@@ -13,6 +13,7 @@ configuration and where each value came from.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
@@ -434,10 +435,16 @@ def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None
                      max_batch_speculative=max_batch(True) if drafter is not None else None, what=what)
 
 
-def check_context(op_or_models, context_len: int, q_len: int, *, where: str) -> None:
+def check_context(op_or_models, context_len: int, q_len: int, *, where: str, q_field: str | None = None,
+                  q_value=None) -> None:
     """Refuse a context whose step would run past a model's maximum context: L + q ≤ max_context
-    for the target and for a separate draft model."""
+    for the target and for a separate draft model. A step longer than the whole context is refused
+    naming `q_field` = `q_value` (the draft length or tree size that makes it) when given."""
     for model, label in op_or_models:
+        if model is not None and model.max_context and q_field and q_len >= model.max_context:
+            raise field_error(where, q_field, q_value,
+                              f"a step of fewer than {model.max_context} tokens: the {label} {model.id!r} holds at "
+                              f"most {model.max_context} tokens and this step verifies {q_len}")
         if model is not None and model.max_context and context_len + q_len > model.max_context:
             raise field_error(where, "context_len", context_len,
                               f"<= {model.max_context - q_len}: the {label} {model.id!r} holds at most "
@@ -499,12 +506,15 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         work = cfg.family.work(cfg, target, dep.tp)
         q = int(verify_q_len(cfg, work, s.k, tree_size))
     check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
-                  where=where)
+                  where=where, q_field="tree_size" if tree_size is not None else "k",
+                  q_value=tree_size if tree_size is not None else s.k)
     anchor = None
     if s.baseline_tokens_per_s is not None or s.baseline_step_time_s is not None:
+        given_as = "baseline_step_time_s" if s.baseline_step_time_s is not None else "baseline_tokens_per_s"
         measured = s.baseline_step_time_s if s.baseline_step_time_s is not None else s.batch_size / s.baseline_tokens_per_s
         dep, anchor = anchor_deployment(target, dep, batch_size=s.batch_size, ctx_len=s.context_len,
-                                        measured_step_time_s=float(measured), where=where)
+                                        measured_step_time_s=float(measured), where=where, given_as=given_as,
+                                        given_value=getattr(s, given_as))
     drafter_id = cfg.drafter.id if cfg is not None and cfg.drafter is not None else None
     what = (f"{target.id}{' + ' + drafter_id if drafter_id else ''} on {s.tp}× {hw.id} at batch {s.batch_size}, "
             f"context {s.context_len}")
@@ -537,15 +547,23 @@ def _scaled_deployment(dep: Deployment, scale: float, add_step_s: float = 0.0) -
                     cycle_overhead_s=dep.cycle_overhead_s * scale)
 
 
+MAX_FIXED_COST_SCALE = 1e6  # a measured baseline may scale a stack's fixed costs by at most this
+
+
 def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, ctx_len: int,
-                      measured_step_time_s: float, where: str) -> tuple[Deployment, dict]:
+                      measured_step_time_s: float, where: str,
+                      given_as: str = "baseline_tokens_per_s",
+                      given_value: float | None = None) -> tuple[Deployment, dict]:
     """Fit the stack's fixed costs so the plain step at (B, L) takes what was measured.
 
     All of the stack's fixed costs (per-pass overheads, host work, the cycle overhead) scale by one
     factor s ≥ 0 chosen so that the predicted plain iteration equals the measurement (it is monotone
     in s). When the stack has no fixed costs to scale, a fixed host step per iteration is added
     instead. A measurement faster than the device alone allows is refused: it means other inputs
-    (hardware, weight format, tensor parallelism) do not describe the run."""
+    (hardware, weight format, tensor parallelism) do not describe the run; so is one slower than
+    fixed costs MAX_FIXED_COST_SCALE times the stack's could explain (a unit or batch mistake).
+    `given_as` names the input the measurement came from (baseline_tokens_per_s or
+    baseline_step_time_s) in the refusal, in its own unit, with `given_value` as given."""
     from scipy.optimize import brentq
 
     from .cycle import plain_iteration_s
@@ -553,13 +571,26 @@ def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, ct
     def step(d: Deployment) -> float:
         return float(plain_iteration_s(target, d, batch_size=batch_size, ctx_len=ctx_len))
 
+    def refuse(bound_step_s: float, relation: str, why: str):
+        if given_as == "baseline_step_time_s":
+            value, bound = measured_step_time_s, f"{'at least' if relation == 'min' else 'at most'} {bound_step_s:.4g} s"
+        else:
+            value = given_value if given_value is not None else batch_size / measured_step_time_s
+            bound = f"{'at most' if relation == 'min' else 'at least'} {batch_size / bound_step_s:.4g} tokens/s"
+        return field_error(where, given_as, value, f"{bound}: {why}")
+
     before = step(dep)
     floor = step(_scaled_deployment(dep, 0.0))
     if measured_step_time_s < floor * (1 - 1e-9):
-        raise field_error(where, "baseline_tokens_per_s", round(batch_size / measured_step_time_s, 6),
-                          f"at most {batch_size / floor:.4g} tokens/s: the device time alone is {floor * 1e3:.3f} ms a "
-                          f"step at batch {batch_size}; check the hardware, weight format and tensor parallelism")
+        raise refuse(floor, "min", f"the device time alone is {floor * 1e3:.3f} ms a step at batch {batch_size}; "
+                         f"check the hardware, weight format and tensor parallelism")
     fixed_at_one = before - floor
+    # the slowest step fixed costs can explain: the stack's scaled MAX_FIXED_COST_SCALE times, or (a
+    # stack without fixed costs) host work of MAX_FIXED_COST_SCALE predicted steps
+    ceiling = step(_scaled_deployment(dep, MAX_FIXED_COST_SCALE)) if fixed_at_one > 0 else before * MAX_FIXED_COST_SCALE
+    if not math.isfinite(measured_step_time_s) or measured_step_time_s > ceiling:
+        raise refuse(ceiling, "max", f"slower than fixed costs {MAX_FIXED_COST_SCALE:g} times the stack's explain "
+                     f"(predicted {before * 1e3:.3f} ms a step); check the unit and the batch size")
     if fixed_at_one <= 0:
         add = measured_step_time_s - floor
         new = _scaled_deployment(dep, 1.0, add_step_s=add)
@@ -567,8 +598,8 @@ def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, ct
         scale = 1.0
     else:
         hi = 2.0
-        while step(_scaled_deployment(dep, hi)) < measured_step_time_s and hi < 1e6:
-            hi *= 2.0
+        while step(_scaled_deployment(dep, hi)) < measured_step_time_s and hi < MAX_FIXED_COST_SCALE:
+            hi = min(2.0 * hi, MAX_FIXED_COST_SCALE)
         scale = float(brentq(lambda x: step(_scaled_deployment(dep, x)) - measured_step_time_s, 0.0, hi, xtol=1e-12))
         new = _scaled_deployment(dep, scale)
         how = f"the stack's fixed costs scaled by {scale:.3f}"
