@@ -103,13 +103,14 @@ def _run(args) -> int:
     from ..presentation.output import OutputDir
     from ..presentation.parallel import check_workers
     from ..presentation.simulation import compare_policies, finish_resume, write_comparison
+    from ..serving.setup import MIN_RATE_PER_S
     from ..speculation.operating_point import resolve_id
 
     if args.seed < 0:
         raise SpecError(f"--seed {args.seed}: expected an integer >= 0")
-    rates = parse_list(args.rates, "--rates", float, minimum=0.0, exclusive=True)
+    rates = parse_list(args.rates, "--rates", float, minimum=MIN_RATE_PER_S)
     policies = parse_list(args.policies, "--policies", str)
-    out = OutputDir(args.out, force=args.force) if args.out else None  # refuse a bad --out before any work
+    out = OutputDir(args.out, force=args.force) if args.out is not None else None  # refuse a bad --out before any work
     op = resolve_id(args.scenario)
     n_pol = len(policies) if policies else (len(op.section("policies")) or (2 if op.speculative else 1))
     n_rates = len(rates) if rates else (len(op.section("workload").get("rates", [])) or 1)

@@ -42,6 +42,12 @@ def _run(args) -> int:
                                                           on_figure=lambda name: bar.update(1),
                                                           workers=check_workers(args.workers), cluster=args.cluster,
                                                           resume=True)
+        if not len(df):  # raised inside the block: the staged files are discarded, --out is left as it was
+            from ..errors import EmptyResultError
+
+            why = (f"every combination was skipped ({len(skipped)}), e.g. {skipped[0]['reason']}" if skipped
+                   else "an axis of its [sweep] table is empty")
+            raise EmptyResultError(f"sweep of {op.name!r}: no point of the grid could be evaluated: {why}")
     print(f"{len(df)} points ({n_points(axes)} in the grid) → {paths['csv']}, {paths['parquet']}")
     for s in skipped:
         print(f"skipped {s['method']} on {s['target']} / {s['hardware']} ({s['drafter']}): {s['reason']}")

@@ -174,10 +174,19 @@ def run_points(fn: Callable, shared, payloads: Sequence, *, workers: int | None 
     from concurrent.futures import ProcessPoolExecutor, as_completed as completed
 
     blob = pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
-    with ProcessPoolExecutor(max_workers=n_workers, initializer=_install, initargs=(blob,)) as pool:
+    pool = ProcessPoolExecutor(max_workers=n_workers, initializer=_install, initargs=(blob,))
+    try:
         futures = {pool.submit(_call_local, fn, payloads[i]): i for i in todo}
         for fut in completed(futures):
             finished(futures[fut], fut.result())
+    except BaseException:
+        # Ctrl-C (a SIGINT to this process alone reaches no worker) or a failed point: stop the workers
+        # instead of waiting for the points still running; the finished ones are in the store
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [results[i] for i in range(n)]
 
 

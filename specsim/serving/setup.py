@@ -67,11 +67,26 @@ ENGINE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "blo
 FLEET_KEYS = {"n_replicas", "layout", "n_prefill", "router", "cache_threshold", "balance_abs_threshold",
               "balance_rel_threshold", "kv_transfer_gb_s", "kv_transfer_latency_us", "prefill_runs_drafter"}
 SLO_KEYS = {"ttft_s", "tpot_s"}
+# which [workload] keys each kind reads ("kind" lists the kinds)
+_KIND_KEYS = {"kind": ("trace", "poisson", "gamma", "closed_loop"),
+              "trace": ("trace",), "format": ("trace",), "window_s": ("trace",), "time_scale": ("trace",),
+              "jitter_s": ("trace",), "hash_block_tokens": ("trace",),
+              "n_requests": ("poisson", "gamma", "closed_loop"), "prompt": ("poisson", "gamma", "closed_loop"),
+              "output": ("poisson", "gamma", "closed_loop"), "lengths_from": ("poisson", "gamma", "closed_loop"),
+              "rate_per_s": ("poisson", "gamma"), "cv": ("gamma",), "n_users": ("closed_loop",),
+              "think_time_s": ("closed_loop",)}
 _BOOL_ENGINE = ("chunked_prefill", "prefix_caching", "drafter_catchup")
 _INT_ENGINE = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "acceptance_window_steps",
                "n_blocks")
 _FLOAT_ENGINE = ("gpu_memory_utilization", "watermark_frac", "activation_reserve_gb", "swap_space_gib",
                  "swap_bandwidth_gb_s")
+# Bounds that keep the engine's per-sequence arrays and the synthetic workload's arrays allocatable;
+# values past them are input mistakes, not deployments (vLLM defaults max_num_seqs to 256 or 1024)
+_MAX_ENGINE = {"max_num_seqs": 65536}
+MAX_SYNTHETIC_REQUESTS = 10_000_000
+# The slowest arrival rate a run takes (one request per ~12 days): far slower rates put arrival times
+# where float seconds cannot resolve a millisecond, and every latency reads 0
+MIN_RATE_PER_S = 1e-6
 # vLLM's default CPU swap space per GPU (EngineArgs swap_space = 4, in GiB)
 DEFAULT_SWAP_SPACE_GIB = 4.0
 # Host link of one device: PCIe 5.0 x16, 32 GT/s per lane with 128b/130b encoding = 63.0 GB/s per
@@ -176,6 +191,11 @@ def _build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Wor
     where = f"scenario {op.name!r} [workload]"
     reject_unknown_keys(where, raw, WORKLOAD_KEYS)
     kind = raw.get("kind", "trace" if "trace" in raw else "poisson")
+    # a key of another kind of workload would silently not apply: refused, naming the kinds it is for
+    for key, kinds in _KIND_KEYS.items():
+        if key in raw and kind in _KIND_KEYS["kind"] and kind not in kinds:
+            raise SpecError(f"{where}: field {key!r} applies to kind = {' or '.join(repr(k) for k in kinds)}, "
+                            f"not to kind = {kind!r}")
     arrivals_ss, lengths_ss, _ = np.random.SeedSequence(seed).spawn(3)
     rng_a, rng_l = np.random.default_rng(arrivals_ss), np.random.default_rng(lengths_ss)
     extra: dict = {}
@@ -211,8 +231,8 @@ def _build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Wor
     if kind not in ("poisson", "gamma", "closed_loop"):
         raise SpecError(f"{where}: field 'kind' = {kind!r}: expected trace, poisson, gamma or closed_loop")
     n = raw.get("n_requests", 1000)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise SpecError(f"{where}: field 'n_requests' = {n!r}: expected an integer >= 1")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SYNTHETIC_REQUESTS:
+        raise SpecError(f"{where}: field 'n_requests' = {n!r}: expected an integer in [1, {MAX_SYNTHETIC_REQUESTS}]")
     if "lengths_from" in raw:
         src = wl.read_trace(resolve_data_path(raw["lengths_from"]), rng=rng_a)
         prompt, output = wl.fit_lognormal(src.prompt_tokens), wl.fit_lognormal(src.output_tokens)
@@ -228,8 +248,9 @@ def _build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Wor
                            rng_lengths=rng_l, think_time_s=float(raw.get("think_time_s", 0.0)))
         return w, kind, extra
     rate = raw.get("rate_per_s", 1.0)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate > 0):
-        raise SpecError(f"{where}: field 'rate_per_s' = {rate!r}: expected a positive arrival rate (requests/s)")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= MIN_RATE_PER_S):
+        raise SpecError(f"{where}: field 'rate_per_s' = {rate!r}: expected an arrival rate >= {MIN_RATE_PER_S:g} "
+                        f"requests/s")
     cv = raw.get("cv", 1.0) if kind == "gamma" else 1.0
     if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not (np.isfinite(cv) and cv > 0):
         raise SpecError(f"{where}: field 'cv' = {cv!r}: expected a positive coefficient of variation")
@@ -249,6 +270,9 @@ def _engine_settings(op: OperatingPoint) -> dict:
     for key in _INT_ENGINE:
         if key in eng and (isinstance(eng[key], bool) or not isinstance(eng[key], int)):
             raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected an integer")
+        if key in _MAX_ENGINE and key in eng and eng[key] > _MAX_ENGINE[key]:
+            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected at most {_MAX_ENGINE[key]} "
+                            f"(the engine holds per-sequence arrays of this length)")
     for key in _FLOAT_ENGINE:
         if key in eng and (isinstance(eng[key], bool) or not isinstance(eng[key], (int, float))
                            or not np.isfinite(eng[key])):
@@ -375,8 +399,9 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     slo = SLO(**{k: float(v) for k, v in slo_raw.items()})
     rates = raw_w.get("rates", [])
     if not isinstance(rates, list) or not all(not isinstance(r, bool) and isinstance(r, (int, float))
-                                              and np.isfinite(r) and r > 0 for r in rates):
-        raise SpecError(f"{where} [workload]: field 'rates' = {rates!r}: expected a list of positive rates (req/s)")
+                                              and np.isfinite(r) and r >= MIN_RATE_PER_S for r in rates):
+        raise SpecError(f"{where} [workload]: field 'rates' = {rates!r}: expected a list of arrival rates >= "
+                        f"{MIN_RATE_PER_S:g} requests/s")
     return ServingSetup(point=op, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
                         policies=policies, slo=slo, rates=tuple(float(r) for r in rates), seed=seed, synthetic=extra,
                         fleet=fleet, drafter_cache=drafter_cache)

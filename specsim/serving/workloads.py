@@ -24,6 +24,7 @@ loop, the lengths plus a number of users who each send their next request when t
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import re
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import InputError, SpecError
 
 TRACE_FORMATS = ("azure", "mooncake", "plain")
 # Mooncake FAST'25 traces: "hash_ids" name prefix blocks of 512 tokens (data/traces/README.md; on every
@@ -324,6 +325,27 @@ def _bad(path, line: int, column: str, value, expected: str) -> SpecError:
     return SpecError(f"{path}: line {line}: column {column!r} = {value!r}: expected {expected}")
 
 
+MAX_TOKENS = 2 ** 31 - 1  # a request's prompt or output longer than this is a malformed row, not a workload
+
+
+def _text_input(read):
+    """A trace reader whose file turns out not to be UTF-8 text (binary, UTF-16, NUL bytes) raises
+    an InputError naming the file instead of the decoder's or the csv module's exception."""
+    @functools.wraps(read)
+    def wrapped(path, *args, **kwargs):
+        try:
+            return read(path, *args, **kwargs)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); expected a trace (CSV or JSON lines)") from None
+        except csv.Error as exc:
+            raise InputError(f"{path}: not a readable CSV ({exc}); expected a trace") from None
+        except IsADirectoryError:
+            raise InputError(f"{path}: a folder, not a trace file") from None
+        except PermissionError:
+            raise InputError(f"{path}: no permission to read it") from None
+    return wrapped
+
+
 def _length(path, line: int, column: str, value) -> int:
     if isinstance(value, bool):
         raise _bad(path, line, column, value, "an integer number of tokens >= 1")
@@ -335,8 +357,8 @@ def _length(path, line: int, column: str, value) -> int:
         n = int(value)
     else:
         raise _bad(path, line, column, value, "an integer number of tokens >= 1")
-    if n < 1:
-        raise _bad(path, line, column, value, "an integer number of tokens >= 1")
+    if n < 1 or n > MAX_TOKENS:
+        raise _bad(path, line, column, value, f"an integer number of tokens in [1, {MAX_TOKENS}]")
     return n
 
 
@@ -397,6 +419,7 @@ def _read_csv(path: Path, columns: tuple[str, str, str], parse_time):
     return times, prompts, outputs
 
 
+@_text_input
 def read_azure(path) -> Workload:
     """Azure LLM inference trace 2023 CSV: arrival = seconds after the first row's TIMESTAMP."""
     path = Path(path)
@@ -407,6 +430,7 @@ def read_azure(path) -> Workload:
                     output_tokens=np.asarray(o, dtype=np.int64), source=str(path))
 
 
+@_text_input
 def read_plain(path, *, hash_block_tokens: int = 16) -> Workload:
     """Plain CSV with header arrival_time_s,prompt_tokens,output_tokens (times kept as given). An
     optional `session_id` column gives conversation structure: the requests of one session are its
@@ -461,6 +485,7 @@ def conversation_hashes(sessions, prompt_tokens: np.ndarray, output_tokens: np.n
     return flat, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
 
 
+@_text_input
 def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: float = 3.0) -> Workload:
     """Mooncake JSON lines (`timestamp` ms from the trace start, `input_length`, `output_length`).
 
@@ -536,6 +561,7 @@ def jitter_quantised(t: np.ndarray, *, rng: np.random.Generator, quantum_s: floa
     return out
 
 
+@_text_input
 def read_trace(path, *, format: str | None = None, rng: np.random.Generator | None = None) -> Workload:
     """Read a trace in one of TRACE_FORMATS; format guessed from the suffix/header when not given."""
     path = Path(path)
