@@ -66,6 +66,9 @@ def test_rank_counts_walk_the_tree():
     acc, tried = _rank_counts([d, d, d], cycles, tokens, 2)
     # rank 0: tried 1 (c1) + 1 (c2) + 2 (c3) = 4, accepted 2 (c3); rank 1: tried 1 (c1) + 1 (c2), accepted 1
     assert acc.tolist() == [2, 1] and tried.tolist() == [4, 2]
+    # a generation cut at its requested length inside the last cycle: that cycle is left out
+    acc, tried = _rank_counts([d, d, d], cycles, tokens[:6], 2)
+    assert acc.tolist() == [0, 1] and tried.tolist() == [2, 2]
     del nodes
 
 
@@ -157,3 +160,18 @@ def test_calibrate_on_the_tiny_model(tiny_path):
     with pytest.raises(SpecError, match="drafters"):
         AcceptanceRunConfig(drafters=("nope",))
     assert math.isfinite(res.tables["tiny/tree/code-edit"]["dependence"]["temperature_slope"])
+
+
+def test_records_resume(tiny_path, tmp_path):
+    cfg = AcceptanceRunConfig(model=tiny_path, drafters=("prompt-lookup",), workloads=("code-edit",),
+                              temperatures=(0.0,), k=3, n_prompts=1, tokens=8)
+    rec = tmp_path / "records.jsonl"
+    a = calibrate_acceptance(cfg, command="test", target_id="tiny", name_prefix="tiny", records=rec)
+    said = []
+    b = calibrate_acceptance(cfg, command="test", target_id="tiny", name_prefix="tiny", records=rec,
+                             progress=said.append)
+    assert said == []  # read back, not run again
+    import json
+
+    same = lambda t: json.dumps(t, sort_keys=True, default=str)  # noqa: E731  (nan != nan in a plain ==)
+    assert same(a.tables) == same(b.tables) and len(rec.read_text().splitlines()) == 1

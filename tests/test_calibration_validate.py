@@ -126,12 +126,13 @@ def test_stack_toml_loads_with_every_source(tmp_path):
                               ctx_len=c, logit_len=m, measured_time_s=0.004 + 0.0004 * m + 1e-6 * c)
                          for m in (1, 4, 16) for c in (128, 1024)])
     cal = fit_efficiency(rows, fit=("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s"))
-    host = {"step_s": 1.5e-4, "cycle_s": 6e-4, "k": 4, "accepted": 2, "repeats": 3}
+    host = {"step_s": 1.5e-4, "cycle_s": 6e-4, "draft_token_s": 2e-4, "k": 4, "accepted": 2, "repeats": 3}
     path = tmp_path / "specsim-numba.toml"
     path.write_text(stack_toml(cal, host, stack_id="specsim-numba", command="test", bench_path="b.json",
                                hardware="ddr5-5600-2ch", lookup={"s_per_ktoken": 2e-5}))
     st = load_stack(path)
     assert st.host.step_s == pytest.approx(1.5e-4) and st.cycle_overhead_s == pytest.approx(4.5e-4)  # cycle − step
+    assert st.host.spec_per_draft_pass_s == pytest.approx(2e-4)
     assert st.efficiency.bandwidth_frac == pytest.approx(cal.efficiency.bandwidth_frac, rel=1e-5)
     assert "prompt_lookup" in st.methods and st.tree_verification == "static"
 

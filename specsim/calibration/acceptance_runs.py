@@ -22,9 +22,11 @@ The result is one calibration file per (drafter, workload) in the layout `specs.
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import brentq, minimize
@@ -152,6 +154,8 @@ def _rank_counts(drafts, cycles, tokens, n_ranks: int) -> tuple[np.ndarray, np.n
     pos = 1  # tokens[0] came from the prefill
     for d, c in zip(drafts, cycles):
         tree, toks = d.tree, d.tokens
+        if pos + c.n_accepted >= len(tokens):  # the last cycle, cut at the requested length: its path is not all kept
+            break
         node = 0
         for j in range(c.n_accepted + 1):
             kids = tree.children(node)
@@ -418,9 +422,42 @@ class AcceptanceCalibrationResult:
     skipped: tuple  # drafters asked for but not available, with why
 
 
+def _record_key(config: AcceptanceRunConfig, drafter: str, workload: str, temperature: float) -> str:
+    return json.dumps([str(config.model), config.k, config.layers, config.n_prompts, config.tokens, config.seed, drafter,
+                       workload, float(temperature)])
+
+
+def _load_records(path) -> dict:
+    out = {}
+    if path is not None and Path(path).is_file():
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out[r["key"]] = CycleRecord(
+                    drafter=r["drafter"], workload=r["workload"], temperature=r["temperature"], verify=r["verify"],
+                    k=r["k"], drafted=np.array(r["drafted"], np.int64), accepted=np.array(r["accepted"], np.int64),
+                    context_len=np.array(r["context_len"], np.int64), seconds=r["seconds"],
+                    rank_accepted=None if r["rank_accepted"] is None else np.array(r["rank_accepted"]),
+                    rank_tried=None if r["rank_tried"] is None else np.array(r["rank_tried"]))
+    return out
+
+
+def _save_record(path, key: str, r: CycleRecord) -> None:
+    if path is None:
+        return
+    with open(path, "a") as f:
+        f.write(json.dumps({"key": key, "drafter": r.drafter, "workload": r.workload, "temperature": r.temperature,
+                            "verify": r.verify, "k": r.k, "drafted": r.drafted.tolist(), "accepted": r.accepted.tolist(),
+                            "context_len": r.context_len.tolist(), "seconds": r.seconds,
+                            "rank_accepted": None if r.rank_accepted is None else r.rank_accepted.tolist(),
+                            "rank_tried": None if r.rank_tried is None else r.rank_tried.tolist()}) + "\n")
+
+
 def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id: str = "smollm2-135m-q4_1",
-                         name_prefix: str = "smollm2-135m", progress=None) -> AcceptanceCalibrationResult:
-    """Run every (drafter, workload, temperature) and fit one calibration per (drafter, workload)."""
+                         name_prefix: str = "smollm2-135m", progress=None, records=None) -> AcceptanceCalibrationResult:
+    """Run every (drafter, workload, temperature) and fit one calibration per (drafter, workload).
+    records: a JSON-lines file each finished run is appended to, and runs already in it (the same
+    configuration) are read back instead of run again (an interrupted calibration resumes)."""
     from ..decoder import run
     from ..decoder import workloads as wl
 
@@ -433,7 +470,8 @@ def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id
     names = [n for n in names if n in avail]
     if not names:
         raise SpecError("calibrate acceptance: none of the drafters asked for is available here: " + "; ".join(skipped))
-    tables, records = {}, []
+    done = _load_records(records)
+    tables, all_records = {}, []
     for w in config.workloads:
         work = wl.load_workload(w, config.n_prompts, seed=config.seed)
         prompts = [wl.chat_prompt(tok, t, work.response_prefix) for t in work.prompts]
@@ -441,17 +479,22 @@ def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id
             build, note = avail[n]
             recs = []
             for t in config.temperatures:
+                key = _record_key(config, n, w, t)
+                if key in done:
+                    recs.append(done[key])
+                    continue
                 if progress:
                     progress(f"{n} on {w} at temperature {t:g}")
                 recs.append(run_drafter(target, build, name=n, workload=w, temperature=t, k=config.k,
                                         prompts=prompts, tokens=config.tokens, seed=config.seed))
-            records += recs
+                _save_record(records, key, recs[-1])
+            all_records += recs
             name = f"{name_prefix}/{n}/{w}"
             tables[name] = calibration_table(recs, target_id=target_id, name=name, command=command,
                                              level=config.level, k=config.k,
                                              note=f"{note}; {config.n_prompts} prompts x {config.tokens} tokens per "
                                                   f"temperature, seed {config.seed}")
-    return AcceptanceCalibrationResult(tables=tables, records=tuple(records), skipped=skipped)
+    return AcceptanceCalibrationResult(tables=tables, records=tuple(all_records), skipped=skipped)
 
 
 __all__ = ["AcceptanceRunConfig", "CycleRecord", "DependenceFit", "calibrate_acceptance", "calibration_table",

@@ -70,18 +70,24 @@ def bench_rows(path, *, hardware: str = "local", target: str | None = None) -> p
     return pd.DataFrame(rows, columns=list(ROW_COLUMNS))
 
 
-def _median_time(fn, repeats: int, inner: int) -> float:
+def _median_time(fn, repeats: int, inner: int, clock=time.perf_counter) -> float:
     fn()
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(inner):
             fn()
-        out.append((time.perf_counter() - t0) / inner)
+        out.append((clock() - t0) / inner)
     return float(np.median(out))
 
 
-def measure_host(*, vocab: int = 49152, k: int = 4, repeats: int = 7) -> dict:
+def _clock(name: str):
+    if name not in ("wall", "thread"):
+        raise SpecError(f"clock {name!r}: expected wall or thread")
+    return time.thread_time if name == "thread" else time.perf_counter
+
+
+def measure_host(*, vocab: int = 49152, k: int = 4, repeats: int = 7, clock: str = "wall") -> dict:
     """Seconds of the decoder's host work (see the module docstring), median of `repeats`."""
     from ..decoder import generate as G
     from ..decoder import verify as V
@@ -111,12 +117,27 @@ def measure_host(*, vocab: int = 49152, k: int = 4, repeats: int = 7) -> dict:
         for node in (0,) + v.path:
             G._top(logits[node])
 
-    step = _median_time(plain, repeats, 200)
-    cyc = _median_time(cycle, repeats, 100)
-    return {"step_s": step, "cycle_s": cyc, "vocab": vocab, "k": k, "accepted": k // 2, "repeats": repeats}
+    from ..decoder.sampling import SamplingParams, probs
+
+    greedy = SamplingParams()
+
+    def draft_tokens():  # a model drafter's K tokens: the distribution of each, its pick, the stacked q
+        qs = []
+        for i in range(k):
+            q = probs(logits[i], greedy)
+            int(np.argmax(q))
+            qs.append(q)
+        np.stack(qs + [np.zeros_like(qs[0])])
+
+    c = _clock(clock)
+    step = _median_time(plain, repeats, 200, c)
+    cyc = _median_time(cycle, repeats, 100, c)
+    per_draft = _median_time(draft_tokens, repeats, 20, c) / k
+    return {"step_s": step, "cycle_s": cyc, "draft_token_s": per_draft, "vocab": vocab, "k": k, "accepted": k // 2,
+            "repeats": repeats, "clock": clock}
 
 
-def measure_prompt_lookup(*, contexts=(256, 1024, 4096), repeats: int = 5) -> dict:
+def measure_prompt_lookup(*, contexts=(256, 1024, 4096), repeats: int = 5, clock: str = "wall") -> dict:
     """Seconds of one prompt-lookup search (`decoder.drafters.PromptLookupDrafter.propose`, K = 4,
     n-grams 3..1) over a context with no match (every n tried to the end), and its slope per 1,000
     context tokens (the family's `prompt_lookup_s_per_seq_per_ktoken`)."""
@@ -128,7 +149,7 @@ def measure_prompt_lookup(*, contexts=(256, 1024, 4096), repeats: int = 5) -> di
     times = []
     for n in contexts:
         ctx = rng.permutation(n).astype(np.int64)  # all distinct: no n-gram recurs
-        times.append(_median_time(lambda: d.propose(ctx, SamplingParams(), rng), repeats, 20))
+        times.append(_median_time(lambda: d.propose(ctx, SamplingParams(), rng), repeats, 20, _clock(clock)))
     slope = float(np.polyfit(np.asarray(contexts, float) / 1000.0, times, 1)[0])
     return {"contexts": list(contexts), "seconds": times, "s_per_ktoken": max(slope, 0.0)}
 
@@ -143,7 +164,8 @@ def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str,
     fit_src = (f"fitted by `{command}` ({when}) to {cal.n_rows} verify passes of `specsim decoder bench` ({bench_path}) "
                f"on hardware {hardware!r}: median |error| {s['median_relative_error_after']:.1%} (worst "
                f"{s['worst_relative_error_after']:.1%})")
-    host_src = f"measured by `{command}` ({when}): calibration.decoder_stack.measure_host, median of {host['repeats']}"
+    host_src = (f"measured by `{command}` ({when}): calibration.decoder_stack.measure_host, median of {host['repeats']}"
+                + (", this thread's CPU time" if host.get("clock") == "thread" else ""))
     notes = ("Efficiencies and fixed costs of one forward pass fitted to the decoder bench; host work between passes "
              "timed directly. Attention and the KV write use these fractions; the matrix products follow the hardware "
              "[kernels] curve.")
@@ -158,7 +180,8 @@ def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str,
              'tree_verification = "static"', 'multi_gpu = "none"',
              'methods = ["prompt_lookup", "layer_skip", "draft_model", "medusa", "eagle"]',
              f"notes = {json.dumps(notes)}",
-             "", "[host]", f"step_us = {host['step_s'] * 1e6:.3f}", 'overlap = "none"',
+             "", "[host]", f"step_us = {host['step_s'] * 1e6:.3f}",
+             f"spec_per_draft_pass_us = {host.get('draft_token_s', 0.0) * 1e6:.3f}", 'overlap = "none"',
              "", "[sources]"]
     for key in ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us"):
         lines.append(f"{key} = {json.dumps(fit_src)}")
@@ -167,6 +190,7 @@ def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str,
     lines.append('multi_gpu = "the decoder runs on one CPU"')
     lines.append('methods = "specsim.decoder: prompt-lookup, layer-skip, draft-model (distilled), medusa and eagle drafters"')
     lines += ["", "[sources.host]", f"step_us = {json.dumps(host_src + ': argmax and top-2 of one vocabulary row per plain step')}",
+              f"spec_per_draft_pass_us = {json.dumps(host_src + ': a model drafter per drafted token (one pass each): its distribution over the vocabulary, its pick, its share of the stacked q')}",
               'overlap = "the decoder is one Python thread: host work and kernels run in turn"']
     return "\n".join(lines) + "\n"
 

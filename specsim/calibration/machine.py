@@ -60,8 +60,13 @@ class MachineConfig:
     m_values: tuple = (1, 2, 4, 8, 16, 32, 64)
     contexts: tuple = (128, 512, 2048)
     quick: bool = False  # small shapes and buffers (tests)
+    clock: str = "wall"  # "thread": this thread's CPU time (a machine shared with other work; threads (1,) only)
 
     def __post_init__(self) -> None:
+        if self.clock not in ("wall", "thread"):
+            raise SpecError(f"--clock {self.clock!r}: expected wall or thread")
+        if self.clock == "thread" and tuple(self.threads or ()) != (1,):
+            raise SpecError("--clock thread: needs --threads 1 (this thread's CPU time leaves out numba's other threads)")
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
             raise SpecError(f"--repeats {self.repeats!r}: expected an integer >= 1")
         bad = [f for f in self.formats if f not in BITS or f == "F32"]
@@ -75,20 +80,24 @@ class MachineConfig:
                 raise SpecError(f"--{name.replace('_', '-')} {v!r}: expected integers >= 1")
 
 
+_CLOCK = {"clock": time.perf_counter}  # measure_machine sets time.thread_time for --clock thread
+
+
 def _time(fn, repeats: int, min_s: float = 0.02) -> tuple[float, float, float]:
     """(median, min, max) seconds per call of fn over `repeats` repetitions; each repetition loops fn
     enough times to last about min_s."""
+    clock = _CLOCK["clock"]
     fn()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    once = max(time.perf_counter() - t0, 1e-7)
+    once = max(clock() - t0, 1e-7)
     inner = max(1, int(min_s / once))
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(inner):
             fn()
-        out.append((time.perf_counter() - t0) / inner)
+        out.append((clock() - t0) / inner)
     return float(np.median(out)), float(min(out)), float(max(out))
 
 
@@ -277,6 +286,7 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
     shapes = QUICK_SHAPES if config.quick else SHAPES
     m_values = tuple(sorted(config.m_values))
     bw_rows, gemm_rows, att_rows, ew_rows, fma_rows = [], [], [], [], []
+    _CLOCK["clock"] = time.thread_time if config.clock == "thread" else time.perf_counter
     try:
         for t in threads:
             K.set_threads(t)
@@ -350,10 +360,17 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
                                 t=_time(lambda: reference.dequantize("Q8_0", emb[ids], d), reps)))
     finally:
         K.set_threads(most)
+        _CLOCK["clock"] = time.perf_counter
     bandwidth, gemm = pd.DataFrame(bw_rows), pd.DataFrame(gemm_rows)
     attention, elementwise, fma = pd.DataFrame(att_rows), pd.DataFrame(ew_rows), pd.DataFrame(fma_rows)
-    return fit_profile(bandwidth=bandwidth, gemm=gemm, attention=attention, elementwise=elementwise, fma=fma,
+    prof = fit_profile(bandwidth=bandwidth, gemm=gemm, attention=attention, elementwise=elementwise, fma=fma,
                        threads=threads[-1], repeats=reps, quick=config.quick)
+    if config.clock == "thread":
+        from dataclasses import replace
+
+        prof = replace(prof, notes=prof.notes + ("timed with this thread's CPU time (--clock thread): the machine is "
+                                                 "shared, and wall time would count the waits for a CPU",))
+    return prof
 
 
 def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, repeats: int,

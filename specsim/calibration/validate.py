@@ -66,6 +66,7 @@ class ValidateConfig:
     threads: int | None = None
     parts: tuple = PARTS
     split: bool = True  # time the kernels of each pass apart (the measured split)
+    clock: str = "wall"  # "thread": this thread's CPU time (a machine shared with other work; needs threads = 1)
 
     def __post_init__(self) -> None:
         for name in ("repeats", "n_prompts", "tokens"):
@@ -79,6 +80,10 @@ class ValidateConfig:
         bad = [p for p in self.parts if p not in PARTS]
         if bad or not self.parts:
             raise SpecError(f"--parts {','.join(self.parts)}: expected among {', '.join(PARTS)}")
+        if self.clock not in ("wall", "thread"):
+            raise SpecError(f"--clock {self.clock!r}: expected wall or thread")
+        if self.clock == "thread" and self.threads != 1:
+            raise SpecError("--clock thread: needs --threads 1 (this thread's CPU time leaves out numba's other threads)")
         bad = [d for d in self.drafters if d not in ("prompt-lookup", "layer-skip")]
         if bad:
             raise SpecError(f"--drafters {bad[0]!r}: validate predicts the chain drafters prompt-lookup and layer-skip")
@@ -113,7 +118,7 @@ def _spread(xs) -> tuple[float, float, float]:
 
 # ---- 1. verify step time ---------------------------------------------------------------------------
 
-def _pass_split(model, cache, ctx: int, m: int, repeats: int) -> tuple[float, float]:
+def _pass_split(model, cache, ctx: int, m: int, repeats: int, timer=time.perf_counter) -> tuple[float, float]:
     """Median seconds of the pass's matrix products and of its attention, timed apart on the pass's own
     shapes (the same kernels, weights and cache)."""
     from ..decoder import kernels as K
@@ -155,9 +160,9 @@ def _pass_split(model, cache, ctx: int, m: int, repeats: int) -> tuple[float, fl
         fn()
         ts = []
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = timer()
             fn()
-            ts.append(time.perf_counter() - t0)
+            ts.append(timer() - t0)
         res.append(float(np.median(ts)))
     return res[0], res[1]
 
@@ -170,8 +175,10 @@ def _blame(pred: dict, meas: dict) -> str:
 
 def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFrame:
     from ..cost.roofline import step_cost
+    from ..decoder.generate import CLOCKS
     from ..speculation.trees import ancestor_mask, chain
 
+    timer = CLOCKS[config.clock]
     dep = op.deployment
     rng = np.random.default_rng(config.seed)
     cap = max(config.contexts) + max(config.m_values)
@@ -191,10 +198,10 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
             ts = []
             for i in range(config.repeats + 1):  # the first also compiles a new shape
                 cache.length = ctx
-                t0 = time.perf_counter()
+                t0 = timer()
                 model.forward(cache, toks, ctx + tree.depths, mask)
                 if i:
-                    ts.append(time.perf_counter() - t0)
+                    ts.append(timer() - t0)
             med, lo, hi = _spread(ts)
             sc = step_cost(op.target, op.hardware, batch_size=1, q_len=m, ctx_len=ctx, tp=dep.tp, attention=dep.attention,
                            efficiency=dep.eff)
@@ -205,7 +212,7 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
             row = dict(ctx_len=ctx, m=m, predicted_s=pred, measured_s=med, measured_min_s=lo, measured_max_s=hi,
                        relative_error=pred / med - 1.0, **{f"predicted_{k.replace(' ', '_')}_s": v for k, v in pred_cls.items()})
             if config.split:
-                mm, att = _pass_split(model, cache, ctx, m, max(3, config.repeats // 2))
+                mm, att = _pass_split(model, cache, ctx, m, max(3, config.repeats // 2), timer)
                 meas_cls = {"matrix products": mm, "attention": att, "other": max(med - mm - att, 0.0)}
                 row.update({f"measured_{k.replace(' ', '_')}_s": v for k, v in meas_cls.items()})
                 row["term"] = _blame(pred_cls, meas_cls) if abs(row["relative_error"]) > 0.10 else ""
@@ -324,7 +331,7 @@ def validate_spec(model, config: ValidateConfig, *, say=None, workloads=None, ks
 
     tok = model.tokenizer
     n_layer = model.config.n_layer
-    lookup = measure_prompt_lookup()["s_per_ktoken"]
+    lookup = measure_prompt_lookup(clock=config.clock)["s_per_ktoken"]
     rows = []
     for w in workloads or config.workloads:
         work = load_workload(w, config.n_prompts, seed=config.seed)
@@ -338,7 +345,11 @@ def validate_spec(model, config: ValidateConfig, *, say=None, workloads=None, ks
                     cap = max(len(p) for p in prompts) + config.tokens + k + 8
                     drafter = (D.PromptLookupDrafter(k=k) if d == "prompt-lookup"
                                else D.layer_skip(model, k=k, n_layers=n, capacity=cap))
-                    meas = measure_run(model, drafter, prompts, config.tokens, repeats=config.repeats, seed=config.seed)
+                    from ..decoder.generate import clock
+
+                    with clock(config.clock):
+                        meas = measure_run(model, drafter, prompts, config.tokens, repeats=config.repeats,
+                                           seed=config.seed)
                     row = dict(drafter=d, layers=n, workload=w, k=k, load_1min=load_1min(), **meas)
                     scen, cal_name = _scenario(config, drafter=d, workload=w, k=k,
                                                context_len=int(round(meas["mean_context"] or 256)),
@@ -430,6 +441,7 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
                                                               draft_frac=None if frac is None or frac != frac else frac)
         be = break_even(spec, models)
     summary = {"load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
+               "clock": config.clock,
                "threads": model._n_threads if hasattr(model, "_n_threads") else None}
     if len(verify):
         summary["verify_median_abs_relative_error"] = float(verify["relative_error"].abs().median())
@@ -446,7 +458,8 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
 def format_report(res: ValidateResult) -> str:
     s = res.summary
     lines = [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
-             f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after)"]
+             f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after"
+             + ("; timed with this thread's CPU time" if s.get("clock") == "thread" else "") + ")"]
     v = res.verify
     if len(v):
         lines += ["", "verify step time (one forward pass of M query tokens after L cached)",

@@ -115,7 +115,10 @@ def _run_steps(args) -> int:
     if args.write_stack:
         from ..calibration.decoder_stack import measure_host, measure_prompt_lookup, stack_toml
 
-        host, lookup = measure_host(), measure_prompt_lookup()
+        from ..calibration.decoder_stack import read_bench
+
+        clock = read_bench(args.file).get("config", {}).get("clock", "wall")  # time the host work as the bench was
+        host, lookup = measure_host(clock=clock), measure_prompt_lookup(clock=clock)
         command = (f"specsim calibrate steps {args.file} --format bench --bench-hardware {args.bench_hardware} "
                    f"--write-stack {args.write_stack}")
         text = stack_toml(cal, host, stack_id=args.stack_id, command=command, bench_path=args.file,
@@ -390,6 +393,9 @@ def _register_machine(sub) -> None:
                    help="timed repetitions per figure (the median is kept, min and max reported)")
     p.add_argument("--threads", help="comma-separated thread counts (default: 1 and all numba may use)")
     p.add_argument("--formats", default=",".join(FORMATS), help="weight formats of the matrix products")
+    p.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                   help="what the timings read: wall time, or this thread's CPU time (a machine shared with other work; "
+                        "needs --threads 1)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.add_argument("--json", action="store_true", help="print every measured table as one JSON object")
     p.set_defaults(func=_run_machine)
@@ -410,11 +416,12 @@ def _run_machine(args) -> int:
         raise OutputError(f"--out {args.out!r} is a folder; expected a TOML file path")
     threads = parse_list(args.threads, "--threads", int, minimum=1)
     cfg = MachineConfig(repeats=args.repeats, threads=tuple(threads) if threads else None,
-                        formats=tuple(parse_list(args.formats, "--formats", str)))
+                        formats=tuple(parse_list(args.formats, "--formats", str)), clock=args.clock)
     import sys
 
     prof = measure_machine(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
-    command = f"specsim calibrate machine --out {args.out}" + (f" --repeats {args.repeats}" if args.repeats != 5 else "")
+    command = (f"specsim calibrate machine --out {args.out}" + (f" --repeats {args.repeats}" if args.repeats != 5 else "")
+               + (f" --threads {args.threads}" if args.threads else "") + (f" --clock {args.clock}" if args.clock != "wall" else ""))
     write_file_atomically(args.out, prof.toml(hw_id=args.id, command=command), flag="--out")
     if args.json:
         print_json(prof.to_dict())
@@ -475,6 +482,8 @@ def _register_acceptance(sub) -> None:
                    "(tokens; recorded as the calibration's reference and coverage)")
     p.add_argument("--temperature", type=float, help="--import: the sampling temperature of that traffic")
     p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
+    p.add_argument("--records", help="a JSON-lines file each finished run is appended to; runs already there (same "
+                                     "settings) are read back, so an interrupted calibration resumes")
     p.add_argument("--json", action="store_true", help="print the fits as one JSON object")
     p.set_defaults(func=_run_acceptance)
 
@@ -505,7 +514,7 @@ def _run_acceptance(args) -> int:
         seed=args.seed, threads=args.threads)
     command = "specsim calibrate acceptance " + " ".join(sys.argv[3:]) if sys.argv[1:3] == ["calibrate", "acceptance"] \
         else "specsim calibrate acceptance"
-    res = calibrate_acceptance(cfg, command=command,
+    res = calibrate_acceptance(cfg, command=command, records=args.records,
                                progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
     rows = []
     for name, t in res.tables.items():

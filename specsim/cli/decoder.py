@@ -107,6 +107,9 @@ def register(subparsers) -> None:
 def _model_args(p) -> None:
     keep = argparse.SUPPRESS
     p.add_argument("--model", type=Path, default=keep, help="target GGUF (default: the fetched SmolLM2-135M)")
+    p.add_argument("--clock", choices=("wall", "thread"), default=keep,
+                   help="what timings read: wall time, or this thread's CPU time (on a machine shared with other "
+                        "work; needs --threads 1) (default: wall)")
     p.add_argument("--threads", type=int, default=keep, help="numba threads (default: all numba may use, "
                    f"{os.cpu_count()} cores here unless NUMBA_NUM_THREADS says fewer)")
 

@@ -44,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, help="numba threads (default: all)")
     p.add_argument("--parts", default=",".join(PARTS), help="what to validate: verify, spec")
     p.add_argument("--no-split", action="store_true", help="do not time each pass's kernels apart")
+    p.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                   help="what the timings read: wall time, or this thread's CPU time (a machine shared with other work; "
+                        "needs --threads 1)")
     p.add_argument("--out", help="folder for validate.json, verify.csv, spec.csv, break_even.csv, report.txt and "
                                  "validate.png")
     p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
@@ -69,7 +72,7 @@ def _run(args) -> int:
         workloads=tuple(parse_list(args.workloads, "--workloads", str)),
         calibration_workload=args.calibration_workload, layers=args.layers, n_prompts=args.n_prompts,
         tokens=args.tokens, seed=args.seed, threads=args.threads, parts=tuple(parse_list(args.parts, "--parts", str)),
-        split=not args.no_split)
+        split=not args.no_split, clock=args.clock)
     res = validate(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
     report = format_report(res)
     if out is not None:

@@ -6,6 +6,7 @@ drawn here or in the drafter, never inside a kernel."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +18,23 @@ from .model import Transformer
 from .sampling import SamplingParams, probs, sample
 
 TOP = 2  # logits recorded per emitted token (for the near-tie report)
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+_clock = time.perf_counter  # what every timing below reads; see `clock`
+
+
+@contextmanager
+def clock(name: str):
+    """Inside the block, time generation with `name`'s clock: "wall" (time.perf_counter, the default) or
+    "thread" (time.thread_time, this thread's CPU time: what decoding costs when numba runs one thread on
+    a machine shared with other work, whose waits for the CPU wall time would count)."""
+    global _clock
+    if name not in CLOCKS:
+        raise SpecError(f"clock {name!r}: expected one of {', '.join(CLOCKS)}")
+    saved, _clock = _clock, CLOCKS[name]
+    try:
+        yield
+    finally:
+        _clock = saved
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,9 +92,9 @@ def generate_plain(model: Transformer, prompt, n_new: int, *, sampling: Sampling
     prompt = np.asarray(prompt, dtype=np.int64)
     cache = model.new_cache(_check_room(model, prompt.size, n_new, 1))
     rng = request_rng(seed, index)
-    t0 = time.perf_counter()
+    t0 = _clock()
     logits = model.prefill(cache, prompt)
-    t1 = time.perf_counter()
+    t1 = _clock()
     out, ids, vals = [], [], []
     while len(out) < n_new:
         tok = _pick(logits, sampling, rng.random())
@@ -85,7 +103,7 @@ def generate_plain(model: Transformer, prompt, n_new: int, *, sampling: Sampling
         if tok == stop_token or len(out) == n_new:
             break
         logits = model.forward(cache, np.array([tok]), np.array([cache.length]))[-1]
-    t2 = time.perf_counter()
+    t2 = _clock()
     return Generation(tokens=np.array(out, np.int64), top_ids=np.array(ids), top_logits=np.array(vals),
                       prefill_s=t1 - t0, decode_s=t2 - t1)
 
@@ -109,23 +127,23 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
     drafter.reset()
     feed = getattr(drafter, "uses_features", False)  # Medusa, EAGLE: they read the target's hidden states
     rng = request_rng(seed, index)
-    t0 = time.perf_counter()
+    t0 = _clock()
     logits = model.prefill(cache, prompt)
     if feed:
         drafter.observe(model.last_hidden)
-    t1 = time.perf_counter()
+    t1 = _clock()
     if hasattr(drafter, "start"):  # the drafter's own prefill of the prompt, timed apart from decoding
         drafter.start(prompt)
-    t1d = time.perf_counter()
+    t1d = _clock()
     first = _pick(logits, sampling, rng.random())
     i, v = _top(logits)
     out, ids, vals = [first], [i], [v]
     context = np.concatenate([prompt, [first]])
     cycles = []
     while len(out) < n_new and out[-1] != stop_token:
-        ta = time.perf_counter()
+        ta = _clock()
         draft = drafter.propose(context, sampling, rng)
-        tb = time.perf_counter()
+        tb = _clock()
         tree, toks = draft.tree, draft.tokens
         start = cache.length  # the root goes to slot `start`, node i to start + i
         lg = model.forward(cache, toks, start + tree.depths, ancestor_mask(tree))  # (M, V)
@@ -150,7 +168,7 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
             ids.append(i), vals.append(v)
         out.extend(new)
         context = np.concatenate([context, new])
-        tc = time.perf_counter()
+        tc = _clock()
         cycles.append(Cycle(n_drafted=tree.max_depth if tree.n_nodes > 1 else 0, n_accepted=verdict.n_accepted,
                             n_nodes=tree.n_nodes, draft_s=tb - ta, verify_s=tc - tb))
         if stop_token is not None and stop_token in new:
@@ -158,7 +176,7 @@ def generate_speculative(model: Transformer, drafter, prompt, n_new: int, *, mod
             if cut < 0:
                 del out[cut:], ids[cut:], vals[cut:]
             break
-    t2 = time.perf_counter()
+    t2 = _clock()
     n = min(len(out), n_new)
     gen = Generation(tokens=np.array(out[:n], np.int64), top_ids=np.array(ids[:n]), top_logits=np.array(vals[:n]),
                      prefill_s=t1 - t0, decode_s=t2 - t1d, cycles=tuple(cycles), draft_prefill_s=t1d - t1)

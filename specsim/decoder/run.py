@@ -206,6 +206,7 @@ class RunConfig:
     stop_at_eos: bool = False
     repeats: int = 1  # timed runs of the same prompts (median and range reported)
     threads: int | None = None  # numba threads; None: all it may use
+    clock: str = "wall"  # "thread": time with this thread's CPU time (a shared machine; needs --threads 1)
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -247,6 +248,7 @@ class RunConfig:
         _check_int("repeats", self.repeats, 1)
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
+        _check_clock(self.clock, self.threads)
 
     def resolved_layers(self, target) -> int:
         """--layers checked against the target, or its default: 4/5 of the target's layers."""
@@ -473,9 +475,14 @@ def run(config: RunConfig) -> RunResult:
     stop = target.gguf.eos_id if config.stop_at_eos else None
     sampling = config.sampling()
     ms = []
-    for r in range(config.repeats):
-        ms.append(measure(target, drafter, prompts, config.tokens, mode=config.verify, sampling=sampling,
-                          seed=config.seed, stop_token=stop, warmup=r == 0))
+    from .generate import clock
+
+    if config.clock != "wall":
+        notes.append(f"timings are this thread's CPU time (--clock {config.clock}), not wall time")
+    with clock(config.clock):
+        for r in range(config.repeats):
+            ms.append(measure(target, drafter, prompts, config.tokens, mode=config.verify, sampling=sampling,
+                              seed=config.seed, stop_token=stop, warmup=r == 0))
     same = all(m.outputs == ms[0].outputs for m in ms[1:])
     timings = {name: Spread.of([getattr(m, name) for m in ms]) for name in TIMED}
     decoded = tuple(tok.decode(o["speculative"]) for o in ms[0].outputs)
@@ -494,6 +501,7 @@ class BenchConfig:
     repeats: int = 3
     seed: int = 0
     threads: int | None = None
+    clock: str = "wall"  # "thread": this thread's CPU time (a shared machine; needs --threads 1)
 
     def __post_init__(self) -> None:
         for name in ("m_values", "contexts"):
@@ -508,6 +516,15 @@ class BenchConfig:
         _check_int("seed", self.seed, 0)
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
+        _check_clock(self.clock, self.threads)
+
+
+def _check_clock(clock: str, threads: int | None) -> None:
+    if clock not in ("wall", "thread"):
+        raise _bad("clock", clock, "wall or thread")
+    if clock == "thread" and threads != 1:
+        raise SpecError(f"--clock thread: needs --threads 1 (this thread's CPU time leaves out numba's other threads; "
+                        f"got --threads {threads})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -542,6 +559,6 @@ def bench(config: BenchConfig) -> BenchResult:
         raise SpecError(f"--contexts {_show(config.contexts)} --m {_show(config.m_values)}: the longest context plus "
                         f"the largest M is {need} tokens: expected at most the model's context of {target.config.n_ctx}")
     rows = verify_times(target, m_values=config.m_values, contexts=config.contexts, repeats=config.repeats,
-                        seed=config.seed)
+                        seed=config.seed, clock=config.clock)
     undefined = {} if 1 in config.m_values else {"ratio_to_m1": "M = 1 is not among --m"}
     return BenchResult(config=config, model_path=str(target.gguf.path), rows=tuple(rows), undefined=undefined)
