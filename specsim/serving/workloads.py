@@ -81,6 +81,10 @@ class Workload:
                 raise SpecError(f"workload {self.source!r}: think_time_s must be a finite number >= 0")
         elif a.size and (not np.all(np.isfinite(a)) or np.any(np.diff(a) < 0) or a[0] < 0):
             raise SpecError(f"workload {self.source!r}: arrival times must be finite, >= 0 and non-decreasing")
+        elif a.size and a[-1] > MAX_ARRIVAL_S:
+            raise SpecError(f"workload {self.source!r}: arrival times reach {a[-1]:.4g} s; expected at most "
+                            f"{MAX_ARRIVAL_S:g} s (past it float seconds cannot resolve a step: every latency would "
+                            f"read 0); shift the trace's times to start near 0, or choose a faster rate")
         arrays = [("arrival_at_s", a), ("prompt_tokens", p.astype(np.int64)), ("output_tokens", o.astype(np.int64))]
         if self.priority is not None:
             pr = np.asarray(self.priority)
@@ -325,6 +329,7 @@ def _bad(path, line: int, column: str, value, expected: str) -> SpecError:
     return SpecError(f"{path}: line {line}: column {column!r} = {value!r}: expected {expected}")
 
 
+MAX_ARRIVAL_S = 1e10  # about 317 years: Unix times in seconds fit; a double still resolves microseconds there
 MAX_TOKENS = 2 ** 31 - 1  # a request's prompt or output longer than this is a malformed row, not a workload
 
 
