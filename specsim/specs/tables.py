@@ -111,7 +111,7 @@ def numeric_column(table: pd.DataFrame, column: str, *, where: str, integer: boo
             continue
         v = cell_number(cell, integer=integer)
         if v is None or (minimum is not None and (v <= minimum if exclusive_minimum else v < minimum)) \
-                or (maximum is not None and v > maximum) or (integer and abs(v) > 2 ** 53):
+                or (maximum is not None and v > maximum) or (integer and abs(v) >= 2 ** 53):
             raise error(f"{where}: line {i + 2}: column {column!r} = {cell!r}: expected {want}")
         values.append(v)
     s = pd.Series(values, index=table.index, dtype=float)
