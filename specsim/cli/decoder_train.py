@@ -26,11 +26,11 @@ def register_train(sub) -> None:
 
 
 def _train(args) -> int:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # looked up, not imported: torch stays in decoder/train/
         raise SpecError("specsim decoder train needs PyTorch: pip install -e '.[train]' (the CPU build is "
-                        "enough; see the README's decoder section)") from None
+                        "enough; see the README's decoder section)")
     from ..decoder.fetch import cache_dir, default_model_path
     from ..decoder.gguf_model import load_gguf
     from ..decoder.model import Transformer
