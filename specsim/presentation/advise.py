@@ -97,7 +97,7 @@ class Advice:
             gate = f"only while the running batch is ≥ {self.min_batch}; " + gate
         return f"ON — {what}, {shape}; {gate}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self, *, runs: bool = True) -> dict:
         return {"scenario": self.point.name, "on": self.on, "headline": self.headline, "reason": self.reason,
                 "decided_by": self.decided_by, "k": self.k, "tree_size": self.tree_size, "gate_batch": self.gate_batch,
                 "min_batch": self.min_batch,
@@ -107,7 +107,7 @@ class Advice:
                                 "source": self.band.source, "rows": list(self.band.rows),
                                 "verdict_holds": self.band.verdict_holds},
                 "memory": self.memory, "assumptions": self.assumptions, "notes": self.notes,
-                "serving": None if self.gates is None else self.gates.to_dict()}
+                "serving": None if self.gates is None else self.gates.to_dict(runs=runs)}
 
 
 def _alpha_variant(op: OperatingPoint, alpha: float) -> OperatingPoint:

@@ -127,13 +127,17 @@ class GateEvaluation:
         t = self.table.sort_values(["rate_per_s", "regret", "tpot_p50_s"])
         return t.groupby("rate_per_s", dropna=False, sort=True).head(1)
 
-    def to_dict(self) -> dict:
-        return {"chosen": self.chosen, "chosen_kind": self.chosen_kind, "chosen_threshold": self.chosen_threshold,
+    def to_dict(self, *, runs: bool = True) -> dict:
+        """The evaluation as JSON-ready values; runs=False leaves out the per-run rows (the report keeps
+        them in serving_gates.csv)."""
+        out = {"chosen": self.chosen, "chosen_kind": self.chosen_kind, "chosen_threshold": self.chosen_threshold,
                 "rates": list(self.rates), "n_requests": self.n_requests, "n_requests_total": self.n_requests_total,
                 "workload": self.workload_source, "analytic_batch_off": self.analytic_batch_off,
                 "worst_regret": self.worst_regret, "tol_attainment": self.tol_attainment, "tol_tpot": self.tol_tpot,
-                "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s}, "notes": list(self.notes),
-                "runs": self.table.drop(columns=[c for c in self.table.columns if c.startswith("_")]).to_dict("records")}
+                "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s}, "notes": list(self.notes)}
+        if runs:
+            out["runs"] = self.table.drop(columns=[c for c in self.table.columns if c.startswith("_")]).to_dict("records")
+        return out
 
 
 def truncated(setup: ServingSetup, n_requests: int | None) -> ServingSetup:

@@ -65,12 +65,15 @@ def _best(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return df.loc[idx.values].sort_values(by)
 
 
-def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: str = ""):
+def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: str = "", on_from: int | None = None,
+                     gate: tuple[int, str] | None = None):
     """Speedup against batch size, one line per value of `line` (K by default; for trees the best
     tree size at each K and B). The regression region (speedup < 1) is shaded, batches that do not
     fit in memory are drawn as ×, and the switch-off point is marked: `threshold` is a
     speculation.switch_off.SwitchOff (its label says what it assumes) or a batch size; without one,
-    where the best line drops below 1 on the data."""
+    where the best line drops below 1 on the data. on_from: the batch from which speculation pays when it
+    does not at batch 1 (a long context); gate: (batch, label) of a deployed gate chosen elsewhere (the
+    serving simulation), drawn beside the analytic switch-off."""
     artists = []
     data = _best(df, [line, "batch_size"])
     for value, g in data.groupby(line, observed=True):
@@ -87,6 +90,12 @@ def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: s
     ymax = max(float(best.max()) * 1.08, 1.2)
     artists.append(ax.axhspan(0, 1.0, color=REGRESSION_COLOR, alpha=0.6, lw=0, label="regression (speedup < 1)"))
     artists.append(ax.axhline(1.0, color="k", lw=0.8))
+    if threshold is not None and on_from is not None and threshold <= on_from:
+        threshold = None  # a switch-off at or below where it starts paying says nothing more
+    if on_from is not None:
+        artists.append(ax.axvline(on_from, color="seagreen", ls="--", lw=1.2, label=f"pays from B ≥ {on_from}"))
+    if gate is not None:
+        artists.append(ax.axvline(gate[0], color="darkorange", ls="-.", lw=1.4, label=f"{gate[1]}: off at B ≥ {gate[0]}"))
     if threshold is not None:
         artists.append(ax.axvline(threshold, color="crimson", ls="--", lw=1.2,
                                   label=f"switch off at B ≥ {threshold}"))
@@ -98,7 +107,7 @@ def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: s
     ax.set_xlabel("batch size B (sequences)")
     ax.set_ylabel("speedup over plain decoding (×)")
     ax.set_title(title or "Speedup against batch size")
-    ax.legend(fontsize=7, ncol=2, loc="upper right", framealpha=0.9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.9)  # beside, not over, the lines
     ax.grid(alpha=0.3)
     return artists
 
@@ -436,11 +445,13 @@ def figure_data(df: pd.DataFrame, *, reference: dict, roofline: pd.DataFrame | N
     return out
 
 
-def draw(name: str, data: pd.DataFrame, *, title: str = "", switch_off=None, size=(7, 4.5)):
-    """A new figure of the standard figure `name` (FIGURES) drawn from `data` (figure_data's rows)."""
-    fig, ax = plt.subplots(figsize=size)
+def draw(name: str, data: pd.DataFrame, *, title: str = "", switch_off=None, size=(7, 4.5), on_from: int | None = None,
+         gate: tuple[int, str] | None = None):
+    """A new figure of the standard figure `name` (FIGURES) drawn from `data` (figure_data's rows);
+    switch_off, on_from and gate go to the batch plot (see speedup_vs_batch)."""
+    fig, ax = plt.subplots(figsize=(size[0] + 2.0, size[1]) if name == "speedup_vs_batch" else size)
     if name == "speedup_vs_batch":
-        speedup_vs_batch(ax, data, threshold=switch_off, title=title)
+        speedup_vs_batch(ax, data, threshold=switch_off, title=title, on_from=on_from, gate=gate)
     elif name == "speedup_vs_context":
         speedup_vs_context(ax, data, title=title)
     elif name == "heatmap_batch_alpha":

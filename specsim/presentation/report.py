@@ -182,10 +182,17 @@ def _caption(name: str, data: pd.DataFrame, op: OperatingPoint, advice: Advice) 
         reg = best.index[best.values < 1.0]
         at_k = data[data["k"] == op.k].set_index("batch_size")["speedup"]
         s1 = float(at_k.iloc[0]) if len(at_k) else float("nan")
+        from .advise import describe_pays
+
         so = advice.analytic
-        return (f"K = {op.k}: {s1:.2f}× at B = {int(at_k.index[0]) if len(at_k) else 1}; the best K falls below 1 from "
-                + (f"B = {int(reg[0])}" if len(reg) else "no batch on this grid")
-                + f" (shaded: regression). Marked: the analytic switch-off, {so.label()}.")
+        text = (f"K = {op.k}: {s1:.2f}× at B = {int(at_k.index[0]) if len(at_k) else 1}; the best K is below 1 at "
+                + (", ".join(f"B = {int(b)}" for b in reg[:3]) + ("…" if len(reg) > 3 else "") if len(reg)
+                   else "no batch on this grid")
+                + f" (shaded: regression). Marked: the analytic curve with the scenario's K, "
+                f"{describe_pays(so, advice.margin)} [{so.assumptions}]")
+        if advice.gates is not None and advice.gate_batch is not None:
+            text += f"; and the verdict's gate from the serving simulation, off at B ≥ {advice.gate_batch}"
+        return text + "."
     if name == "speedup_vs_context":
         parts = []
         for attn, g in data.groupby("attention", observed=True):
@@ -245,7 +252,13 @@ def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = Non
     for name in [n for n in order if n in slices]:
         data, title = slices[name]
         prog.phase(f"plot {name}")
-        fig = plots.draw(name, data, title=title, switch_off=advice.analytic if name == "speedup_vs_batch" else None)
+        extra = {}
+        if name == "speedup_vs_batch":
+            a = advice
+            extra = dict(switch_off=a.analytic, on_from=a.min_batch,
+                         gate=(a.gate_batch, "the verdict's gate (serving simulation)")
+                         if a.gates is not None and a.gate_batch is not None else None)
+        fig = plots.draw(name, data, title=title, **extra)
         figures.append(FigureRecord(name=name, section=section_of.get(name, SECTIONS[3]), title=title.split("\n")[0],
                                     caption=_caption(name, data, op, advice), data=data.reset_index(drop=True),
                                     png=plots.png_bytes(fig), csv_name=f"{name}.csv"))
@@ -536,7 +549,12 @@ def figure_csv(name: str, data: pd.DataFrame) -> pd.DataFrame:
     if "policy" in data:
         return data
     cols = HEATMAP_COLUMNS if name == "heatmap_batch_alpha" else CSV_COLUMNS
-    return data[[c for c in cols if c in data]]
+    out = data[[c for c in cols if c in data]]
+    # one order whatever order the grid was evaluated in (the CSVs are compared across runs)
+    keys = [c for c in ("model", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "is_tree", "k",
+                        "tree_size", "batch_size", "context_len", "alpha") if c in out]
+    return out.astype({c: str for c in keys if out[c].dtype == object or str(out[c].dtype) == "category"}) \
+        .sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)
 
 
 def write_report(d: ReportData, out) -> list:
@@ -555,7 +573,7 @@ def write_report(d: ReportData, out) -> list:
         t = d.advice.gates.table
         t.to_csv(out.file("serving_gates.csv"), index=False, float_format="%.7g")
         names.append("serving_gates.csv")
-    out.write_text("verdict.json", tidy_paths(json.dumps(_jsonable(d.advice.to_dict()), indent=2, ensure_ascii=False)) + "\n")
+    out.write_text("verdict.json", tidy_paths(json.dumps(_jsonable(d.advice.to_dict(runs=False)), indent=2, ensure_ascii=False)) + "\n")
     out.write_text("report.md", tidy_paths(render_markdown(d)))
     out.write_text("report.html", tidy_paths(render_html(d)))
     return names + ["verdict.json", "report.md", "report.html"]
