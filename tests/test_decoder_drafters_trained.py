@@ -156,15 +156,23 @@ def smollm2():
 @pytest.mark.realmodel
 @pytest.mark.parametrize("name", ["draft-model", "medusa", "eagle"])
 def test_shipped_drafters_are_exact_and_trained(smollm2, name):
-    """Greedy exactness on a held-out code-edit prompt, and first-position acceptance far above what
-    untrained weights give (a random draft over 8192 ids is right about 1 time in 8192)."""
+    """Greedy exactness on four held-out code-edit prompts, and first-position hits that chance cannot
+    explain: a draft that knows nothing is right about 1 time in 8192 (the vocabulary), so k hits in n
+    drafting cycles have binomial tail probability P(X >= k; n, 1/8192); below 1e-9 the weights have
+    learned something. (The shipped drafters are weakly trained, held-out top-1 13-16 %: this checks
+    that they are trained, not that they are good.)"""
+    from scipy.stats import binom
+
     from specsim.decoder.measure import measure
     from specsim.decoder.workloads import chat_prompt, code_edit
 
     model = smollm2
     drafter = {"draft-model": lambda: D.distilled(model, k=3), "medusa": lambda: TR.MedusaDrafter(model),
                "eagle": lambda: TR.EagleDrafter(model)}[name]()
-    w = code_edit(1, seed=0)
-    m = measure(model, drafter, [chat_prompt(model.tokenizer, w.prompts[0], w.response_prefix)], 32, warmup=False)
+    w = code_edit(4, seed=0)
+    prompts = [chat_prompt(model.tokenizer, p, w.response_prefix) for p in w.prompts[:4]]
+    m = measure(model, drafter, prompts, 96, warmup=False)
     assert m.greedy_match
-    assert m.acceptance_unconditional[0] > 0.05  # > 400x the 1/8192 of an untrained draft
+    n = m.n_drafting_cycles
+    hits = int(round(m.acceptance_unconditional[0] * n))
+    assert hits >= 1 and binom.sf(hits - 1, n, 1 / 8192) < 1e-9, (hits, n)

@@ -93,6 +93,7 @@ def test_one_call_trains_everything_deterministically(tmp_path):
 def test_stages_trained_apart_give_the_same_files(tmp_path):
     """The three drafters are seeded independently: trained one by one in separate calls (as parallel
     processes would) and assembled, they equal one sequential train_all."""
+    pytest.importorskip("torch")
     from specsim.decoder.train import run as R
 
     target, a, _ = _train_tiny(tmp_path, "a")

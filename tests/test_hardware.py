@@ -137,11 +137,16 @@ BANDWIDTH_RANGE_BYTES_PER_S = {
 
 @pytest.mark.parametrize("hw", list_hardware(), ids=lambda h: h.id)
 def test_figures_are_within_an_order_of_magnitude_of_their_kind(hw):
+    # the ranges are a datasheet's; a machine `specsim calibrate machine` measured (one thread of a
+    # shared VM, say) reaches a fraction of its socket's datasheet figure, so it gets a floor 20x lower
+    measured = hw.notes.lower().startswith("measured")
     lo, hi = BANDWIDTH_RANGE_BYTES_PER_S[hw.kind]
-    assert lo <= hw.mem_bandwidth_bytes_per_s <= hi
+    assert (lo / 20 if measured else lo) <= hw.mem_bandwidth_bytes_per_s <= hi
     assert 4e9 <= hw.memory_bytes <= 2e12              # 4 GB .. 2 TB per device
     best = max(hw.peak_flops_per_s.values())
-    if hw.kind in ("cpu", "soc"):
+    if measured:
+        assert 2.5e10 <= best <= 1e14
+    elif hw.kind in ("cpu", "soc"):
         assert 5e11 <= best <= 1e14                     # 0.5 .. 100 TFLOP/s
     else:
         assert 1e13 <= best <= 3e16                     # 10 TFLOP/s .. 30 PFLOP/s

@@ -180,7 +180,7 @@ def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str,
              'tree_verification = "static"', 'multi_gpu = "none"',
              'methods = ["prompt_lookup", "layer_skip", "draft_model", "medusa", "eagle"]',
              f"notes = {json.dumps(notes)}",
-             "", "[host]", f"step_us = {host['step_s'] * 1e6:.3f}",
+             "", "[host]", f"step_us = {host['step_s'] * 1e6:.3f}", "per_seq_us = 0",
              f"spec_per_draft_pass_us = {host.get('draft_token_s', 0.0) * 1e6:.3f}", 'overlap = "none"',
              "", "[sources]"]
     for key in ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us"):
@@ -190,6 +190,7 @@ def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str,
     lines.append('multi_gpu = "the decoder runs on one CPU"')
     lines.append('methods = "specsim.decoder: prompt-lookup, layer-skip, draft-model (distilled), medusa and eagle drafters"')
     lines += ["", "[sources.host]", f"step_us = {json.dumps(host_src + ': argmax and top-2 of one vocabulary row per plain step')}",
+              'per_seq_us = "the decoder runs one sequence: its whole per-step host work is in step_us"',
               f"spec_per_draft_pass_us = {json.dumps(host_src + ': a model drafter per drafted token (one pass each): its distribution over the vocabulary, its pick, its share of the stacked q')}",
               'overlap = "the decoder is one Python thread: host work and kernels run in turn"']
     return "\n".join(lines) + "\n"

@@ -197,9 +197,9 @@ class MachineProfile:
                   f'has it) over M = 1..64 query rows ({rep})"',
                   f'"peak_tflops.fp32" = "{src}: independent float32 multiply-adds in registers, decoder.probes.fma_rate '
                   f'({rep})"',
-                  '"efficiency.bandwidth_frac" = "1: the figures above are what this machine reached; the decoder\'s own '
-                  'efficiency is the specsim-numba stack"',
-                  '"efficiency.compute_frac" = "1: as bandwidth_frac"',
+                  '"efficiency.bandwidth_frac" = "1: the figures above are measured, what this machine reached; the '
+                  'decoder\'s own efficiency is the specsim-numba stack"',
+                  '"efficiency.compute_frac" = "1: the peaks above are measured, as bandwidth_frac"',
                   f'kernels = "{src}: GEMM curve fitted (least squares on log time) to the decoder\'s Q4_1 matrix products '
                   f'at {k.n_sm} threads on the model\'s shapes, M = 1..64 (median |error| {err:.1%}); floors from the '
                   f'smallest product and element-wise call; element-wise rates from the decoder\'s RMSNorm, rotary, SwiGLU, '
