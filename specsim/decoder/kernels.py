@@ -563,12 +563,32 @@ def _attn_block(kind, rb, nv):
                 def half(x, n, upper):
                     return builder.shuffle_vector(x, k(x.type, None), k(_V(_I32, n), list(range(n * upper, n * upper + n))))
 
+                def pick(a, b, idx):
+                    return builder.shuffle_vector(a, b, k(_V(_I32, len(idx)), idx))
+
                 def body(t, carried):
                     kv = [builder.load(vec(row_of_c(t), j), align=4) for j in range(nv)]
+                    xs = []
                     for i in range(rb):
                         x = builder.fmul(qv[i][0], kv[0])
                         for j in range(1, nv):
                             x = builder.call(fma, [qv[i][j], kv[j], x])
+                        xs.append(x)
+                    if rb == 4:  # the four rows' trees side by side, each pairing its lanes as one row alone does
+                        y01 = builder.fadd(pick(xs[0], xs[1], list(range(8)) + list(range(16, 24))),
+                                           pick(xs[0], xs[1], list(range(8, 16)) + list(range(24, 32))))
+                        y23 = builder.fadd(pick(xs[2], xs[3], list(range(8)) + list(range(16, 24))),
+                                           pick(xs[2], xs[3], list(range(8, 16)) + list(range(24, 32))))
+                        lo4 = [b * 8 + j for b in range(4) for j in range(4)]
+                        z = builder.fadd(pick(y01, y23, lo4), pick(y01, y23, [i + 4 for i in lo4]))
+                        w = builder.fadd(pick(z, z, [4 * i + j for i in range(4) for j in (0, 1)]),
+                                         pick(z, z, [4 * i + j for i in range(4) for j in (2, 3)]))
+                        for i in range(4):
+                            total = builder.fadd(builder.extract_element(w, k(_I32, 2 * i)),
+                                                 builder.extract_element(w, k(_I32, 2 * i + 1)))
+                            builder.store(total, builder.gep(pa[i], [t]))
+                        return carried
+                    for i, x in enumerate(xs):
                         for n in (8, 4, 2):
                             x = builder.fadd(half(x, n, 0), half(x, n, 1))
                         total = builder.fadd(builder.extract_element(x, k(_I32, 0)), builder.extract_element(x, k(_I32, 1)))
@@ -665,12 +685,21 @@ def _generic_blocks(kind, a, b, c, r0, r1, t0, t1):
                     a[r, j] = w * c[t, j] + a[r, j]
 
 
-@njit(cache=True, fastmath=True, nogil=True)  # a maximum is exact in any order: this one may vectorize
-def _row_max(row, lo, hi, mx):
-    # row (>= hi,) f32: max(mx, row[lo:hi])
-    for t in range(lo, hi):
-        mx = max(mx, row[t])
-    return mx
+@njit(cache=True, fastmath=False, nogil=True)
+def _row_max(row, lo, hi, mx, part):
+    # row (>= hi,) f32: max(mx, row[lo:hi]); part (16,) scratch. Sixteen independent lane maxima (they
+    # vectorize), then the lanes: a maximum is exact, so the grouping cannot change it
+    for lane in range(16):
+        part[lane] = mx
+    n16 = lo + (hi - lo) - (hi - lo) % 16
+    for t0 in range(lo, n16, 16):
+        for lane in range(16):
+            part[lane] = max(part[lane], row[t0 + lane])
+    for t in range(n16, hi):
+        part[0] = max(part[0], row[t])
+    for lane in range(1, 16):
+        mx = max(mx, part[lane])
+    return max(mx, part[0])
 
 
 @njit(cache=True, fastmath=False, nogil=True)
@@ -699,11 +728,13 @@ def _row_sum(row, n_shared, n_rows, seen, part):
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # IEEE steps: the vector body and the tail give the same bits
-def _exp_row(row, mx, n):
-    # row (>= n,) f32: row[t] = exp(row[t] - mx) for t < n; 0 below -87 (a masked key's -inf: an exact 0).
-    # exp(x) = 2^k e^r as in `swiglu` (Cephes expf), 2^k (k in [-126, 0]) a product of exact powers of two
+def _exp_row(row, mx, n, bits):
+    # row (>= n,) f32: row[t] = exp(row[t] - mx) for t < n; 0 at or below -87 (a masked key's -inf: an exact 0).
+    # bits (>= n,) i32 scratch. exp(x) = 2^k e^r as in `swiglu` (Cephes expf); 2^k (k in [-126, 0]) built
+    # from its float32 bits, so both loops vectorize and the scaling is one exact multiply
     for t in range(n):
-        x = max(row[t] - mx, np.float32(-87.0))
+        d = row[t] - mx
+        x = max(d, np.float32(-87.0))
         k = np.rint(x * np.float32(1.44269504))
         r = x - k * np.float32(0.693359375) - k * np.float32(-2.12194440e-4)
         p = np.float32(1.9875691500e-4) * r + np.float32(1.3981999507e-3)
@@ -711,21 +742,18 @@ def _exp_row(row, mx, n):
         p = p * r + np.float32(4.1665795894e-2)
         p = p * r + np.float32(1.6666665459e-1)
         p = p * r + np.float32(5.0000001201e-1)
-        e, a = p * r * r + r + np.float32(1.0), np.int32(-k)
-        e *= np.float32(2.0 ** -1) if a & 1 else np.float32(1.0)
-        e *= np.float32(2.0 ** -2) if a & 2 else np.float32(1.0)
-        e *= np.float32(2.0 ** -4) if a & 4 else np.float32(1.0)
-        e *= np.float32(2.0 ** -8) if a & 8 else np.float32(1.0)
-        e *= np.float32(2.0 ** -16) if a & 16 else np.float32(1.0)
-        e *= np.float32(2.0 ** -32) if a & 32 else np.float32(1.0)
-        e *= np.float32(2.0 ** -64) if a & 64 else np.float32(1.0)
-        row[t] = e if row[t] - mx > np.float32(-87.0) else np.float32(0.0)
+        row[t] = p * r * r + r + np.float32(1.0)
+        bits[t] = (np.int32(k) + np.int32(127)) << np.int32(23) if d > np.float32(-87.0) else np.int32(0)
+    two_k = bits[:n].view(np.float32)
+    for t in range(n):
+        row[t] = row[t] * two_k[t]
 
 
 @njit(**_JIT_ORDERED)
-def _head(out, s, qs, acc, part, q, k, v, g, r0, r1, n_shared, mask, scale):
+def _head(out, s, qs, acc, part, bits, q, k, v, g, r0, r1, n_shared, mask, scale):
     # one thread's rows [r0, r1) of kv head g. s (R, >= n_rows + 2): scores, then weights; qs, acc (R, E)
-    # scratch: the rows' queries gathered, their outputs; part (16,); q (M, H, E); k, v (C, E); mask (M, W)
+    # scratch: the rows' queries gathered, their outputs; part (16,) f32, bits (>= n_rows,) i32 scratch; q (M, H, E);
+    # k, v (C, E); mask (M, W)
     group, top, n_rows, e = s.shape[0] // q.shape[0], s.shape[1] - 2, n_shared + mask.shape[1], q.shape[2]
     blocked = e % 16 == 0 and e <= 128
     for r in range(r0, r1):
@@ -743,7 +771,7 @@ def _head(out, s, qs, acc, part, q, k, v, g, r0, r1, n_shared, mask, scale):
             mx = sr[top] if t0 > 0 else np.float32(-np.inf)
             for t in range(t0, ts):
                 sr[t] = sr[t] * scale
-            mx = _row_max(sr, t0, ts, mx)
+            mx = _row_max(sr, t0, ts, mx, part)
             for t in range(max(t0, n_shared), t1):
                 if mask[m, t - n_shared]:
                     sr[t] = sr[t] * scale
@@ -753,7 +781,7 @@ def _head(out, s, qs, acc, part, q, k, v, g, r0, r1, n_shared, mask, scale):
             sr[top] = mx
     for r in range(r0, r1):  # softmax: exp, the sum by lanes of the keys seen and a fixed tree, weights = exp / sum
         sr = s[r]
-        _exp_row(sr, sr[top], n_rows)
+        _exp_row(sr, sr[top], n_rows, bits)
         inv = np.float32(1.0) / _row_sum(sr, n_shared, n_rows, mask[r // group], part)
         for t in range(n_rows):
             sr[t] = sr[t] * inv
@@ -775,22 +803,24 @@ def _head(out, s, qs, acc, part, q, k, v, g, r0, r1, n_shared, mask, scale):
 
 
 @njit(parallel=True, **_JIT_ORDERED)
-def _attention(out, scores, qs, acc, part, q, k_cache, v_cache, n_shared, mask, n_c):
-    # as `attention`; qs, acc (G, >= R, E) and part (n_c, 16) scratch; n_c: chunks of the G * R rows, one per thread
+def _attention(out, scores, qs, acc, part, bits, q, k_cache, v_cache, n_shared, mask, n_c):
+    # as `attention`; qs, acc (G, >= R, E), part (n_c, 16) f32 and bits (n_c, >= n_rows) i32 scratch; n_c: chunks of
+    # the G * R rows, one per thread
     n_g, n_rows, group = k_cache.shape[0], n_shared + mask.shape[1], q.shape[1] // k_cache.shape[0]
     rows, scale = q.shape[0] * group, np.float32(1.0 / math.sqrt(q.shape[2]))
     if (out.shape != q.shape or v_cache.shape != k_cache.shape or n_g < 1 or q.shape[1] % n_g != 0
             or k_cache.shape[2] != q.shape[2] or mask.shape[0] != q.shape[0] or n_shared < 0
             or n_rows > k_cache.shape[1] or scores.shape[0] < n_g or scores.shape[1] < rows
             or scores.shape[2] < n_rows + 2 or n_c < 1 or qs.shape[0] < n_g or qs.shape[1] < rows
-            or qs.shape[2] != q.shape[2] or acc.shape != qs.shape or part.shape[0] < n_c or part.shape[1] != 16):
+            or qs.shape[2] != q.shape[2] or acc.shape != qs.shape or part.shape[0] < n_c or part.shape[1] != 16
+            or bits.shape[0] < n_c or bits.shape[1] < n_rows):
         raise ValueError("attention: shapes of out, scores, q, the caches and the mask do not agree")
     for c in prange(n_c):
         lo, hi = c * n_g * rows // n_c, (c + 1) * n_g * rows // n_c  # rows [lo, hi) of all kv heads
         for g in range(lo // rows, min(n_g, (hi + rows - 1) // rows)):
             r0, r1 = max(lo - g * rows, 0), min(hi - g * rows, rows)
-            _head(out, scores[g, :rows], qs[g], acc[g], part[c], q, k_cache[g], v_cache[g], g, r0, r1, n_shared,
-                  mask, scale)
+            _head(out, scores[g, :rows], qs[g], acc[g], part[c], bits[c], q, k_cache[g], v_cache[g], g, r0, r1,
+                  n_shared, mask, scale)
 
 
 _ATTN_SCRATCH: dict = {}
@@ -807,14 +837,14 @@ def attention(out, scores, q, k_cache, v_cache, n_shared, mask):
     other rows are (see the section comment)."""
     n_c = get_num_threads()
     g, rows, e = k_cache.shape[0], q.shape[0] * (q.shape[1] // max(k_cache.shape[0], 1)), q.shape[2]
-    key = (g, rows, e, n_c)
+    key = (g, rows, e, n_c, k_cache.shape[1])
     scratch = _ATTN_SCRATCH.get(key)
     if scratch is None:
         if len(_ATTN_SCRATCH) > 32:
             _ATTN_SCRATCH.clear()
         scratch = _ATTN_SCRATCH[key] = (np.zeros((g, rows, e), np.float32), np.zeros((g, rows, e), np.float32),
-                                        np.zeros((n_c, 16), np.float32))
-    _attention(out, scores, scratch[0], scratch[1], scratch[2], q, k_cache, v_cache, n_shared, mask, n_c)
+                                        np.zeros((n_c, 16), np.float32), np.zeros((n_c, k_cache.shape[1]), np.int32))
+    _attention(out, scores, *scratch, q, k_cache, v_cache, n_shared, mask, n_c)
 
 
 @njit(cache=True, fastmath=False, nogil=True)  # no reassociation: it would undo the two-part ln 2
