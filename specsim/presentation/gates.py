@@ -246,7 +246,7 @@ def evaluate_gates(setup: ServingSetup, *, analytic_batch_off: int | None, rates
             prog.step(text=f"{name} @ {label}")
     table = add_speedups(pd.DataFrame(rows), {n: all_policies[n] for n in order})
     if int(table["n_done"].sum()) == 0:
-        raise EmptyResultError(f"scenario {op.name!r}: no request completed in any simulated run")
+        raise EmptyResultError(f"scenario {op.name!r}: no request of workload {setup.workload.source!r} completed in any simulated run")
     table = regrets(table)
     chosen = _choose(table, [n for n in order if n in kinds])
     notes = []

@@ -57,7 +57,7 @@ def compare_policies(op: OperatingPoint, *, rates=None, policies=None, seed: int
     if int(table["n_done"].sum()) == 0:
         reasons = pd.concat([r.requests["reject_reason"] for r in results.values()])
         top = reasons[reasons != ""].value_counts().head(3)
-        raise EmptyResultError(f"scenario {op.name!r}: no request completed in any run"
+        raise EmptyResultError(f"scenario {op.name!r}: no request of workload {setup.workload.source!r} completed in any run"
                                + (": rejected as " + "; ".join(f"{k} ({v})" for k, v in top.items()) if len(top) else ""))
     base = table.attrs.get("baseline_policy")
     crossovers = {}
