@@ -62,8 +62,28 @@ def _install(blob: bytes) -> None:
     _SHARED = pickle.loads(blob)
 
 
-def _call_local(fn, payload):
-    return fn(_SHARED, payload)
+def _call_local(fn, payload, spool: str) -> str:
+    """Run one point in a pool worker and hand its result back through a file in `spool`: the
+    message on the pool's result pipe is then one short path, written by one atomic write(2). A
+    large result sent down the pipe itself goes in several writes, and a worker stopped between two
+    of them (Ctrl-C stops the workers) leaves the pool's reader thread waiting for the rest forever,
+    so the interpreter never exits."""
+    import tempfile
+
+    result = pickle.dumps(fn(_SHARED, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    fd, tmp = tempfile.mkstemp(dir=spool, suffix=".part")
+    with os.fdopen(fd, "wb") as f:
+        f.write(result)
+    final = tmp[: -len(".part")] + ".pkl"
+    os.replace(tmp, final)
+    return final
+
+
+def _collect(path: str):
+    with open(path, "rb") as f:
+        out = pickle.load(f)
+    os.unlink(path)
+    return out
 
 
 def _call_dask(fn, shared, payload):
@@ -171,14 +191,16 @@ def run_points(fn: Callable, shared, payloads: Sequence, *, workers: int | None 
         for i in todo:
             finished(i, fn(shared, payloads[i]))
         return [results[i] for i in range(n)]
+    import tempfile
     from concurrent.futures import ProcessPoolExecutor, as_completed as completed
 
     blob = pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
+    spool = tempfile.mkdtemp(prefix="specsim-points-")
     pool = ProcessPoolExecutor(max_workers=n_workers, initializer=_install, initargs=(blob,))
     try:
-        futures = {pool.submit(_call_local, fn, payloads[i]): i for i in todo}
+        futures = {pool.submit(_call_local, fn, payloads[i], spool): i for i in todo}
         for fut in completed(futures):
-            finished(futures[fut], fut.result())
+            finished(futures[fut], _collect(fut.result()))
     except BaseException:
         # Ctrl-C (a SIGINT to this process alone reaches no worker) or a failed point: stop the workers
         # instead of waiting for the points still running; the finished ones are in the store
@@ -186,6 +208,8 @@ def run_points(fn: Callable, shared, payloads: Sequence, *, workers: int | None 
             proc.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
     pool.shutdown()
     return [results[i] for i in range(n)]
 
