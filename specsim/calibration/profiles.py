@@ -430,3 +430,33 @@ def splitwise_decode_breakdown(path, hardware: HardwareProfile, model: ModelSpec
                      "all_reduce_s": float(c.communication_s), "device_s": device,
                      "explained_frac": device / measured, "unexplained_s": measured - device})
     return pd.DataFrame(rows)
+
+
+# ---- one target's measured layer curve, for the verify-cost chart -----------------------------------
+
+def measured_layer_curve(profiles: pd.DataFrame, hw: HardwareProfile, model: ModelSpec, tp: int,
+                         eff: Efficiency | None = None) -> pd.DataFrame:
+    """The measured time of one transformer layer's operators (the four projections, norms, rotary
+    embedding, activation, residual add: Vidur's mlp.csv) against tokens in the step, for a profiled
+    model of `model`'s layer shape on `hw` at tensor-parallel degree `tp`, beside what specsim's
+    kernel model (`hw.kernels`, else the roofline with `eff`) charges for the same operators.
+
+    Columns: vidur_model, n_tokens, measured_s, predicted_s. Empty when no profile matches: another
+    part, a tp the profiles lack, a mixture-of-experts or latent-attention layer, or no model of the
+    same hidden size, heads, KV heads and FFN width (the vocabulary does not enter a layer)."""
+    empty = pd.DataFrame({"vidur_model": [], "n_tokens": [], "measured_s": [], "predicted_s": []})
+    if model.moe is not None or model.mla is not None or profiles.empty:
+        return empty
+    same = ((profiles["hardware"] == hw.id) & (profiles["tp"] == int(tp))
+            & (profiles["n_embd"] == model.hidden_size) & (profiles["n_head"] == model.n_heads)
+            & (profiles["n_kv_head"] == model.n_kv_heads) & (profiles["n_expanded_embd"] == model.ffn_size)
+            & (profiles["use_gated_mlp"].astype(bool) == (model.ffn_kind == "gated")))
+    rows = profiles[same]
+    if rows.empty:
+        return empty
+    rows = rows[rows["model"] == sorted(rows["model"].unique())[0]]
+    ops = _operators(rows)
+    predicted = _predict(ops, hw, hw.kernels, eff if eff is not None else hw.efficiency)
+    f = ops.frame.assign(predicted_s=predicted)
+    sums = f.groupby(["model", "n_tokens"], as_index=False)[["measured_s", "predicted_s"]].sum()
+    return sums.rename(columns={"model": "vidur_model"}).sort_values("n_tokens", ignore_index=True)

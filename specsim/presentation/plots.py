@@ -304,12 +304,25 @@ def roofline_chart(ax, points: pd.DataFrame, *, drafter: pd.DataFrame | None = N
     return artists
 
 
-def verify_cost_vs_tokens(ax, points: pd.DataFrame, *, title: str = ""):
+def verify_cost_vs_tokens(ax, points: pd.DataFrame, *, title: str = "", measured: pd.DataFrame | None = None):
     """Verify-pass time over the one-token step against tokens in flight B·M, with the ops:byte
-    ratio marked: the cost stays near 1 until B·M passes it (seed article)."""
+    ratio marked: the cost stays near 1 until B·M passes it (seed article). `measured`
+    (`sweep.measured_verify_points`): one layer's operators as measured on the part, and specsim's
+    charge for the same operators, over the one-token time."""
     artists = []
     for b, g in points.groupby("batch_size"):
-        (ln,) = ax.plot(g["tokens_in_flight"], g["time_vs_one_token"], marker=".", label=f"B = {b}")
+        (ln,) = ax.plot(g["tokens_in_flight"], g["time_vs_one_token"], marker=".", label=f"B = {int(b)}")
+        artists.append(ln)
+    if measured is not None and len(measured):
+        top = float(points["tokens_in_flight"].max())
+        m = measured[measured["tokens_in_flight"] <= top]
+        who = f"{m['vidur_model'].iloc[0]}, tp {int(m['tp'].iloc[0])}"
+        meas, model = m[m["series"] == "measured"], m[m["series"] == "specsim"]
+        (ln,) = ax.plot(meas["tokens_in_flight"], meas["time_vs_one_token"], "ks", ms=4, mfc="none",
+                        label=f"measured: one layer's projections, norms, activation (Vidur, {who})")
+        artists.append(ln)
+        (ln,) = ax.plot(model["tokens_in_flight"], model["time_vs_one_token"], "k--", lw=1.2,
+                        label="specsim: the same operators")
         artists.append(ln)
     ridge = float(points["ridge_flops_per_byte"].iloc[0])
     tokens = float(points["ridge_tokens_in_flight"].iloc[0])
@@ -376,12 +389,14 @@ FIGURES = ("speedup_vs_batch", "speedup_vs_context", "heatmap_batch_alpha", "spe
 
 def figure_data(df: pd.DataFrame, *, reference: dict, roofline: pd.DataFrame | None = None,
                 drafter_roofline: pd.DataFrame | None = None, heatmap: pd.DataFrame | None = None,
-                which=("all",)) -> dict:
+                which=("all",), measured_verify: pd.DataFrame | None = None) -> dict:
     """The rows each standard figure draws, by figure name: {name: (DataFrame, title)}.
 
     reference: the operating point the slices go through (keys hardware, target, method, stack,
     attention, batch_size, context_len, alpha); the nearest grid value is used for numeric keys.
     heatmap: a finer (B, α) grid for the heatmap (same columns as the sweep), else the sweep's.
+    measured_verify: the measured layer curve for the verify-cost chart (sweep.measured_verify_points),
+    drawn beside the model and written with its rows (column `series`: model, measured, specsim).
     The report writes each DataFrame as the CSV behind its figure; `draw` draws one."""
     want = set(which)
     ok = lambda name: "all" in want or name in want  # noqa: E731
@@ -440,8 +455,12 @@ def figure_data(df: pd.DataFrame, *, reference: dict, roofline: pd.DataFrame | N
         who = f"{roofline['target'].iloc[0]}" + (f" and drafter {drafter_roofline['target'].iloc[0]}"
                                                   if drafter_roofline is not None and len(drafter_roofline) else "")
         out["roofline"] = (roof, f"Roofline — {who} on {roofline['hardware'].iloc[0]}")
-        out["verify_cost"] = (roofline, f"Verify cost vs B·M — {roofline['target'].iloc[0]} on "
-                                        f"{roofline['hardware'].iloc[0]}")
+    if roofline is not None and ok("verify_cost"):
+        verify = roofline.assign(series="model")
+        if measured_verify is not None and len(measured_verify):
+            verify = pd.concat([verify, measured_verify], ignore_index=True)
+        out["verify_cost"] = (verify, f"Verify cost vs B·M — {roofline['target'].iloc[0]} on "
+                                      f"{roofline['hardware'].iloc[0]}")
     return out
 
 
@@ -466,7 +485,11 @@ def draw(name: str, data: pd.DataFrame, *, title: str = "", switch_off=None, siz
         drafter = data[data["model"] == "drafter"] if "model" in data else None
         roofline_chart(ax, target, drafter=drafter if drafter is not None and len(drafter) else None, title=title)
     elif name == "verify_cost":
-        verify_cost_vs_tokens(ax, data, title=title)
+        if "series" in data:
+            model = data[data["series"] == "model"]
+            verify_cost_vs_tokens(ax, model, title=title, measured=data[data["series"] != "model"])
+        else:
+            verify_cost_vs_tokens(ax, data, title=title)
     else:
         plt.close(fig)
         raise ValueError(f"unknown figure {name!r}; expected one of {', '.join(FIGURES)}")
@@ -475,7 +498,8 @@ def draw(name: str, data: pd.DataFrame, *, title: str = "", switch_off=None, siz
 
 def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.DataFrame | None = None,
                   which=("all",), switch_off=None, progress=None, heatmap: pd.DataFrame | None = None,
-                  drafter_roofline: pd.DataFrame | None = None) -> list[Path]:
+                  drafter_roofline: pd.DataFrame | None = None,
+                  measured_verify: pd.DataFrame | None = None) -> list[Path]:
     """The standard figures of a sweep, written as PNG + SVG into out_dir (a Path, or an OutputDir).
 
     reference: the operating point the slices go through (see figure_data). switch_off: the
@@ -483,7 +507,8 @@ def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.Da
     heatmap: a finer (B, α) grid for the heatmap. progress(name) is called as each figure is done."""
     out: list[Path] = []
     for name, (data, title) in figure_data(df, reference=reference, roofline=roofline, heatmap=heatmap,
-                                           drafter_roofline=drafter_roofline, which=which).items():
+                                           drafter_roofline=drafter_roofline, which=which,
+                                           measured_verify=measured_verify).items():
         fig = draw(name, data, title=title, switch_off=switch_off)
         out += save_figure(fig, (out_dir, name) if hasattr(out_dir, "file") else Path(out_dir) / name)
         if progress is not None:

@@ -171,12 +171,22 @@ def _caption(name: str, data: pd.DataFrame, op: OperatingPoint, advice: Advice) 
                      f"{int(d['batch_size'].max())}: it stays bandwidth bound.")
         return text
     if name == "verify_cost":
-        b1 = data[data["batch_size"] == data["batch_size"].min()]
+        model = data[data["series"] == "model"] if "series" in data else data
+        b1 = model[model["batch_size"] == model["batch_size"].min()]
         q = int(op.verify_q_len)
         row = b1[b1["tree_size"] == min(q, int(b1["tree_size"].max()))]
-        return (f"At B = {int(b1['batch_size'].iloc[0])} the verify pass over M = {q} tokens costs "
+        text = (f"At B = {int(b1['batch_size'].iloc[0])} the verify pass over M = {q} tokens costs "
                 f"{float(row['time_vs_one_token'].iloc[0]):.2f}× the one-token step; the weight GEMMs turn compute "
-                f"bound near B·M ≈ {float(data['ridge_tokens_in_flight'].iloc[0]):.0f}.")
+                f"bound near B·M ≈ {float(model['ridge_tokens_in_flight'].iloc[0]):.0f}.")
+        if "series" in data and (data["series"] == "measured").any():
+            meas = data[data["series"] == "measured"].set_index("tokens_in_flight")["time_vs_one_token"]
+            ours = data[data["series"] == "specsim"].set_index("tokens_in_flight")["time_vs_one_token"]
+            n = max(t for t in meas.index if t <= 256)
+            who = data.loc[data["series"] == "measured", "vidur_model"].iloc[0]
+            text += (f" Measured on the same part (Vidur's operator profiles of {who}, one layer's projections, "
+                     f"norms and activation): {int(n)} tokens cost {float(meas[n]):.2f}× one token, where specsim "
+                     f"charges {float(ours[n]):.2f}× for the same operators.")
+        return text
     if name == "speedup_vs_batch":
         best = data.groupby("batch_size")["speedup"].max()
         reg = best.index[best.values < 1.0]
@@ -226,7 +236,8 @@ def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = Non
                  progress: Progress | None = None) -> ReportData:
     """Everything the report shows, computed once (see the module docstring)."""
     from . import plots
-    from .sweep import drafter_roofline_points, heatmap_grid, run_sweep, sweep_axes, verify_roofline_points
+    from .sweep import (drafter_roofline_points, heatmap_grid, measured_verify_points, run_sweep, sweep_axes,
+                        verify_roofline_points)
 
     prog = progress_or_null(progress)
     advice = advise(op, rates=rates, n_requests=n_requests, alpha_delta=alpha_delta, simulate=simulate, seed=seed,
@@ -242,7 +253,8 @@ def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = Non
     droof = drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64))
     prog.step(text="speedup grid")
     ref = _ref(op, df)
-    slices = plots.figure_data(df, reference=ref, roofline=roof, drafter_roofline=droof, heatmap=hm)
+    slices = plots.figure_data(df, reference=ref, roofline=roof, drafter_roofline=droof, heatmap=hm,
+                               measured_verify=measured_verify_points(op))
     serving = _serving_figures(advice)
     prog.add(len(slices) + len(serving))
     figures = []
@@ -531,7 +543,7 @@ def _figure_md(f: FigureRecord) -> list[str]:
     return [f"![{f.title}]({f.name}.png)", "", f"*{f.title}.* {f.caption} Data: `{f.csv_name}`.", ""]
 
 
-CSV_COLUMNS = ("model", "line", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "k", "tree_size",
+CSV_COLUMNS = ("model", "series", "vidur_model", "line", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "k", "tree_size",
                "is_tree", "batch_size", "context_len", "alpha", "alpha_effective", "tokens_per_cycle", "draft_time_s",
                "verify_time_s", "cycle_time_s", "target_step_time_s", "tokens_per_s", "baseline_tokens_per_s", "speedup",
                "fits", "memory_per_device_bytes", "tokens_in_flight", "flops", "bytes", "intensity_flops_per_byte",
@@ -551,7 +563,7 @@ def figure_csv(name: str, data: pd.DataFrame) -> pd.DataFrame:
     cols = HEATMAP_COLUMNS if name == "heatmap_batch_alpha" else CSV_COLUMNS
     out = data[[c for c in cols if c in data]]
     # one order whatever order the grid was evaluated in (the CSVs are compared across runs)
-    keys = [c for c in ("model", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "is_tree", "k",
+    keys = [c for c in ("model", "series", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "is_tree", "k",
                         "tree_size", "batch_size", "context_len", "alpha") if c in out]
     return out.astype({c: str for c in keys if out[c].dtype == object or str(out[c].dtype) == "category"}) \
         .sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)

@@ -298,7 +298,8 @@ def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress
         hm = heatmap_grid(op, axes) if "all" in axes["plots"] or "heatmap_batch_alpha" in axes["plots"] else None
         figures = plotting.sweep_figures(df, out, reference=ref, roofline=roof, which=axes["plots"],
                                          switch_off=switch_off, progress=on_figure, heatmap=hm,
-                                         drafter_roofline=drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64)))
+                                         drafter_roofline=drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64)),
+                                         measured_verify=measured_verify_points(op))
     if store is not None:
         store.clear()  # the outputs are staged; the finished points are no longer needed
     return df, paths, figures, skipped
@@ -385,6 +386,32 @@ def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch
     })
 
 
+def measured_verify_points(op: OperatingPoint) -> pd.DataFrame:
+    """The measured side of the verify-cost chart: one layer's operators (Vidur's GPU profiles,
+    `calibration.profiles.measured_layer_curve`) for the point's part, target layer shape and tensor-
+    parallel degree, as time over the one-token time against tokens in the step, with specsim's
+    charge for the same operators beside it. Rows carry `series` = "measured" or "specsim" and the
+    profiled model; empty when no profile matches (see measured_layer_curve)."""
+    from ..calibration.profiles import VIDUR_GPUS, load_operator_profiles, measured_layer_curve
+
+    columns = ["hardware", "target", "series", "vidur_model", "tp", "tokens_in_flight", "time_s", "time_vs_one_token"]
+    dep = op.deployment
+    if op.hardware.id not in VIDUR_GPUS.values():
+        return pd.DataFrame({c: [] for c in columns})
+    gpu = next(g for g, hw_id in VIDUR_GPUS.items() if hw_id == op.hardware.id)
+    curve = measured_layer_curve(load_operator_profiles(gpus=(gpu,)), op.hardware, op.target, dep.tp, dep.eff)
+    if curve.empty or not (curve["n_tokens"] == 1).any():
+        return pd.DataFrame({c: [] for c in columns})
+    frames = []
+    for series, col in (("measured", "measured_s"), ("specsim", "predicted_s")):
+        one = float(curve.loc[curve["n_tokens"] == 1, col].iloc[0])
+        frames.append(pd.DataFrame({
+            "hardware": op.hardware.id, "target": op.target.id, "series": series,
+            "vidur_model": curve["vidur_model"], "tp": dep.tp, "tokens_in_flight": curve["n_tokens"].astype(int),
+            "time_s": curve[col], "time_vs_one_token": curve[col] / one}))
+    return pd.concat(frames, ignore_index=True)[columns]
+
+
 __all__ = ["run_sweep", "sweep_axes", "n_points", "write_sweep", "write_sweep_outputs", "verify_roofline_points",
-           "heatmap_grid", "drafter_roofline_points",
+           "heatmap_grid", "drafter_roofline_points", "measured_verify_points",
            "COLUMNS", "SWEEP_KEYS"]
