@@ -74,7 +74,8 @@ def test_seed_70b_gate_is_where_predict_stops_clearing_the_margin():
     m = a.margin  # the scenario's [threshold] margin, 0.1
     assert m == pytest.approx(0.1)
     assert _speedup(op, g - 1) >= 1 + m > _speedup(op, g)
-    assert a.configs["vllm"]["config"]["disable_by_batch_size"] == g
+    assert a.configs["vllm-v0"]["config"]["disable_by_batch_size"] == g
+    assert a.configs["vllm"]["config"]["num_speculative_tokens_per_batch_size"] == [[1, g - 1, 5], [g, 1024, 0]]
     assert a.configs["vllm"]["config"]["num_speculative_tokens"] == 5
     assert a.speedup_b1 == pytest.approx(_speedup(op, 1), rel=1e-9)
     # the acceptance band: α ± 0.05 around the α that gives τ = 3.5 at K = 5
@@ -90,6 +91,9 @@ def test_long_context_pays_only_above_a_batch():
     b = a.min_batch
     assert _speedup(op, b - 1) < 1 + a.margin <= _speedup(op, b)
     assert "only while the running batch is ≥" in a.headline
+    # no stack ships MagicDec's self-speculation (vLLM V1's schedule could start it at that batch:
+    # test_threshold.test_vllm_schedule_ranges_by_hand), so every config line carries the warning
+    assert a.configs["vllm"]["config"] is None
     assert all("warning" in c for c in a.configs.values())
 
 
@@ -98,7 +102,8 @@ def test_off_when_it_never_pays_and_when_the_target_does_not_fit(capsys):
     a = advise(op)
     assert not a.on and a.gate_batch is None
     assert all(_speedup(op, b) < 1 + a.margin for b in (1, 2, 8))
-    assert a.configs["vllm"]["config"] is None and "leave --speculative-config out" in a.configs["vllm"]["note"]
+    assert all(a.configs[v]["config"] is None and "leave --speculative-config out" in a.configs[v]["note"]
+               for v in ("vllm", "vllm-v0"))
     with pytest.raises(DoesNotFitError):
         advise(resolve_id("seed-70b-hbm", hardware="seed-ddr5-90gbs"))
 
@@ -165,8 +170,9 @@ def test_advise_gate_is_no_worse_than_the_best_policy_at_every_rate():
         assert att >= best_att - 0.02 - 1e-12, (rate, g.chosen, stats)
         assert tpot <= best_tpot * 1.05 + 1e-12, (rate, g.chosen, stats)
     # the configs carry the chosen gate
-    cfg = a.configs["vllm"]["config"]
+    cfg = a.configs["vllm-v0"]["config"]
     assert cfg.get("disable_by_batch_size") == a.gate_batch == g.chosen_threshold
+    assert a.configs["vllm"]["config"]["num_speculative_tokens_per_batch_size"][-1][0] == a.gate_batch
 
 
 def test_cli_text_json_and_bad_flags(capsys):

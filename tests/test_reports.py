@@ -125,7 +125,8 @@ def test_a_report_is_self_contained_and_its_text_reads_its_csvs(regenerated):
     assert f"K = 5: {s:.2f}× at B = 1" in md and f"K = 5: {s:.2f}× at B = 1" in html
     verdict = json.loads((d / "verdict.json").read_text())
     assert verdict["headline"] in md and str(verdict["gate_batch"]) in verdict["headline"]
-    assert f'"disable_by_batch_size": {verdict["gate_batch"]}' in md
+    assert f'"disable_by_batch_size": {verdict["gate_batch"]}' in md  # vLLM V0
+    assert f'[{verdict["gate_batch"]}, 1024, 0]' in md  # vLLM V1's per-batch schedule: off from the gate
 
 
 @pytest.mark.slow

@@ -71,12 +71,20 @@ def test_bands_shrink_k_with_batch_and_end_off(policy):
 
 
 def test_configs_for_vllm_sglang_trtllm(policy):
-    v = policy.configs["vllm"]
-    assert "vLLM" in v["semantics"]
-    assert v["config"]["num_speculative_tokens"] == policy.deployed_k == 5
+    v0 = policy.configs["vllm-v0"]
+    assert "V0" in v0["semantics"]
+    assert v0["config"]["num_speculative_tokens"] == policy.deployed_k == 5
     # vLLM V0 turns speculation off while running_queue_size >= disable_by_batch_size
-    assert v["config"]["disable_by_batch_size"] == policy.batch_off
-    assert json.loads(v["command_line"].split("'")[1]) == v["config"]
+    assert v0["config"]["disable_by_batch_size"] == policy.batch_off
+    assert json.loads(v0["command_line"].split("'")[1]) == v0["config"]
+    # vLLM V1 reads no disable_by_batch_size (PR #35060): the same gate as a per-batch K schedule of
+    # inclusive ranges, K up to the batch before the gate, 0 from the gate to the largest batch examined
+    v = policy.configs["vllm"]
+    assert "V1" in v["semantics"] and "disable_by_batch_size" not in v["config"]
+    assert v["config"]["method"] == "draft_model" and v["config"]["num_speculative_tokens"] == 5
+    off = policy.batch_off
+    assert v["config"]["num_speculative_tokens_per_batch_size"] == [[1, off - 1, 5], [off, 1024, 0]]
+    assert json.loads(v["command_line"].split("'")[1]) == v["config"] and "PIECEWISE" in v["caveat"]
     sg = policy.configs["sglang"]
     assert "--speculative-num-steps" in sg["flags"] and "SGLang" in sg["semantics"]
     assert sg["flags"][sg["flags"].index("--speculative-num-steps") + 1] == "5"
@@ -120,7 +128,8 @@ def test_threshold_recommends_the_workload_answer_and_says_why(capsys):
     assert main(["threshold", "llama-70b-h100-chat", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["recommended"]["view"].startswith("under the workload")
-    assert r["configs"]["vllm"]["config"]["disable_by_batch_size"] == r["batch_off"]
+    assert r["configs"]["vllm-v0"]["config"]["disable_by_batch_size"] == r["batch_off"]
+    assert r["configs"]["vllm"]["config"]["num_speculative_tokens_per_batch_size"][-1][:2] == [r["batch_off"], 1024]
     assert r["deployed_k"] == 4 and r["configs"]["vllm"]["config"]["num_speculative_tokens"] == 4
 
 
@@ -143,3 +152,15 @@ def test_moved_threshold_keys_are_refused():
     with pytest.raises(SpecError, match="k_max"):
         threshold_policy(SEED70.with_overrides(sections={"threshold": {"k": [1, 2]}}))
     assert np.isfinite(threshold_policy(SEED70.with_overrides(sections={"threshold": {"k_max": 3}})).alpha_off)
+
+
+def test_vllm_schedule_ranges_by_hand():
+    from specsim.presentation.threshold import vllm_schedule
+
+    # on at every batch below the gate, off from the gate to the limit
+    assert vllm_schedule(4, gate=79, min_batch=None, limit=1024) == [[1, 78, 4], [79, 1024, 0]]
+    # on only from a running batch of 8 (a long-context sparse-KV draft), off again from 300
+    assert vllm_schedule(2, gate=300, min_batch=8, limit=1024) == [[1, 7, 0], [8, 299, 2], [300, 1024, 0]]
+    # no gate: on from min_batch to the limit; neither: one range
+    assert vllm_schedule(3, gate=None, min_batch=8, limit=512) == [[1, 7, 0], [8, 512, 3]]
+    assert vllm_schedule(3, gate=None, min_batch=None, limit=512) == [[1, 512, 3]]

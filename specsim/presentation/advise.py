@@ -378,13 +378,16 @@ def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alp
         bands = [{"batch_min": 1, "batch_max": last, "k": 0, "speedup_min": float("nan")}]
     else:
         bands = _bands_with_gate(policy.bands, gate if gate is not None else last + 1)
-    configs = stack_configs(replace(policy, recommended=rec, bands=bands), drafter_model=st.drafter_model)
+    configs = stack_configs(replace(policy, recommended=rec, bands=bands), drafter_model=st.drafter_model,
+                            min_batch=min_batch)
     if min_batch is not None:
-        warn = (f"speculation slows running batches below about {min_batch} here and these versions can only switch "
+        warn = (f"speculation slows running batches below about {min_batch} here and this stack can only switch "
                 f"it off above a batch size: enable it where the running batch stays at or above {min_batch}")
         for c in configs.values():
-            c["warning"] = warn
-        notes.append(warn)
+            if not c.get("expresses_min_batch") or c.get("config") is None:
+                c["warning"] = warn
+        notes.append(f"speculation slows running batches below about {min_batch} here: vLLM V1's per-batch schedule "
+                     f"starts it at {min_batch}; the other stacks can only switch it off above a batch size")
     assumptions = _assumptions(op, policy, analytic, gates, m)
     if not band.verdict_holds:
         notes.append("the verdict changes within the acceptance band: measure α before deploying (specsim decoder "
@@ -392,6 +395,9 @@ def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alp
     return Advice(point=op, on=on, reason=reason, decided_by=decided, k=op.k, tree_size=tree, gate_batch=gate if on else None,
                   min_batch=min_batch, speedup_b1=s1, margin=m, analytic=analytic, policy=policy, bands=bands, configs=configs, gates=gates,
                   band=band, memory=_memory_summary(op), assumptions=assumptions, notes=notes + list(policy.notes))
+
+
+STACK_TITLES = {"vllm": "vLLM", "vllm-v0": "vLLM V0", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
 def tidy_paths(text: str) -> str:
@@ -450,7 +456,7 @@ def format_advice(a: Advice) -> str:
     lines.append(f"  uncertainty: {a.band.text()}" + ("" if a.band.verdict_holds else " — THE VERDICT FLIPS IN THIS BAND"))
     lines += ["", "Paste into your serving stack:"]
     for name, c in a.configs.items():
-        title = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}.get(name, name)
+        title = STACK_TITLES.get(name, name)
         version = c["semantics"].replace(";", ":").split(":")[0]
         lines.append(f"  {title} — {version}:")
         if c.get("warning"):
@@ -461,6 +467,8 @@ def format_advice(a: Advice) -> str:
             lines.append(f"    speculative_config = {c['config']!r}")
         else:
             lines.append(f"    {c.get('note', '')}")
+        if c.get("caveat"):
+            lines.append(f"    caveat: {c['caveat']}")
     if a.gates is not None:
         g = a.gates
         lines += ["", f"Serving check — p50 TPOT (ms) / share of requests within the SLO (TTFT ≤ {g.slo.ttft_s:g} s, "

@@ -32,7 +32,7 @@ import pandas as pd
 
 from .. import __version__
 from ..speculation.operating_point import OperatingPoint
-from .advise import Advice, advise, band_rows, format_advice, serving_lines, tidy_paths
+from .advise import STACK_TITLES, Advice, advise, band_rows, format_advice, serving_lines, tidy_paths
 from .progress import Progress, progress_or_null
 
 REPORT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -412,11 +412,13 @@ def _verdict_blocks(a: Advice) -> dict:
     bands = [{"running batch": r, "K": k} for r, k in band_rows(a.bands)]
     configs = []
     for name, c in a.configs.items():
-        title = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}.get(name, name)
+        title = STACK_TITLES.get(name, name)
         text = c.get("command_line") or (f"speculative_config = {json.dumps(c['config'])}" if c.get("config") is not None
                                          else c.get("note", ""))
         if c.get("warning"):
             text = f"# NOTE: {c['warning']}\n{text}"
+        if c.get("caveat"):
+            text = f"{text}\n# caveat: {c['caveat']}"
         configs.append((title, c["semantics"], text))
     return {"bands": bands, "configs": configs}
 

@@ -11,14 +11,19 @@ re-tuned, decode only or under the workload as recommended) gives TensorRT-LLM's
 acceptance below which speculation stops paying comes from the same grid.
 
 Config lines, each labelled with the version semantics it assumes:
-- vLLM `--speculative-config` JSON: `num_speculative_tokens`, `disable_by_batch_size`. vLLM's docs
-  word it "disable speculative decoding for new incoming requests when the number of enqueued
-  requests is larger than this value", but the V0 spec-decode worker
-  (`SpecDecodeWorker._should_disable_all_speculation`, vLLM 0.5–0.6) switches it off for the whole
-  step while `running_queue_size >= disable_by_batch_size`; we follow the code, as the serving
-  simulator's `DisableByBatchSize` policy does.
-- SGLang server flags `--speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens`
-  (SGLang 0.4–0.5); no documented batch-size gate there, so the gate is printed for a router.
+- vLLM (V1 engine, 0.24 and later) `--speculative-config` JSON: `num_speculative_tokens` and the
+  dynamic schedule `num_speculative_tokens_per_batch_size`, a list of inclusive [lo, hi, K] ranges
+  of the step's batch size, K = 0 meaning no speculation (vllm-project/vllm PR #32374, "[V1][Spec
+  Decode] Add Dynamic SD", merged May 2026). The gate becomes [[1, gate − 1, K], [gate, limit, 0]],
+  the same rule the simulator's `DisableByBatchSize` applies. `disable_by_batch_size` is accepted but
+  read by nothing since V0 was removed in 0.10 (PR #35060, which drops it), so it is not printed for V1.
+- vLLM V0 (0.5–0.9) `disable_by_batch_size`: the docs word it "disable speculative decoding for new
+  incoming requests when the number of enqueued requests is larger than this value", but the V0
+  spec-decode worker (`SpecDecodeWorker._should_disable_all_speculation`) switches it off for the
+  whole step while `running_queue_size >= disable_by_batch_size`; we follow the code.
+- SGLang server flags `--speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens`; SGLang has
+  no batch-size gate (a fallback for n-gram, sgl-project/sglang PR #13376, was closed unmerged, and a
+  per-request switch, PR #30264, is an RFC as of July 2026), so the gate is printed for a router.
 - TensorRT-LLM LLM API `speculative_config` (1.3+, DecodingBaseConfig): `max_draft_len`,
   `max_concurrency` (speculation off above it), `draft_len_schedule` ({4: 4, 8: 2, 32: 1} means
   batch 1–4 → 4 drafts, 5–8 → 2, 9–32 → 1, 33+ → 0; NVIDIA/TensorRT-LLM PR #10860), and
@@ -254,42 +259,83 @@ def recommended_switch_off(op: OperatingPoint, *, decode_only: bool = False, mar
                             workload=mix[0] if mix else None, max_batch_speculative=mix[1] if mix else None)
 
 
-def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None) -> dict:
-    """Ready-to-paste configs for vLLM, SGLang and TensorRT-LLM, each labelled with the version
-    semantics it assumes. vLLM and SGLang get the deployed K and the recommended gate; TensorRT-LLM
-    the K schedule by batch band. `drafter_model`: the path or HF id of the draft weights."""
+VLLM_V1 = "vLLM 0.24+ (V1 engine)"
+VLLM_V1_CAVEAT = ("a per-batch schedule switches vLLM's CUDA-graph mode from FULL_AND_PIECEWISE to PIECEWISE "
+                  "(vLLM issue #49548 measured 59.6 -> 50.0 tok/s single-stream, about 14 %, which specsim does not "
+                  "model) and that issue reports aggregate throughput collapsing under concurrency at the schedule's "
+                  "threshold (open as of July 2026): measure both configurations before deploying")
+VLLM_V0 = "vLLM 0.5-0.9 (V0 engine)"
+
+
+def vllm_schedule(k: int, *, gate: int | None, min_batch: int | None, limit: int) -> list:
+    """vLLM V1's `num_speculative_tokens_per_batch_size`: inclusive [lo, hi, K] ranges covering batch
+    1..limit (K = 0: no speculation), on from `min_batch` (None: 1) and off from `gate` (None: never)."""
+    lo = 1 if min_batch is None else int(min_batch)
+    hi = int(limit) if gate is None else int(gate) - 1
+    out = []
+    if lo > 1:
+        out.append([1, lo - 1, 0])
+    if hi >= lo:
+        out.append([lo, hi, int(k)])
+    if gate is not None and gate <= limit:
+        out.append([int(gate), int(limit), 0])
+    return out
+
+
+def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None, min_batch: int | None = None) -> dict:
+    """Ready-to-paste configs for vLLM (V1 and V0), SGLang and TensorRT-LLM, each labelled with the
+    version semantics it assumes. vLLM and SGLang get the deployed K and the recommended gate; vLLM V1
+    also `min_batch` (speculation on only from that running batch; its schedule can say so, the
+    others get a warning from the caller); TensorRT-LLM the K schedule by batch band. `drafter_model`:
+    the path or HF id of the draft weights."""
     method = policy.method
     fam = FAMILIES[method]
     k = policy.deployed_k
     off = policy.batch_off
+    limit = max(int(policy.recommended.batch_limit), int(off or 0))
     model = drafter_model or (f"<path or HF id of {policy.drafter}>" if policy.drafter else
                               f"<path or HF id of the {method} weights>")
     out: dict = {}
     never = off is not None and off <= 1
     name = fam.stack_name("vllm")
     if never:
-        out["vllm"] = {"semantics": "vLLM 0.5-0.6", "config": None,
-                       "note": "speculation does not pay at any batch size here: leave --speculative-config out"}
+        for key, label in (("vllm", VLLM_V1), ("vllm-v0", VLLM_V0)):
+            out[key] = {"semantics": label, "config": None,
+                        "note": "speculation does not pay at any batch size here: leave --speculative-config out"}
     elif name:
-        cfg: dict = {}
-        if method != "draft_model":
-            cfg["method"] = name
-        cfg.update(fam.stacks["vllm"].extra)
+        base: dict = {}
+        base.update(fam.stacks["vllm"].extra)
         if fam.weights:
-            cfg["model"] = model
-        cfg["num_speculative_tokens"] = int(k)
-        if off is not None:
-            cfg["disable_by_batch_size"] = int(off)
+            base["model"] = model
+        base["num_speculative_tokens"] = int(k)
+        # V1 names every method, a separate draft model too ("draft_model", PR #24322); V0 inferred it
+        v1 = {"method": name, **base}
+        base = base if method == "draft_model" else {"method": name, **base}
+        if off is not None or min_batch is not None:
+            v1["num_speculative_tokens_per_batch_size"] = vllm_schedule(k, gate=off, min_batch=min_batch, limit=limit)
         out["vllm"] = {
-            "semantics": "vLLM 0.5-0.6 (V0 spec-decode worker) --speculative-config JSON: speculation is off for the "
-                         "whole step while the running batch holds >= disable_by_batch_size requests; one K for "
-                         "all batch sizes (no per-batch schedule)",
-            "config": cfg, "command_line": f"--speculative-config '{json.dumps(cfg)}'",
+            "semantics": f"{VLLM_V1} --speculative-config JSON: num_speculative_tokens_per_batch_size lists inclusive "
+                         "[lo, hi, K] ranges of the step's batch size, K = 0 = no speculation (PR #32374); the last "
+                         f"range ends at the largest batch examined ({limit}): stretch it to your max_num_seqs",
+            "config": v1, "command_line": f"--speculative-config '{json.dumps(v1)}'",
+            "switch_off_assumes": policy.recommended.assumptions, "expresses_min_batch": True,
+        }
+        if "num_speculative_tokens_per_batch_size" in v1:
+            out["vllm"]["caveat"] = VLLM_V1_CAVEAT
+        v0 = dict(base)
+        if off is not None:
+            v0["disable_by_batch_size"] = int(off)
+        out["vllm-v0"] = {
+            "semantics": f"{VLLM_V0} --speculative-config JSON: speculation is off for the whole step while the "
+                         "running batch holds >= disable_by_batch_size requests; one K for all batch sizes "
+                         "(vLLM 0.10+ accepts disable_by_batch_size but ignores it: use the V1 line)",
+            "config": v0, "command_line": f"--speculative-config '{json.dumps(v0)}'",
             "switch_off_assumes": policy.recommended.assumptions,
         }
     else:
-        out["vllm"] = {"semantics": "vLLM 0.5-0.6", "config": None,
-                       "note": f"vLLM does not ship {method!r} in the versions assumed"}
+        for key, label in (("vllm", VLLM_V1), ("vllm-v0", VLLM_V0)):
+            out[key] = {"semantics": label, "config": None,
+                        "note": f"vLLM does not ship {method!r} in the versions assumed"}
     name = fam.stack_name("sglang")
     if name and not never:
         flags = ["--speculative-algorithm", name]
@@ -298,8 +344,9 @@ def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None) 
         flags += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
                   "--speculative-num-draft-tokens", str(k + 1)]
         out["sglang"] = {
-            "semantics": "SGLang 0.4-0.5 server arguments; topk 1 = a chain of K drafts (num_draft_tokens = K + 1). "
-                         "No batch-size gate in these versions: apply the switch-off in the router / front end"
+            "semantics": "SGLang server arguments (0.4 and later); topk 1 = a chain of K drafts (num_draft_tokens = "
+                         "K + 1). SGLang has no batch-size gate (PR #13376 closed unmerged; PR #30264 an RFC, July "
+                         "2026): apply the switch-off in the router / front end"
                          + (f" (off at batch >= {off})" if off is not None else ""),
             "flags": flags, "command_line": " ".join(flags),
         }
@@ -379,8 +426,11 @@ def format_policy(p: ThresholdPolicy) -> str:
             lines.append(f"    speculative_config = {c['config']!r}")
         else:
             lines.append(f"    {c.get('note', '')}")
+        if c.get("caveat"):
+            lines.append(f"    caveat: {c['caveat']}")
     return "\n".join(lines)
 
 
 __all__ = ["ThresholdPolicy", "ThresholdSettings", "threshold_policy", "threshold_settings", "stack_configs",
+           "vllm_schedule",
            "format_policy", "recommended_switch_off"]
