@@ -260,10 +260,11 @@ def recommended_switch_off(op: OperatingPoint, *, decode_only: bool = False, mar
 
 
 VLLM_V1 = "vLLM 0.24+ (V1 engine)"
-VLLM_V1_CAVEAT = ("a per-batch schedule switches vLLM's CUDA-graph mode from FULL_AND_PIECEWISE to PIECEWISE "
-                  "(vLLM issue #49548 measured 59.6 -> 50.0 tok/s single-stream, about 14 %, which specsim does not "
-                  "model) and that issue reports aggregate throughput collapsing under concurrency at the schedule's "
-                  "threshold (open as of July 2026): measure both configurations before deploying")
+VLLM_V1_CAVEAT = ("under the V1 model runner a per-batch schedule switches vLLM's CUDA-graph mode from "
+                  "FULL_AND_PIECEWISE to PIECEWISE (vLLM issue #49548 measured 59.6 -> 50.0 tok/s single-stream, "
+                  "about 14 %, which specsim does not model; the V2 model runner keeps full graphs with it, PR #45953, "
+                  "June 2026), and that issue reports aggregate throughput collapsing under concurrency at the "
+                  "schedule's threshold (open as of July 2026): measure both configurations before deploying")
 VLLM_V0 = "vLLM 0.5-0.9 (V0 engine)"
 
 
