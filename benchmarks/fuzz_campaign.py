@@ -1336,7 +1336,9 @@ def check_sweep(case_dir: Path, meta: dict) -> None:
         for key, v in r.items():
             if key and (key.endswith("_time_s") or key in ("speedup", "tokens_per_s")) and v not in ("", None):
                 x = float(v)
-                if not math.isfinite(x) or x <= 0:
+                # K = 0 is plain decoding, the sweep's reference row: it drafts nothing
+                no_draft = key == "draft_time_s" and x == 0 and float(r.get("k") or 1) == 0
+                if not math.isfinite(x) or (x <= 0 and not no_draft):
                     raise Nonsense(f"sweep.csv {key} = {v}")
         k = r.get("k")
         if k and not (r.get("tree_size") or "").strip() and r.get("speedup"):

@@ -439,3 +439,17 @@ def test_n_params_monotone_in_layers_and_width(model, more_layers, more_width):
     assert model.n_active_params <= model.n_params
     assert model.weight_bytes == pytest.approx((model.n_params + model.mtp_params) * model.weight_bits / 8)
     assert math.isfinite(model.kv_bytes_per_token) and model.kv_bytes_per_token > 0
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size",
+                                 "max_position_embeddings"])
+def test_hf_import_refuses_counts_past_32_bits(key):
+    # a framework stores these as int32: 2**31 is a typo, and 10**30 would pass into byte counts a
+    # double cannot hold (the fuzz campaign's json-config cases imported such files with exit 0)
+    config = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+              "vocab_size": 128256, "max_position_embeddings": 131072}
+    assert model_from_hf_config(config, model_id="ok", tokenizer="llama3")["hidden_size"] == 4096
+    for bad in (2**31, 10**30):
+        with pytest.raises(SpecError, match=f"'{key}' = {bad}: expected an integer in 1..2147483647"):
+            model_from_hf_config({**config, key: bad}, model_id="big", tokenizer="llama3")

@@ -69,6 +69,13 @@ def test_alpha_outside_unit_interval_is_refused(capsys, alpha):
     assert "alpha" in err and str(alpha) in err and "[0, 1]" in err
 
 
+@pytest.mark.parametrize("dtype", ["fp3", "FP8"])
+def test_unknown_target_dtype_is_refused_naming_the_field(capsys, dtype):
+    assert main(["predict", "seed-70b-hbm", "--target-dtype", dtype]) == 2
+    err = capsys.readouterr().err
+    assert f"'target_dtype' = '{dtype}'" in err and "fp8" in err and len(err.strip().splitlines()) == 1
+
+
 def test_negative_k_is_refused(capsys):
     assert main(["predict", "seed-70b-hbm", "--k", "-1"]) == 2
     err = capsys.readouterr().err

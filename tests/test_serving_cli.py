@@ -97,6 +97,8 @@ def test_simulate_cli_bad_flags(tmp_path, capsys):
     ("max_num_seq = 4", "unknown key 'max_num_seq'"),
     ("max_num_batched_tokens = 0", "'max_num_batched_tokens'"),
     ("gpu_memory_utilization = 1.5", "gpu_memory_utilization"),
+    # one block of ten million tokens: named as the block size, not as a cache with no room
+    ("block_size = 10000000", "'block_size' = 10000000: expected at most 4096"),
 ])
 def test_engine_section_is_validated(tmp_path, extra, fragment):
     path = _scenario(tmp_path, engine_extra=extra)

@@ -82,7 +82,8 @@ _FLOAT_ENGINE = ("gpu_memory_utilization", "watermark_frac", "activation_reserve
                  "swap_bandwidth_gb_s")
 # Bounds that keep the engine's per-sequence arrays and the synthetic workload's arrays allocatable;
 # values past them are input mistakes, not deployments (vLLM defaults max_num_seqs to 256 or 1024)
-_MAX_ENGINE = {"max_num_seqs": 65536}
+# (vLLM's KV blocks hold 1 to 256 tokens: CacheConfig block_size choices; 4096 leaves room for any paging)
+_MAX_ENGINE = {"max_num_seqs": 65536, "block_size": 4096}
 MAX_SYNTHETIC_REQUESTS = 10_000_000
 # The slowest arrival rate a run takes (one request per ~12 days): far slower rates put arrival times
 # where float seconds cannot resolve a millisecond, and every latency reads 0
@@ -271,8 +272,8 @@ def _engine_settings(op: OperatingPoint) -> dict:
         if key in eng and (isinstance(eng[key], bool) or not isinstance(eng[key], int)):
             raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected an integer")
         if key in _MAX_ENGINE and key in eng and eng[key] > _MAX_ENGINE[key]:
-            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected at most {_MAX_ENGINE[key]} "
-                            f"(the engine holds per-sequence arrays of this length)")
+            why = {"block_size": "tokens a KV block holds"}.get(key, "the engine holds per-sequence arrays of this length")
+            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected at most {_MAX_ENGINE[key]} ({why})")
     for key in _FLOAT_ENGINE:
         if key in eng and (isinstance(eng[key], bool) or not isinstance(eng[key], (int, float))
                            or not np.isfinite(eng[key])):

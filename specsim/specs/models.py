@@ -73,6 +73,7 @@ FFN_KINDS = ("gated", "mlp")
 POSITION_ENCODINGS = ("rope", "t5-relative", "xl-relative")
 ARCHITECTURES = ("decoder", "encoder-decoder")
 ACTIVATION_BYTES = 2.0  # activations travel in 16-bit on every stack we model
+MAX_COUNT = 2**31 - 1  # the largest layer, width, head, vocabulary or context count a model file may give
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,15 +131,17 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         where = f"model {self.id!r}"
+        # every framework stores these counts as 32-bit integers; past that a shape is a typo, and the
+        # byte and FLOP counts built from it would leave what a double holds exactly
         for name in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "ffn_size", "vocab_size"):
             v = getattr(self, name)
-            if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
-                raise field_error(where, name, v, "a positive integer")
+            if not (isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_COUNT):
+                raise field_error(where, name, v, f"a positive integer up to {MAX_COUNT}")
         for name in ("n_encoder_layers", "max_context", "sliding_window", "n_mtp_layers",
                      "relative_attention_num_buckets"):
             v = getattr(self, name)
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-                raise field_error(where, name, v, "an integer >= 0")
+            if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT):
+                raise field_error(where, name, v, f"an integer in 0..{MAX_COUNT}")
         for name in ("tied_embeddings", "attention_bias", "qk_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise field_error(where, name, getattr(self, name), "true or false")
@@ -460,8 +463,8 @@ def model_from_hf_config(config: dict, *, model_id: str, tokenizer: str, name: s
     # back to a default through `or`, and a string must not reach an arithmetic expression)
     for key in _HF_COUNTS:
         v = config.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise field_error(where, key, v, "an integer >= 1")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COUNT):
+            raise field_error(where, key, v, f"an integer in 1..{MAX_COUNT}")
     archs = get("architectures")
     if archs is not None and not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
         raise field_error(where, "architectures", archs, "a list of architecture names")

@@ -20,6 +20,7 @@ from typing import Mapping
 
 from ..errors import SpecError, field_error, reject_unknown_keys
 from .catalog import catalog_ids, read_toml, resolve, to_toml
+from .models import WEIGHT_FORMATS
 
 SECTIONS = ("drafter_options", "acceptance", "sweep", "threshold", "workload", "engine", "policies", "slo", "fleet")
 ATTENTION_KERNELS = ("fused", "naive")
@@ -89,6 +90,9 @@ class Scenario:
             v = getattr(self, name)
             if v is not None and not (isinstance(v, str) and v.strip()):
                 raise field_error(where, name, v, "a non-empty string (an id or a path)")
+        if self.target_dtype is not None and self.target_dtype not in WEIGHT_FORMATS:
+            raise field_error(where, "target_dtype", self.target_dtype,
+                              f"a weight format: one of {', '.join(WEIGHT_FORMATS)}")
         if not _is_int(self.k) or not 0 <= self.k <= 64:
             raise field_error(where, "k", self.k, "an integer in 0..64 (draft tokens per cycle; a tree's depth)")
         for name in ("batch_size", "tp", "drafter_tp"):
