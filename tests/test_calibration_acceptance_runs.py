@@ -9,7 +9,7 @@ import pytest
 
 from specsim.calibration.acceptance_runs import (AcceptanceRunConfig, _rank_counts, bernoulli_trials,
                                                  calibrate_acceptance, calibration_table, fit_dependence, fit_iid,
-                                                 fit_positions, CycleRecord)
+                                                 fit_positions, prompt_index, CycleRecord)
 from specsim.errors import SpecError
 from specsim.specs.calibrations import calibration_from_dict
 from specsim.specs.catalog import to_toml
@@ -88,6 +88,37 @@ def test_dependence_recovers_a_planted_decay():
     assert f.alpha_ref == pytest.approx(a_ref, abs=0.02)
     one = fit_dependence(y, np.full(n, 500), np.zeros(n), reference_context_len=500, reference_temperature=0)
     assert one.context_decay_per_token == 0 and one.temperature_slope == 0 and len(one.notes) == 2
+
+
+def test_context_slope_is_read_within_prompts():
+    # two prompts, planted with no context dependence at all: the short one is predictable (α 0.8), the
+    # long one is not (α 0.4). Pooled, long context and low acceptance go together and a steep decay
+    # is "found"; read within each prompt (one α per prompt), the slope is about 0
+    rng = np.random.default_rng(3)
+    n = 20_000
+    prompt = np.repeat([0, 1], n)
+    length = np.concatenate([rng.integers(250, 350, n), rng.integers(450, 550, n)])
+    p = np.where(prompt == 0, 0.8, 0.4)
+    y = (rng.random(2 * n) < p).astype(int)
+    t = np.zeros(2 * n)
+    pooled = fit_dependence(y, length, t, reference_context_len=400, reference_temperature=0.0)
+    assert pooled.context_decay_ci[0] > 1e-3  # 0.8 -> 0.4 over 200 tokens: log(2) / 200 = 3.5e-3 per token
+    within = fit_dependence(y, length, t, reference_context_len=400, reference_temperature=0.0, group=prompt)
+    assert within.context_decay_ci[0] < 0 < within.context_decay_ci[1] and abs(within.context_decay_per_token) < 5e-4
+    assert within.n_groups == 2 and within.alpha_ref == pytest.approx(0.6, abs=0.01)  # the trial-weighted mean
+
+
+def test_prompt_index_from_recorded_or_from_context_steps():
+    # recorded by run_drafter ...
+    r = _record(0.0, [3, 3, 3, 3], [3, 0, 1, 0], [100, 104, 105, 90])
+    assert prompt_index(r).tolist() == [0, 0, 0, 1]  # a step of -15 tokens starts prompt 1
+    # ... or read off the context: within a prompt a cycle adds 1..K + 1 = 4 tokens; +40 is a new prompt
+    r2 = _record(0.0, [3, 3, 3], [3, 1, 0], [100, 104, 144])
+    assert prompt_index(r2).tolist() == [0, 0, 1]
+    r3 = CycleRecord(drafter="prompt-lookup", workload="code-edit", temperature=0.0, verify="greedy", k=3,
+                     drafted=np.array([3, 3]), accepted=np.array([3, 3]), context_len=np.array([100, 104]),
+                     prompt=np.array([0, 1]))
+    assert prompt_index(r3).tolist() == [0, 1]
 
 
 def _record(temperature, drafted, accepted, ctx):

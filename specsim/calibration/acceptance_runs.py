@@ -58,6 +58,7 @@ class CycleRecord:
     rank_accepted: np.ndarray | None = None
     rank_tried: np.ndarray | None = None
     seconds: float = 0.0
+    prompt: np.ndarray | None = None  # (n_cycles,) index of the prompt each cycle decoded
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +184,7 @@ def run_drafter(target, build, *, name: str, workload: str, temperature: float, 
     from ..decoder import sampling as samp
 
     sampling = samp.SamplingParams(temperature=float(temperature))
-    drafted, accepted, ctx = [], [], []
+    drafted, accepted, ctx, which = [], [], [], []
     ranks_a, ranks_t = None, None
     t0 = time.perf_counter()
     verify = "greedy"
@@ -197,6 +198,7 @@ def run_drafter(target, build, *, name: str, workload: str, temperature: float, 
             drafted.append(c.n_drafted)
             accepted.append(c.n_accepted)
             ctx.append(length)
+            which.append(i)
             length += c.n_accepted + 1
         if any(d.tree.n_nodes - 1 > d.tree.max_depth for d in drafter.drafts):  # a tree: count ranks
             n_r = 1 + max(int(d.tree.ranks.max()) for d in drafter.drafts)
@@ -210,7 +212,7 @@ def run_drafter(target, build, *, name: str, workload: str, temperature: float, 
     return CycleRecord(drafter=name, workload=workload, temperature=float(temperature), verify=verify, k=k,
                        drafted=np.array(drafted, np.int64), accepted=np.array(accepted, np.int64),
                        context_len=np.array(ctx, np.int64), rank_accepted=ranks_a, rank_tried=ranks_t,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, prompt=np.array(which, np.int64))
 
 
 # ---- fits -------------------------------------------------------------------------------------------
@@ -252,9 +254,11 @@ def fit_positions(drafted, accepted, *, k: int, level: float) -> list:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DependenceFit:
-    """α(L, T) = α_ref·exp(−λ (L − L_ref) − s (T − T_ref)) by maximum likelihood over Bernoulli trials;
-    intervals by profile likelihood at `level`. fixed_*: a term not identifiable from the data (one
-    context, one temperature) is held at 0 with a zero-width interval."""
+    """α(L, T) = α_g·exp(−λ (L − L_ref) − s (T − T_ref)) by maximum likelihood over Bernoulli trials, with
+    one α_g per group (a prompt) when groups are given; intervals by profile likelihood at `level`.
+    alpha_ref: α at the reference with one group, else the trial-weighted mean of the groups' α_g.
+    fixed_*: a term not identifiable from the data (one context, one temperature) is held at 0 with a
+    zero-width interval."""
 
     alpha_ref: float
     context_decay_per_token: float
@@ -265,47 +269,59 @@ class DependenceFit:
     reference_temperature: float
     level: float
     n_trials: int
+    n_groups: int = 1
     notes: tuple = field(default=())
 
 
 def fit_dependence(outcome, context_len, temperature, *, reference_context_len: float, reference_temperature: float,
-                   level: float = 0.95) -> DependenceFit:
+                   level: float = 0.95, group=None) -> DependenceFit:
+    """group: an id per trial (the prompt it came from). Prompts differ in how predictable they are and
+    in their length, so across prompts a long context and a low acceptance can go together without one
+    causing the other; with groups the context slope is read within each prompt (a fixed effect per
+    prompt), as the context grows while its tokens are generated."""
     y = np.asarray(outcome, float)
     dl = np.asarray(context_len, float) - reference_context_len
     dt = np.asarray(temperature, float) - reference_temperature
     if y.size == 0:
         raise SpecError("dependence fit: no trials")
-    free_l = np.ptp(dl) > 0
+    gid = np.zeros(y.size, np.int64) if group is None else np.unique(np.asarray(group), return_inverse=True)[1]
+    n_g = int(gid.max()) + 1
+    free_l = any(np.ptp(dl[gid == g]) > 0 for g in range(n_g))
     free_t = np.ptp(dt) > 0
     scale_l = max(float(np.ptp(dl)), 1.0)  # λ in units of 1/range for the optimiser
     notes = []
 
-    def nll(theta, lam=None, s=None):
-        a = expit(theta[0])
-        i = 1
+    def unpack(theta, lam=None, s=None):
+        i = n_g
         if lam is None:
             lam = theta[i] / scale_l if free_l else 0.0
             i += free_l
         if s is None:
             s = theta[i] if free_t else 0.0
-        p = np.clip(a * np.exp(-lam * dl - s * dt), 1e-12, 1 - 1e-12)
+        return theta[:n_g], lam, s
+
+    def nll(theta, lam=None, s=None):
+        a_logit, lam, s = unpack(theta, lam, s)
+        p = np.clip(expit(a_logit)[gid] * np.exp(-lam * dl - s * dt), 1e-12, 1 - 1e-12)
         return -float(np.sum(y * np.log(p) + (1 - y) * np.log1p(-p)))
 
-    a0 = min(max(y.mean(), 1e-3), 1 - 1e-3)
-    x0 = np.array([logit(a0)] + [0.0] * (int(free_l) + int(free_t)))
-    best = minimize(nll, x0, method="Nelder-Mead", options=dict(xatol=1e-9, fatol=1e-10, maxiter=20000))
-    lam_hat = best.x[1] / scale_l if free_l else 0.0
-    s_hat = best.x[1 + int(free_l)] if free_t else 0.0
+    a0 = [logit(min(max(y[gid == g].mean(), 1e-3), 1 - 1e-3)) for g in range(n_g)]
+    x0 = np.array(a0 + [0.0] * (int(free_l) + int(free_t)))
+    opts = dict(xatol=1e-9, fatol=1e-10, maxiter=40000)
+    best = minimize(nll, x0, method="Nelder-Mead", options=opts)
+    lam_hat = best.x[n_g] / scale_l if free_l else 0.0
+    s_hat = best.x[n_g + int(free_l)] if free_t else 0.0
     half = 0.5 * float(chdtri(1, 1.0 - level))
 
     def profile(which: str, value: float) -> float:
+        # the other parameters re-optimised with `which` held at `value`
         if which == "lam":
-            z0 = np.array([best.x[0]] + ([s_hat] if free_t else []))
-            f = lambda z: nll(np.array([z[0]] + ([z[1]] if free_t else [])), lam=value)  # noqa: E731
+            z0 = np.concatenate([best.x[:n_g], [s_hat] if free_t else []])
+            f = lambda z: nll(np.concatenate([z[:n_g], [z[n_g]] if free_t else []]), lam=value)  # noqa: E731
         else:
-            z0 = np.array([best.x[0]] + ([lam_hat * scale_l] if free_l else []))
-            f = lambda z: nll(np.array([z[0]] + ([z[1]] if free_l else [])), s=value)  # noqa: E731
-        return minimize(f, z0, method="Nelder-Mead", options=dict(xatol=1e-9, fatol=1e-10, maxiter=20000)).fun
+            z0 = np.concatenate([best.x[:n_g], [lam_hat * scale_l] if free_l else []])
+            f = lambda z: nll(np.concatenate([z[:n_g], [z[n_g]] if free_l else []]), s=value)  # noqa: E731
+        return minimize(f, z0, method="Nelder-Mead", options=opts).fun
 
     def interval(which: str, hat: float, step: float) -> tuple:
         target = best.fun + half
@@ -327,11 +343,29 @@ def fit_dependence(outcome, context_len, temperature, *, reference_context_len: 
         notes.append("one context length only: no context dependence fitted")
     if not free_t:
         notes.append("one temperature only: no temperature dependence fitted")
-    return DependenceFit(alpha_ref=float(expit(best.x[0])), context_decay_per_token=float(lam_hat),
+    if n_g > 1:
+        notes.append(f"context and temperature dependence read within each of {n_g} prompts (one acceptance level "
+                     f"per prompt)")
+    weights = np.bincount(gid, minlength=n_g)
+    alpha_ref = float(np.sum(expit(best.x[:n_g]) * weights) / weights.sum())
+    return DependenceFit(alpha_ref=alpha_ref, context_decay_per_token=float(lam_hat),
                          context_decay_ci=lam_ci, temperature_slope=float(s_hat), temperature_slope_ci=s_ci,
                          reference_context_len=float(reference_context_len),
                          reference_temperature=float(reference_temperature), level=level, n_trials=int(y.size),
-                         notes=tuple(notes))
+                         n_groups=n_g, notes=tuple(notes))
+
+
+def prompt_index(record: "CycleRecord") -> np.ndarray:
+    """The prompt each cycle belongs to: recorded by `run_drafter`; for records written before it was,
+    read off the context lengths (within a prompt a cycle adds 1..K + 1 tokens, so any other step
+    starts the next prompt)."""
+    if record.prompt is not None:
+        return np.asarray(record.prompt, np.int64)
+    ctx = np.asarray(record.context_len, np.int64)
+    if ctx.size == 0:
+        return np.zeros(0, np.int64)
+    step = np.diff(ctx)
+    return np.concatenate([[0], np.cumsum((step < 1) | (step > record.k + 1))]).astype(np.int64)
 
 
 # ---- one calibration --------------------------------------------------------------------------------
@@ -351,12 +385,13 @@ def calibration_table(records: list[CycleRecord], *, target_id: str, name: str, 
         raise SpecError(f"calibration {name}: no cycle drafted a token at temperature {ref_t:g}")
     iid = fit_iid(drafted, accepted, level=level)
     ref_l = float(np.median(ctx[drafted > 0]))
-    rows, all_y, all_l, all_t = [], [], [], []
+    rows, all_y, all_l, all_t, all_p = [], [], [], [], []
     for r in records:
         y, idx = bernoulli_trials(r.drafted, r.accepted)
         all_y.append(y)
         all_l.append(r.context_len[idx])
         all_t.append(np.full(y.size, r.temperature))
+        all_p.append(prompt_index(r)[idx])  # the same prompts at every temperature (one seeded workload)
         f = fit_iid(r.drafted, r.accepted, level=level)
         pos = fit_positions(r.drafted, r.accepted, k=k, level=level)
         n = r.drafted.size
@@ -372,7 +407,8 @@ def calibration_table(records: list[CycleRecord], *, target_id: str, name: str, 
                      "context_len_max": int(r.context_len.max()) if n else None,
                      "seconds": round(r.seconds, 2)})
     dep = fit_dependence(np.concatenate(all_y), np.concatenate(all_l), np.concatenate(all_t),
-                         reference_context_len=ref_l, reference_temperature=ref_t, level=level)
+                         reference_context_len=ref_l, reference_temperature=ref_t, level=level,
+                         group=np.concatenate(all_p))
     pos = fit_positions(drafted, accepted, k=k, level=level)
     table = {
         "name": name, "target": target_id, "drafter": records[0].drafter, "method": FAMILY[records[0].drafter],
@@ -438,7 +474,8 @@ def _load_records(path) -> dict:
                     k=r["k"], drafted=np.array(r["drafted"], np.int64), accepted=np.array(r["accepted"], np.int64),
                     context_len=np.array(r["context_len"], np.int64), seconds=r["seconds"],
                     rank_accepted=None if r["rank_accepted"] is None else np.array(r["rank_accepted"]),
-                    rank_tried=None if r["rank_tried"] is None else np.array(r["rank_tried"]))
+                    rank_tried=None if r["rank_tried"] is None else np.array(r["rank_tried"]),
+                    prompt=None if r.get("prompt") is None else np.array(r["prompt"], np.int64))
     return out
 
 
@@ -450,7 +487,8 @@ def _save_record(path, key: str, r: CycleRecord) -> None:
                             "verify": r.verify, "k": r.k, "drafted": r.drafted.tolist(), "accepted": r.accepted.tolist(),
                             "context_len": r.context_len.tolist(), "seconds": r.seconds,
                             "rank_accepted": None if r.rank_accepted is None else r.rank_accepted.tolist(),
-                            "rank_tried": None if r.rank_tried is None else r.rank_tried.tolist()}) + "\n")
+                            "rank_tried": None if r.rank_tried is None else r.rank_tried.tolist(),
+                            "prompt": None if r.prompt is None else r.prompt.tolist()}) + "\n")
 
 
 def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id: str = "smollm2-135m-q4_1",
@@ -499,4 +537,5 @@ def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id
 
 __all__ = ["AcceptanceRunConfig", "CycleRecord", "DependenceFit", "calibrate_acceptance", "calibration_table",
            "fit_dependence", "fit_iid", "fit_positions", "bernoulli_trials", "available_drafters", "run_drafter",
+           "prompt_index",
            "FAMILY", "TEMPERATURES", "WORKLOADS"]

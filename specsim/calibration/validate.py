@@ -455,6 +455,14 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     return ValidateResult(config=config, verify=verify, spec=spec, break_even=be, summary=summary, notes=notes)
 
 
+def _who(row: dict) -> str:
+    """The drafter as the report names it: layer skip with its layer count (a table column that is NaN
+    for the drafters without one)."""
+    layers = row.get("layers")
+    keep = layers is not None and layers == layers and layers > 0
+    return row["drafter"] + (f"-{int(layers)}" if keep else "")
+
+
 def format_report(res: ValidateResult) -> str:
     s = res.summary
     lines = [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
@@ -476,7 +484,7 @@ def format_report(res: ValidateResult) -> str:
         lines += ["", "speculative decoding: tokens/s predicted [band from the calibration's interval] vs measured "
                       "median [min–max]; speedup over plain decoding"]
         for r in p.to_dict(orient="records"):
-            who = r["drafter"] + (f"-{r['layers']}" if r.get("layers") else "")
+            who = _who(r)
             meas = (f"{r['measured_tokens_per_s']:.1f} [{r['measured_tokens_per_s_min']:.1f}–"
                     f"{r['measured_tokens_per_s_max']:.1f}]")
             if r.get("predicted_tokens_per_s") is None or r["predicted_tokens_per_s"] != r["predicted_tokens_per_s"]:
@@ -498,7 +506,7 @@ def format_report(res: ValidateResult) -> str:
     if len(b):
         lines += ["", "break-even acceptance (speedup = 1): measured (interpolated between runs) vs the model vs the seed"]
         for r in b.to_dict(orient="records"):
-            who = r["drafter"] + (f"-{r['layers']}" if r.get("layers") else "")
+            who = _who(r)
             mea = "not bracketed" if r["measured_break_even_alpha"] is None else f"{r['measured_break_even_alpha']:.2f}"
             mod = "never" if r["model_break_even_alpha"] is None else f"{r['model_break_even_alpha']:.2f}"
             lines.append(f"  {who:<16} K={r['k']}: measured {mea}, model {mod}, seed {r['seed_break_even']}  "

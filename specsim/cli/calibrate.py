@@ -494,7 +494,7 @@ def _run_acceptance(args) -> int:
     import json
     import sys
 
-    from ..calibration.acceptance_runs import AcceptanceRunConfig, calibrate_acceptance
+    from ..calibration.acceptance_runs import AcceptanceRunConfig, calibrate_acceptance, prompt_index
     from ..presentation.output import OutputDir
     from ..specs.calibrations import calibration_file_name
     from ..specs.catalog import to_toml
@@ -534,7 +534,10 @@ def _run_acceptance(args) -> int:
             out.write_text("report.txt", report + "\n")
             out.write_text("records.json", json.dumps([
                 {"drafter": r.drafter, "workload": r.workload, "temperature": r.temperature, "verify": r.verify, "k": r.k,
-                 "drafted": r.drafted.tolist(), "accepted": r.accepted.tolist(), "context_len": r.context_len.tolist()}
+                 "drafted": r.drafted.tolist(), "accepted": r.accepted.tolist(), "context_len": r.context_len.tolist(),
+                 "prompt": prompt_index(r).tolist(), "seconds": r.seconds,
+                 "rank_accepted": None if r.rank_accepted is None else r.rank_accepted.tolist(),
+                 "rank_tried": None if r.rank_tried is None else r.rank_tried.tolist()}
                 for r in res.records]) + "\n")
     if args.json:
         print_json({"calibrations": res.tables, "skipped": list(res.skipped)})
