@@ -139,6 +139,10 @@ def test_calibration_table_round_trips_through_the_reader():
 
     cal = calibration_from_dict(tomllib.loads(to_toml(t)), where="t.toml", name="x/prompt-lookup/code-edit")
     assert cal.alpha == pytest.approx(0.75) and cal.method == "prompt_lookup" and cal.temperatures == (0.0, 0.7, 1.0)
+    # the runs do not vary the context apart from the response: its slope is reported, the one applied is 0
+    assert cal.context_decay_per_token == 0.0 and cal.context_decay_ci == (0.0, 0.0)
+    assert cal.within_prompt_context_slope == pytest.approx(t["dependence"]["within_prompt_context_slope"])
+    assert "not identified" in t["notes"]
     assert math.isnan(cal.runs[2]["conditional"][1])
     assert cal.coverage_warnings(context_len=105, temperature=0.0, method="prompt_lookup") == []
     w = cal.coverage_warnings(context_len=2048, temperature=0.5, method="layer_skip", workload="prose", k=8)

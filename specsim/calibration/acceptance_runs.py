@@ -433,10 +433,17 @@ def calibration_table(records: list[CycleRecord], *, target_id: str, name: str, 
             rf = fit_rank_acceptance(acc[:keep], tri[:keep], level=level)
             table["rank"] = {"rank_acceptance": [float(x) for x in np.nan_to_num(rf.estimate)],
                              "ci_low": [float(x) for x in rf.ci_low], "ci_high": [float(x) for x in rf.ci_high]}
-    table["dependence"] = {"context_decay_per_token": dep.context_decay_per_token,
-                           "context_decay_ci": [_finite(x) for x in dep.context_decay_ci],
+    # The runs vary the temperature over the same prompts, which identifies its slope; they do not vary a
+    # prompt's length apart from what it asks for. Within a response the rate moves with what is being
+    # written (the code copied first, then the edit), not because the context grew, so that slope is
+    # reported and not applied: predictions hold the rate at every context (and warn outside coverage).
+    table["dependence"] = {"context_decay_per_token": 0.0, "context_decay_ci": [0.0, 0.0],
                            "temperature_slope": dep.temperature_slope,
-                           "temperature_slope_ci": [_finite(x) for x in dep.temperature_slope_ci]}
+                           "temperature_slope_ci": [_finite(x) for x in dep.temperature_slope_ci],
+                           "within_prompt_context_slope": dep.context_decay_per_token,
+                           "within_prompt_context_slope_ci": [_finite(x) for x in dep.context_decay_ci]}
+    table["notes"] += ("; context dependence not identified by these runs: the acceptance held at every context, the "
+                       "slope within each response reported as within_prompt_context_slope")
     all_ctx = np.concatenate([r.context_len for r in records])
     table["coverage"] = {"context_len": [float(all_ctx.min()), float(all_ctx.max())],
                          "temperatures": sorted({r.temperature for r in records}), "ks": [k],

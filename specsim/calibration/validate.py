@@ -455,6 +455,10 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     return ValidateResult(config=config, verify=verify, spec=spec, break_even=be, summary=summary, notes=notes)
 
 
+def _missing(x) -> bool:
+    return x is None or x != x  # None, or the NaN a DataFrame column holds for it
+
+
 def _who(row: dict) -> str:
     """The drafter as the report names it: layer skip with its layer count (a table column that is NaN
     for the drafters without one)."""
@@ -507,8 +511,9 @@ def format_report(res: ValidateResult) -> str:
         lines += ["", "break-even acceptance (speedup = 1): measured (interpolated between runs) vs the model vs the seed"]
         for r in b.to_dict(orient="records"):
             who = _who(r)
-            mea = "not bracketed" if r["measured_break_even_alpha"] is None else f"{r['measured_break_even_alpha']:.2f}"
-            mod = "never" if r["model_break_even_alpha"] is None else f"{r['model_break_even_alpha']:.2f}"
+            mea = "not bracketed" if _missing(r["measured_break_even_alpha"]) else f"{r['measured_break_even_alpha']:.2f}"
+            mod = ("none in (0, 1)" if _missing(r["model_break_even_alpha"])
+                   else f"{r['model_break_even_alpha']:.2f}")
             lines.append(f"  {who:<16} K={r['k']}: measured {mea}, model {mod}, seed {r['seed_break_even']}  "
                          f"(α:speedup {r['points']})")
     return "\n".join(lines)

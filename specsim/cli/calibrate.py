@@ -522,6 +522,7 @@ def _run_acceptance(args) -> int:
         dep = t["dependence"]
         rows.append({"name": name, "alpha": a["alpha"], "ci_low": a["ci_low"], "ci_high": a["ci_high"],
                      "n_cycles": a["n_cycles"], "context_decay_per_token": dep["context_decay_per_token"],
+                     "within_prompt_context_slope": dep.get("within_prompt_context_slope"),
                      "temperature_slope": dep["temperature_slope"],
                      **{f"alpha_T{r['temperature']:g}": r.get("alpha") for r in t["runs"]}})
     summary = pd.DataFrame(rows)
@@ -556,8 +557,14 @@ def _acceptance_report(res, summary) -> str:
         per_t = ", ".join(f"T {r['temperature']:g}: {r['alpha']:.3f}" for r in t["runs"] if "alpha" in r)
         lines.append(f"  {name:<40} alpha {a['alpha']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}] ({a['n_cycles']} cycles, "
                      f"context {t['reference']['context_len']:.0f})  {per_t}")
-        lines.append(f"  {'':<40} context decay {dep['context_decay_per_token']:.2e} [{dep['context_decay_ci'][0]:.1e}, "
-                     f"{dep['context_decay_ci'][1]:.1e}]/token, temperature slope {dep['temperature_slope']:.3f} "
+        if "within_prompt_context_slope" in dep:
+            ci = dep["within_prompt_context_slope_ci"]
+            ctx_text = (f"context: not identified (held; within each response {dep['within_prompt_context_slope']:.2e} "
+                        f"[{ci[0]:.1e}, {ci[1]:.1e}]/token, reported only)")
+        else:
+            ctx_text = (f"context decay {dep['context_decay_per_token']:.2e} [{dep['context_decay_ci'][0]:.1e}, "
+                        f"{dep['context_decay_ci'][1]:.1e}]/token")
+        lines.append(f"  {'':<40} {ctx_text}, temperature slope {dep['temperature_slope']:.3f} "
                      f"[{dep['temperature_slope_ci'][0]:.3f}, {dep['temperature_slope_ci'][1]:.3f}]")
         if "conditional" in t:
             lines.append(f"  {'':<40} per position " + ", ".join(f"{c:.3f}" for c in t["conditional"]["rates"]))

@@ -23,6 +23,7 @@ File layout (units in the key names; `command` says what made it):
     [conditional] rates, ci_low, ci_high                   per draft position (optional)
     [rank]       rank_acceptance, ci_low, ci_high         a tree's per-rank vector (optional)
     [dependence] context_decay_per_token, context_decay_ci, temperature_slope, temperature_slope_ci
+                 (applied); within_prompt_context_slope, within_prompt_context_slope_ci (reported only)
     [coverage]   context_len = [min, max], temperatures, ks, workloads, drafters
     runs = [{...}, ...]                                    one row per measured configuration
 """
@@ -75,6 +76,10 @@ class AcceptanceCalibration:
     context_decay_ci: tuple = (0.0, 0.0)
     temperature_slope: float = 0.0
     temperature_slope_ci: tuple = (0.0, 0.0)
+    # how the rate moved as each response grew (1/token): a diagnostic of the runs, not applied to
+    # other context lengths (see calibration.acceptance_runs.calibration_table)
+    within_prompt_context_slope: float | None = None
+    within_prompt_context_slope_ci: tuple | None = None
     context_range: tuple = (0.0, math.inf)
     temperatures: tuple = ()
     ks: tuple = ()
@@ -219,7 +224,12 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
         raise field_error(where, "dependence", dep, "a [dependence] table")
     w = f"{where} [dependence]"
     reject_unknown_keys(w, dep, {"context_decay_per_token", "context_decay_ci", "temperature_slope",
-                                 "temperature_slope_ci"})
+                                 "temperature_slope_ci", "within_prompt_context_slope",
+                                 "within_prompt_context_slope_ci"})
+    if "within_prompt_context_slope" in dep:
+        kw["within_prompt_context_slope"] = _num(w, "within_prompt_context_slope", dep["within_prompt_context_slope"])
+        kw["within_prompt_context_slope_ci"] = _pair(w, "within_prompt_context_slope_ci",
+                                                     dep.get("within_prompt_context_slope_ci"))
     if "context_decay_per_token" in dep:
         kw["context_decay_per_token"] = _num(w, "context_decay_per_token", dep["context_decay_per_token"])
         kw["context_decay_ci"] = _pair(w, "context_decay_ci", dep.get("context_decay_ci"))

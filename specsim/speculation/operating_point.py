@@ -467,6 +467,8 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         target = target.with_weight_format(s.target_dtype)
     stack = stack_profile if stack_profile is not None else (load_stack(s.stack) if s.stack else None)
     dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention)
+    if s.method == "draft_model" and s.drafter_tp > s.tp:  # refused with K = 0 too: nothing given goes unread
+        raise field_error(where, "drafter_tp", s.drafter_tp, f"<= tp = {s.tp} (the drafter runs on the target's devices)")
     method = s.method if (s.method == "none" or s.k > 0 or not FAMILIES[s.method].uses_k) else "none"
     cfg = None
     tree_size = s.tree_size
