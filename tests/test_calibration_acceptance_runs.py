@@ -9,7 +9,8 @@ import pytest
 
 from specsim.calibration.acceptance_runs import (AcceptanceRunConfig, _rank_counts, bernoulli_trials,
                                                  calibrate_acceptance, calibration_table, fit_dependence, fit_iid,
-                                                 fit_positions, prompt_index, CycleRecord)
+                                                 fit_positions, prompt_index, between_prompt_interval,
+                                                 CycleRecord)
 from specsim.errors import SpecError
 from specsim.specs.calibrations import calibration_from_dict
 from specsim.specs.catalog import to_toml
@@ -119,6 +120,27 @@ def test_prompt_index_from_recorded_or_from_context_steps():
                      drafted=np.array([3, 3]), accepted=np.array([3, 3]), context_len=np.array([100, 104]),
                      prompt=np.array([0, 1]))
     assert prompt_index(r3).tolist() == [0, 1]
+
+
+def test_between_prompt_interval_by_hand():
+    # three prompts that agree (60/40 each): no between-prompt variance, the interval ~ the pooled one
+    same = between_prompt_interval([60, 60, 60], [40, 40, 40], level=0.95)
+    # the half-count logit of each: (60 + 0.5) / (40 + 0.5) -> 60.5 / 101
+    assert same["between_prompt_sd_logit"] == 0.0 and same["alpha"] == pytest.approx(60.5 / 101, rel=1e-12)
+    # ... and three that do not (90, 50, 10 of 100): DerSimonian-Laird by hand on the logit scale
+    s, f = np.array([90, 50, 10.0]), np.array([10, 50, 90.0])
+    y = np.log((s + 0.5) / (f + 0.5))
+    v = 1 / (s + 0.5) + 1 / (f + 0.5)
+    w = 1 / v
+    q = np.sum(w * (y - np.sum(w * y) / w.sum()) ** 2)
+    tau2 = (q - 2) / (w.sum() - (w ** 2).sum() / w.sum())
+    r = between_prompt_interval(s, f, level=0.95)
+    assert r["between_prompt_sd_logit"] == pytest.approx(np.sqrt(tau2), rel=1e-12)
+    mu = np.sum(y / (v + tau2)) / np.sum(1 / (v + tau2))
+    assert r["alpha"] == pytest.approx(1 / (1 + np.exp(-mu)), rel=1e-12)
+    # with 2 degrees of freedom and prompts this far apart, the interval spans most of (0, 1)
+    assert r["ci_low"] < 0.1 and r["ci_high"] > 0.9
+    assert between_prompt_interval([5], [5], level=0.95) is None  # one prompt: no spread to read
 
 
 def _record(temperature, drafted, accepted, ctx):

@@ -19,7 +19,8 @@ File layout (units in the key names; `command` says what made it):
     name, target, drafter (the decoder's or stack's name), method (the drafter family), workload,
     command, level
     [reference]  context_len, temperature, k              where the rates below hold
-    [iid]        alpha, ci_low, ci_high, n_cycles, n_trials
+    [iid]        alpha, ci_low, ci_high, n_cycles, n_trials (optional: binomial_ci, n_prompts,
+                 between_prompt_sd_logit: the interval is the wider of the binomial and between-prompt ones)
     [conditional] rates, ci_low, ci_high                   per draft position (optional)
     [rank]       rank_acceptance, ci_low, ci_high         a tree's per-rank vector (optional)
     [dependence] context_decay_per_token, context_decay_ci, temperature_slope, temperature_slope_ci
@@ -188,7 +189,8 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
     if not isinstance(ref, dict) or not isinstance(iid, dict):
         raise field_error(where, "reference", ref, "[reference] and [iid] tables")
     reject_unknown_keys(f"{where} [reference]", ref, {"context_len", "temperature", "k"})
-    reject_unknown_keys(f"{where} [iid]", iid, {"alpha", "ci_low", "ci_high", "n_cycles", "n_trials"})
+    reject_unknown_keys(f"{where} [iid]", iid, {"alpha", "ci_low", "ci_high", "n_cycles", "n_trials", "binomial_ci",
+                                                "n_prompts", "between_prompt_sd_logit"})
     level = _num(where, "level", raw.get("level", 0.95), 0.0, 1.0)
     k = ref.get("k")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
