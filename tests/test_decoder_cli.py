@@ -371,7 +371,7 @@ def test_help_shows_real_defaults(capsys):
     cli_decoder.register(parser.add_subparsers(dest="command"))
     for action, expected in (("run", ["-k K", "(default: 4)", "(default: 128)", "(default: prompt-lookup)",
                                       "(default: 0;1;0,0;1,0;0,0,0)", "(default: greedy)", "24 of SmolLM2-135M's 30"]),
-                             ("bench", ["(default: 1,2,4,8,16,32,64)", "(default: 128,512,2048)", "(default: 3)"]),
+                             ("bench", ["(default: 1,2,4,8,16,32,64)", "(default: 128,512,2048)", "(default: 5)"]),
                              ("fetch", ["~/.cache/specsim"])):
         with pytest.raises(SystemExit):
             parser.parse_args(["decoder", action, "--help"])

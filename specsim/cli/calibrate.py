@@ -113,14 +113,20 @@ def _run_steps(args) -> int:
     if args.out is not None:
         write_file_atomically(args.out, cal.rows.to_csv(index=False), flag="--out")
     if args.write_stack:
-        from ..calibration.decoder_stack import measure_host, measure_prompt_lookup, stack_toml
+        from ..calibration.decoder_stack import (measure_host, measure_host_in_loop, measure_prompt_lookup,
+                                                 read_bench, stack_toml)
 
-        from ..calibration.decoder_stack import read_bench
-
-        clock = read_bench(args.file).get("config", {}).get("clock", "wall")  # time the host work as the bench was
-        host, lookup = measure_host(clock=clock), measure_prompt_lookup(clock=clock)
+        config = read_bench(args.file).get("config", {})
+        clock = config.get("clock", "wall")  # time the host work as the bench was
         command = (f"specsim calibrate steps {args.file} --format bench --bench-hardware {args.bench_hardware} "
                    f"--write-stack {args.write_stack}")
+        pieces = measure_host(clock=clock)
+        host = measure_host_in_loop(clock=clock, threads=config.get("threads"))
+        # a model drafter's per-token work (its distribution, pick and stacked q) from the piecewise timing
+        host.update(draft_token_s=pieces["draft_token_s"],
+                    draft_source=f"measured by `{command}`: calibration.decoder_stack.measure_host, median of "
+                                 f"{pieces['repeats']}" + (", this thread's CPU time" if clock == "thread" else ""))
+        lookup = measure_prompt_lookup(clock=clock)
         text = stack_toml(cal, host, stack_id=args.stack_id, command=command, bench_path=args.file,
                           hardware=args.bench_hardware, lookup=lookup)
         write_file_atomically(args.write_stack, text, flag="--write-stack")

@@ -95,7 +95,7 @@ def register(subparsers) -> None:
                    help=f"comma-separated M values (default: {','.join(map(str, bd['m_values']))})")
     b.add_argument("--contexts", type=_int_list("--contexts"), default=keep,
                    help=f"comma-separated context lengths (default: {','.join(map(str, bd['contexts']))})")
-    b.add_argument("--repeats", type=int, default=keep, help=f"timed repeats per point; the best is kept (default: {bd['repeats']})")
+    b.add_argument("--repeats", type=int, default=keep, help=f"timed repeats per point after one untimed pass; the median is kept (default: {bd['repeats']})")
     _output_args(b, "bench.json and report.txt")
     b.set_defaults(func=_bench)
     from .decoder_train import register_train

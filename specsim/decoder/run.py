@@ -493,12 +493,12 @@ def run(config: RunConfig) -> RunResult:
 # -- bench ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchConfig:
-    """What `specsim decoder bench` times: one verify pass per (context, M), the best of `repeats`."""
+    """What `specsim decoder bench` times: one verify pass per (context, M), the median of `repeats`."""
 
     model: Path | None = None
     m_values: tuple = (1, 2, 4, 8, 16, 32, 64)
     contexts: tuple = (128, 512, 2048)
-    repeats: int = 3
+    repeats: int = 5
     seed: int = 0
     threads: int | None = None
     clock: str = "wall"  # "thread": this thread's CPU time (a shared machine; needs --threads 1)
