@@ -11,6 +11,7 @@ parser and sets `func(args) -> int`; adding one (`machine`, `acceptance`) is a f
 from __future__ import annotations
 
 import argparse
+import time
 
 import pandas as pd
 
@@ -124,7 +125,8 @@ def _run_steps(args) -> int:
         host = measure_host_in_loop(clock=clock, threads=config.get("threads"))
         # a model drafter's per-token work (its distribution, pick and stacked q) from the piecewise timing
         host.update(draft_token_s=pieces["draft_token_s"],
-                    draft_source=f"measured by `{command}`: calibration.decoder_stack.measure_host, median of "
+                    draft_source=f"measured by `{command}` ({time.strftime('%Y-%m-%d %H:%M')}): "
+                                 f"calibration.decoder_stack.measure_host, median of "
                                  f"{pieces['repeats']}" + (", this thread's CPU time" if clock == "thread" else ""))
         lookup = measure_prompt_lookup(clock=clock)
         text = stack_toml(cal, host, stack_id=args.stack_id, command=command, bench_path=args.file,
