@@ -441,12 +441,23 @@ def test_a_kernel_table_loads_in_si_units():
     ("norm_bandwidth_frac", 0.0, r"norm_bandwidth_frac' = 0\.0: expected a fraction"),
     ("n_sm", 13.5, r"n_sm' = 13\.5: expected an integer > 0"),
     ("gemm_floor_ms", 3.0, r"unknown key 'gemm_floor_ms' \(did you mean 'gemm_floor_us'"),
+    ("gemm_row_tiles", 8, r"gemm_row_tiles' = 8: expected a list of tile sizes"),
+    ("gemm_row_tiles", [4, 8, 1], r"gemm_row_tiles' = \[4, 8, 1\]: expected tile sizes in query rows, strictly decreasing"),
+    ("gemm_tile_pass_rows", 2.0, r"gemm_tile_pass_rows' = 2\.0: expected 0 unless gemm_row_tiles is given"),
 ])
 def test_bad_kernel_tables_are_refused(key, value, message):
     k = _kernel_table()
     k[key] = value
     with pytest.raises(SpecError, match=message):
         hardware_from_dict(_with_kernels(k))
+
+
+def test_row_tiles_are_optional_and_read():
+    k = _kernel_table()
+    k.update(gemm_row_tiles=[8, 4, 1], gemm_tile_pass_rows=2.5)
+    kp = hardware_from_dict(_with_kernels(k)).kernels
+    assert kp.gemm_row_tiles == (8, 4, 1) and kp.gemm_tile_pass_rows == 2.5
+    assert hardware_from_dict(_with_kernels(_kernel_table())).kernels.gemm_row_tiles == ()
 
 
 def test_a_kernel_table_missing_a_key_is_refused():

@@ -142,11 +142,57 @@ def _without_curve(hw):
     return replace(hw, kernels=None)
 
 
+def _decoder_tile_passes(m: int, tiles=(8, 4, 1)) -> list[int]:
+    """The row tiles the reference decoder's block matmul runs for M query rows, read off its driver loop
+    (decoder/kernels.py `_tiled_matmul`: tiles of 8 up to n8, of 4 up to n4, then single rows)."""
+    n8, n4 = m - m % 8, m - m % 4
+    return [8] * (n8 // 8) + [4] * ((n4 - n8) // 4) + [1] * (m - n4)
+
+
+def test_row_tile_passes_follow_the_decoder_loop():
+    from specsim.decoder.kernels import TILES
+
+    assert tuple(TILES) == (8, 4, 1)
+    u = 2.5
+    for m in range(0, 70):
+        passes = _decoder_tile_passes(m)
+        assert sum(passes) == m
+        assert float(K.row_tile_work(m, TILES, u)) == pytest.approx(sum(s + u for s in passes), rel=1e-12)
+    # by hand: M = 5 is one tile of 4 and one single row: (4 + 2.5) + (1 + 2.5) = 10; M = 3 three singles: 10.5
+    assert float(K.row_tile_work(5, TILES, u)) == 10.0 and float(K.row_tile_work(3, TILES, u)) == 10.5
+
+
+def test_row_tiled_gemm_by_hand():
+    # compute bound (bandwidth 1e20), p large: t = ⌈⌈N/16⌉/n_SM⌉ · 2·16·K·n_SM · work / flops
+    kp = _profile(gemm_tile=(1, 16), gemm_row_tiles=(8, 4, 1), gemm_tile_pass_rows=3.0, n_sm=1,
+                  gemm_overlap_exponent=200.0, gemm_floor_s=0.0)
+    args = dict(k=576, n=3072, bandwidth_bytes_per_s=1e20, flops_per_s=1e11)
+    for m, work in ((1, 4.0), (2, 8.0), (4, 7.0), (8, 11.0), (9, 15.0)):
+        want = 192 * 2 * 16 * 576 * work / 1e11
+        assert float(K.gemm_time_s(kp, n_tokens=m, **args)) == pytest.approx(want, rel=1e-9)
+    # one pass of 4 rows costs less than two single rows when the pass costs more than 2 rows' work
+    assert K.gemm_time_s(kp, n_tokens=4, **args) < K.gemm_time_s(kp, n_tokens=2, **args)
+
+
+@pytest.mark.parametrize("over, field", [(dict(gemm_row_tiles=(4, 8, 1)), "gemm_row_tiles"),
+                                         (dict(gemm_row_tiles=(8, 4)), "gemm_row_tiles"),
+                                         (dict(gemm_row_tiles=(8, 0, 1)), "gemm_row_tiles"),
+                                         (dict(gemm_row_tiles=(8, 4, 1), gemm_tile_pass_rows=-1.0), "gemm_tile_pass_rows"),
+                                         (dict(gemm_tile_pass_rows=2.0), "gemm_tile_pass_rows")])
+def test_row_tiles_refused_when_malformed(over, field):
+    from specsim.errors import SpecError
+
+    with pytest.raises(SpecError, match=field):
+        _profile(**over)
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.integers(0, 9000), st.integers(1, 30000), st.floats(1.0, 30000.0), st.floats(1.0, 6.0), st.booleans())
-def test_scalar_gemm_path_matches_the_array_path(t, k, n, p, floor):
+@given(st.integers(0, 9000), st.integers(1, 30000), st.floats(1.0, 30000.0), st.floats(1.0, 6.0), st.booleans(),
+       st.sampled_from([None, 0.0, 1.7, 9.0]))
+def test_scalar_gemm_path_matches_the_array_path(t, k, n, p, floor, pass_rows):
     # the plain-float twin used for one step at a time must agree with the numpy path
-    kp = _profile(gemm_overlap_exponent=p, n_sm=132)
+    tiles = {} if pass_rows is None else dict(gemm_tile=(1, 16), gemm_row_tiles=(8, 4, 1), gemm_tile_pass_rows=pass_rows)
+    kp = _profile(gemm_overlap_exponent=p, n_sm=132, **tiles)
     args = dict(k=k, n=n, bandwidth_bytes_per_s=3e12, flops_per_s=7e14, weight_bytes_per_elem=0.5, out_bytes_per_elem=4.0,
                 with_floor=floor)
     scalar = float(K.gemm_time_s(kp, n_tokens=t, **args))

@@ -158,7 +158,9 @@ class MachineProfile:
                 "kernels": {"gemm_bandwidth_frac": self.kernels.gemm_bandwidth_frac,
                             "gemm_compute_frac": self.kernels.gemm_compute_frac,
                             "gemm_overlap_exponent": self.kernels.gemm_overlap_exponent,
-                            "gemm_floor_s": self.kernels.gemm_floor_s}}
+                            "gemm_floor_s": self.kernels.gemm_floor_s,
+                            "gemm_row_tiles": list(self.kernels.gemm_row_tiles),
+                            "gemm_tile_pass_rows": self.kernels.gemm_tile_pass_rows}}
 
     def toml(self, *, hw_id: str = "local", command: str = "specsim calibrate machine") -> str:
         """The hardware file: every figure with the command that measured it, the measured tables as
@@ -184,6 +186,8 @@ class MachineProfile:
                   "", "[kernels]", f"n_sm = {k.n_sm}", f"gemm_bandwidth_frac = {k.gemm_bandwidth_frac:.6f}",
                   f"gemm_compute_frac = {k.gemm_compute_frac:.6f}", f"gemm_overlap_exponent = {k.gemm_overlap_exponent:.6f}",
                   f"gemm_tile = [{k.gemm_tile[0]}, {k.gemm_tile[1]}]", f"gemm_floor_us = {k.gemm_floor_s * 1e6:.4f}",
+                  f"gemm_row_tiles = [{', '.join(str(x) for x in k.gemm_row_tiles)}]",
+                  f"gemm_tile_pass_rows = {k.gemm_tile_pass_rows:.6f}",
                   f"elementwise_floor_us = {k.elementwise_floor_s * 1e6:.4f}",
                   f"elementwise_rows_per_sm = {k.elementwise_rows_per_sm}"]
         lines += [f"{kind}_bandwidth_frac = {k.elementwise_bandwidth_frac[kind]:.6f}" for kind in ELEMENTWISE_KINDS]
@@ -206,6 +210,7 @@ class MachineProfile:
                   'decoder\'s own efficiency is the specsim-numba stack"',
                   '"efficiency.compute_frac" = "1: the peaks above are measured, as bandwidth_frac"',
                   f'kernels = "{src}: GEMM curve fitted (least squares on log time) to the decoder\'s Q4_1 matrix products '
+                  f'(row tiles {list(k.gemm_row_tiles)}: decoder.kernels.TILES) '
                   f'at {k.n_sm} threads on the model\'s shapes, M = 1..64 (median |error| {err:.1%}); floors from the '
                   f'smallest product and element-wise call; element-wise rates from the decoder\'s RMSNorm, rotary, SwiGLU, '
                   f'residual add and embedding kernels ({rep})"', ""]
@@ -431,12 +436,17 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
             model_bytes = {"add": 3, "embed": 2}[kind] * r * ACTIVATION_BYTES
             fracs[kind] = float(min(1.0, model_bytes / (bw * slope)))
     g = gemm[(gemm["threads"] == t) & (gemm["format"] == "Q4_1")].reset_index(drop=True)
-    base = dict(n_sm=t, gemm_tile=TILE, elementwise_floor_s=ew_floor, elementwise_rows_per_sm=rows_per_sm,
-                elementwise_bandwidth_frac=fracs, elementwise_row_s_per_elem=per_elem)
+    # the decoder's matmul takes the query rows in tiles of 8, 4, then 1, unpacking the weights once per tile
+    # pass (decoder.kernels.TILES): M = 2 costs about what M = 4 does, which no smooth curve in M follows
+    from ..decoder.kernels import TILES
+
+    base = dict(n_sm=t, gemm_tile=TILE, gemm_row_tiles=tuple(TILES), elementwise_floor_s=ew_floor,
+                elementwise_rows_per_sm=rows_per_sm, elementwise_bandwidth_frac=fracs, elementwise_row_s_per_elem=per_elem)
 
     def profile(theta) -> KernelProfile:
         return KernelProfile(gemm_bandwidth_frac=float(theta[0]), gemm_compute_frac=float(theta[1]),
-                             gemm_overlap_exponent=float(theta[2]), gemm_floor_s=float(theta[3]) * 1e-6, **base)
+                             gemm_overlap_exponent=float(theta[2]), gemm_floor_s=float(theta[3]) * 1e-6,
+                             gemm_tile_pass_rows=float(theta[4]), **base)
 
     def predict(theta) -> np.ndarray:
         kp = profile(theta)
@@ -447,8 +457,8 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
 
     measured = g["time_s"].to_numpy(float)
     floor0 = max(floors["gemm_floor"] * 1e6, 0.0)
-    res = least_squares(lambda th: np.log(predict(th) / measured), x0=[0.8, 0.5, 2.0, floor0],
-                        bounds=([0.02, 0.01, 1.0, 0.0], [1.0, 1.0, 30.0, max(1e3, 10 * floor0)]), loss="soft_l1",
+    res = least_squares(lambda th: np.log(predict(th) / measured), x0=[0.8, 0.5, 2.0, floor0, 1.0],
+                        bounds=([0.02, 0.01, 1.0, 0.0, 0.0], [1.0, 1.0, 30.0, max(1e3, 10 * floor0), 64.0]), loss="soft_l1",
                         f_scale=0.1, x_scale="jac")
     kp = profile(res.x)
     errors = g[["format", "shape", "m", "time_s"]].assign(predicted_s=predict(res.x))

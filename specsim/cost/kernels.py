@@ -17,7 +17,15 @@ output tile m × n:
                                                       SMs in waves and a partial wave costs a full one
     time       t = t_floor + (t_mem^p + t_comp^p)^(1/p)
 
-(tile and wave quantisation as in NVIDIA's "Matrix Multiplication Background User's Guide"). p = 1
+(tile and wave quantisation as in NVIDIA's "Matrix Multiplication Background User's Guide").
+A CPU kernel that walks the query rows in tiles, largest first (`gemm_row_tiles`, the reference
+decoder's 8, 4, then single rows, each unpacking the weight block once) is charged by its tile passes
+instead: with u = gemm_tile_pass_rows and T split greedily into c_s tiles of s rows,
+
+               t_comp = ⌈⌈N/n⌉ / n_SM⌉ · 2·n·K · Σ_s c_s·(s + u) / (P · f_c / n_SM)
+
+so M = 4 (one pass) can cost less than M = 3 (three), as the decoder measures; this one form is not
+monotone in T. p = 1
 says memory and compute do not overlap at all (they add); p → ∞ is the roofline's perfect overlap
 (the max). The fitted p (about 1.7 on H100 and 3.3 on A100) sits between: mid-size GEMMs, where the
 two are comparable, pay for both in part. f_bw and f_c are the part's fitted GEMM fractions. A serving
@@ -68,8 +76,12 @@ def gemm_time_s(kernels: KernelProfile | None, *, n_tokens, k, n, bandwidth_byte
     if kernels is None:
         return np.maximum(mem, 2.0 * t * k * n / flops_per_s)
     tm, tn = kernels.gemm_tile
-    waves = np.ceil(np.ceil(t / tm) * np.ceil(n / tn) / kernels.n_sm)
-    comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops_per_s
+    if kernels.gemm_row_tiles:
+        comp = (np.ceil(np.ceil(n / tn) / kernels.n_sm) * 2.0 * tn * k * kernels.n_sm
+                * row_tile_work(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows) / flops_per_s)
+    else:
+        waves = np.ceil(np.ceil(t / tm) * np.ceil(n / tn) / kernels.n_sm)
+        comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops_per_s
     out = _overlap(mem, comp, kernels.gemm_overlap_exponent)
     return out + kernels.gemm_floor_s if with_floor else out
 
@@ -79,8 +91,12 @@ def _gemm_scalar(kernels: KernelProfile, t: float, k: float, n: float, bw: float
     """gemm_time_s for one (T, K, N) in plain floats (the serving simulator's per-step calls)."""
     mem = (k * n * w + t * (k * ACTIVATION_BYTES + n * o)) / bw
     tm, tn = kernels.gemm_tile
-    waves = math.ceil(math.ceil(t / tm) * math.ceil(n / tn) / kernels.n_sm)
-    comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops
+    if kernels.gemm_row_tiles:
+        comp = (math.ceil(math.ceil(n / tn) / kernels.n_sm) * 2.0 * tn * k * kernels.n_sm
+                * float(row_tile_work(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows)) / flops)
+    else:
+        waves = math.ceil(math.ceil(t / tm) * math.ceil(n / tn) / kernels.n_sm)
+        comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops
     m = max(mem, comp)
     p = kernels.gemm_overlap_exponent
     out = m * ((mem / m) ** p + (comp / m) ** p) ** (1.0 / p) if m > 0 else 0.0
@@ -112,6 +128,19 @@ def gemm_rates(hw: HardwareProfile, dtype: str, eff: Efficiency | None = None) -
         eff = eff or hw.efficiency
         return bw * eff.bandwidth_frac, peak * eff.compute_frac
     return bw * hw.kernels.gemm_bandwidth_frac, peak * hw.kernels.gemm_compute_frac
+
+
+def row_tile_work(n_tokens, row_tiles: tuple[int, ...], pass_rows: float) -> np.ndarray:
+    """Rows' worth of compute of T query rows taken in tiles of `row_tiles` rows, largest first, each
+    tile pass costing `pass_rows` rows more (see the module docstring); a fraction of a row left at
+    the end is one more single-row pass."""
+    rest = np.asarray(n_tokens, dtype=np.float64)
+    work = np.zeros_like(rest)
+    for size in row_tiles:
+        count = np.floor(rest / size) if size > 1 else np.ceil(rest)
+        work = work + count * (size + pass_rows)
+        rest = np.maximum(rest - count * size, 0.0)
+    return work
 
 
 def _overlap(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:

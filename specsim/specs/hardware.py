@@ -90,7 +90,10 @@ class KernelProfile:
     gemm_overlap_exponent p ≥ 1: memory and compute time combine as (t_mem^p + t_comp^p)^(1/p) (p = 1:
     a sum, no overlap; large p: the max); gemm_tile: the (rows, columns) output tile whose padding
     and waves over the SMs quantise the compute time; gemm_floor_s: a GEMM kernel's shortest
-    duration. Element-wise kinds (ELEMENTWISE_KINDS): a floor, the fraction of peak bandwidth each
+    duration. gemm_row_tiles (CPU kernels that walk the query rows in tiles, largest first, e.g. the
+    reference decoder's (8, 4, 1)): each tile pass unpacks the weights once and costs
+    gemm_tile_pass_rows rows' worth of compute beside its rows' own, in place of gemm_tile's row
+    padding; empty for GPU kernels. Element-wise kinds (ELEMENTWISE_KINDS): a floor, the fraction of peak bandwidth each
     kind reaches and, for ROW_BLOCKED_KINDS, the time per element of one row (token) on one SM, with
     `elementwise_rows_per_sm` rows resident per SM."""
 
@@ -104,10 +107,23 @@ class KernelProfile:
     elementwise_rows_per_sm: int
     elementwise_bandwidth_frac: Mapping[str, float]
     elementwise_row_s_per_elem: Mapping[str, float]
+    gemm_row_tiles: tuple[int, ...] = ()
+    gemm_tile_pass_rows: float = 0.0
     transferred_from: str = ""
 
     def __post_init__(self) -> None:
         where = "kernels"
+        row_tiles = tuple(self.gemm_row_tiles)
+        if row_tiles and (not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in row_tiles)
+                          or list(row_tiles) != sorted(set(row_tiles), reverse=True) or row_tiles[-1] != 1):
+            raise field_error(where, "gemm_row_tiles", list(self.gemm_row_tiles),
+                              "tile sizes in query rows, strictly decreasing and ending in 1 (e.g. [8, 4, 1])")
+        object.__setattr__(self, "gemm_row_tiles", row_tiles)
+        u = self.gemm_tile_pass_rows
+        if not (isinstance(u, (int, float)) and not isinstance(u, bool) and math.isfinite(u) and u >= 0):
+            raise field_error(where, "gemm_tile_pass_rows", u, "a number >= 0 (rows' worth of compute per tile pass)")
+        if u and not row_tiles:
+            raise field_error(where, "gemm_tile_pass_rows", u, "0 unless gemm_row_tiles is given")
         _positive(where, "n_sm", self.n_sm, integer=True)
         _positive(where, "elementwise_rows_per_sm", self.elementwise_rows_per_sm, integer=True)
         for name in ("gemm_floor_s", "elementwise_floor_s"):
@@ -273,6 +289,7 @@ _KERNEL_SCALARS = {
 }
 _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
                 *(f"{k}_bandwidth_frac" for k in ELEMENTWISE_KINDS), *(f"{k}_row_ns_per_elem" for k in ROW_BLOCKED_KINDS)}
+_KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows"}  # CPU row-tiled kernels only
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
 _TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", *_SCALARS}
 
@@ -358,7 +375,7 @@ def _transfer_source(where: str, table: str, raw: dict, own_id: str):
 def _kernels_from_dict(where: str, raw, own_id: str) -> KernelProfile:
     if not isinstance(raw, dict):
         raise field_error(where, "kernels", raw, "a [kernels] table")
-    reject_unknown_keys(f"{where} [kernels]", raw, _KERNEL_KEYS)
+    reject_unknown_keys(f"{where} [kernels]", raw, _KERNEL_KEYS | _KERNEL_OPTIONAL)
     if "transfer_from" in raw:
         reject_unknown_keys(f"{where} [kernels] (with transfer_from, only the part's own n_sm)", raw,
                             {"transfer_from", "n_sm"})
@@ -381,6 +398,12 @@ def _kernels_from_dict(where: str, raw, own_id: str) -> KernelProfile:
     if not isinstance(tile, list):
         raise field_error(where, "kernels.gemm_tile", tile, "[rows, columns]")
     kw["gemm_tile"] = tuple(tile)
+    if "gemm_row_tiles" in raw:
+        if not isinstance(raw["gemm_row_tiles"], list):
+            raise field_error(where, "kernels.gemm_row_tiles", raw["gemm_row_tiles"], "a list of tile sizes, e.g. [8, 4, 1]")
+        kw["gemm_row_tiles"] = tuple(raw["gemm_row_tiles"])
+    if "gemm_tile_pass_rows" in raw:
+        kw["gemm_tile_pass_rows"] = _number(where, "kernels.gemm_tile_pass_rows", raw["gemm_tile_pass_rows"])
     kw["elementwise_bandwidth_frac"] = {k: _number(where, f"kernels.{k}_bandwidth_frac", raw[f"{k}_bandwidth_frac"])
                                         for k in ELEMENTWISE_KINDS}
     kw["elementwise_row_s_per_elem"] = {k: _number(where, f"kernels.{k}_row_ns_per_elem", raw[f"{k}_row_ns_per_elem"]) * 1e-9
