@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import pickle
+import signal
 import shutil
 import types
 from pathlib import Path
@@ -59,6 +60,9 @@ _SHARED = None  # a pool worker's copy of `shared` (set by its initializer)
 
 def _install(blob: bytes) -> None:
     global _SHARED
+    # a Ctrl-C reaches the whole process group: the parent alone answers it (it stops the workers);
+    # a worker that took it too would print its own 'Process ForkProcess-N:' report on stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _SHARED = pickle.loads(blob)
 
 
