@@ -261,8 +261,8 @@ def _assumptions(op: OperatingPoint, policy: ThresholdPolicy, analytic: SwitchOf
     if long_ctx > ctx:
         try:
             so_long = recommended_switch_off(op.with_overrides(context_len=int(long_ctx)), decode_only=True, margin=margin)
-            out.append(f"context: at {int(long_ctx)} tokens of context (decode only) it {describe_pays(so_long, margin)}, "
-                       f"against: {describe_pays(d, margin)} at {ctx}")
+            out.append(f"context: at {int(long_ctx)} tokens of context (decode only): {describe_pays(so_long, margin)}; "
+                       f"at {ctx}: {describe_pays(d, margin)}")
         except SpecError as exc:
             out.append(f"context: a longer context could not be evaluated ({exc})")
     mem = op.memory
