@@ -12,7 +12,8 @@ from specsim.calibration.fit import fit_efficiency, predict_rows, splitwise_rows
 from specsim.cli import main
 from specsim.errors import SpecError
 from specsim.specs.data import data_dir
-from specsim.specs.hardware import Efficiency
+from specsim.specs.hardware import Efficiency, load_hardware
+from specsim.specs.models import load_model
 
 DATA = data_dir()
 SPLITWISE = DATA / "perf" / "splitwise_sim" / "perf_model.csv"
@@ -49,6 +50,19 @@ def test_bad_rows_are_refused():
     rows = _synthetic_rows()
     rows["measured_time_s"] = -1.0
     with pytest.raises(SpecError, match="measured_time_s.*> 0"):
+        fit_efficiency(rows)
+
+
+def test_a_batch_that_cannot_have_fitted_is_refused():
+    # the fuzz suite's 483,773,740,157-sequence row allocated an array per sequence (3.5 TiB) instead
+    rows = _synthetic_rows().assign(measured_time_s=0.01)
+    m = load_model(rows["target"].iloc[0])
+    hw = load_hardware(rows["hardware"].iloc[0])
+    span = int(rows["ctx_len"].iloc[0] + rows["q_len"].iloc[0])
+    # by hand: sequences whose cache alone (layers · kv bytes a token · tokens) exceeds the device memory
+    too_many = int(hw.memory_bytes // (m.kv_bytes_per_token * span)) + 1
+    rows.loc[0, "batch_size"] = too_many * int(rows["tp"].iloc[0])
+    with pytest.raises(SpecError, match=r"line 2: field 'batch_size'.*a batch whose KV cache fits"):
         fit_efficiency(rows)
 
 

@@ -100,6 +100,22 @@ def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.Dat
             raise field_error(f"{where}: line {i + 2}", "ctx_len", int(out.loc[i, "ctx_len"]),
                               f"<= {m.max_context - int(out.loc[i, 'q_len'])}: {target!r} holds at most {m.max_context} "
                               f"tokens and the pass adds q_len = {int(out.loc[i, 'q_len'])}")
+    # a measured pass ran: its batch's cache (context and the pass's own tokens) fitted in the device's memory
+    from ..cost.roofline import kv_bytes_per_device
+
+    for (hw_id, target), idx in out.groupby(["hardware", "target"], sort=False).groups.items():
+        hw, m = load_hardware(hw_id), load_model(target)
+        d = out.loc[idx]
+        kv = kv_bytes_per_device(m, batch_size=d["batch_size"].to_numpy(float),
+                                 ctx_len=(d["ctx_len"] + d["q_len"]).to_numpy(float), tp=1)
+        kv = kv / d["tp"].to_numpy(float)  # the least one device of the group can hold: a 1/tp share
+        over = np.flatnonzero(kv > hw.memory_bytes)
+        if len(over):
+            i = int(d.index[over[0]])
+            raise field_error(f"{where}: line {i + 2}", "batch_size", int(out.loc[i, "batch_size"]),
+                              f"a batch whose KV cache fits on {hw_id!r} ({hw.memory_bytes / 1e9:.1f} GB a device): "
+                              f"{int(out.loc[i, 'batch_size'])} sequences of {int(out.loc[i, 'ctx_len'] + out.loc[i, 'q_len'])} "
+                              f"tokens need {float(kv[over[0]]) / 1e9:.4g} GB a device at tp {int(out.loc[i, 'tp'])}")
     return out
 
 
