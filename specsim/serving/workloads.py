@@ -6,7 +6,7 @@ loop, the lengths plus a number of users who each send their next request when t
 - Synthetic arrivals: Poisson at a rate; Gamma inter-arrivals with a coefficient of variation (CV 1
   is Poisson, above 1 bursty, below 1 smoother); a closed loop of N users with a think time.
 - Lengths: fixed, uniform, or lognormal (given, or fitted by maximum likelihood to a trace's column).
-- Trace replay in the traces' own formats (see ../shared/data/traces/README.md): the Azure LLM
+- Trace replay in the traces' own formats (see traces/README.md in `specs.data.data_dir()`): the Azure LLM
   inference CSVs (`TIMESTAMP,ContextTokens,GeneratedTokens`), the Mooncake JSON lines (millisecond
   `timestamp`, `input_length`, `output_length`) and a plain `arrival_time_s,prompt_tokens,
   output_tokens` CSV. Mooncake arrivals are quantised to about 3 s; the reader spreads the requests
