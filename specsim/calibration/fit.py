@@ -31,7 +31,7 @@ from ..errors import InputError, SpecError, field_error
 from ..specs.hardware import Efficiency, load_hardware
 from ..specs.models import load_model
 from ..specs.tables import numeric_column, read_csv_table, require_columns, text_column
-from ..cost.roofline import mixed_step_cost
+from ..cost.roofline import kv_bytes_per_device, mixed_step_cost
 
 ROW_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "ctx_len", "logit_len", "measured_time_s")
 PARAMETERS = ("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s", "interconnect_latency_s")
@@ -101,8 +101,6 @@ def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.Dat
                               f"<= {m.max_context - int(out.loc[i, 'q_len'])}: {target!r} holds at most {m.max_context} "
                               f"tokens and the pass adds q_len = {int(out.loc[i, 'q_len'])}")
     # a measured pass ran: its batch's cache (context and the pass's own tokens) fitted in the device's memory
-    from ..cost.roofline import kv_bytes_per_device
-
     for (hw_id, target), idx in out.groupby(["hardware", "target"], sort=False).groups.items():
         hw, m = load_hardware(hw_id), load_model(target)
         d = out.loc[idx]
