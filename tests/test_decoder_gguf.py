@@ -111,6 +111,15 @@ def test_malformed_tiny_gguf_is_refused(tmp_path, case):
     assert calls["n"] == 0
 
 
+def test_a_huge_block_count_is_refused_without_counting_to_it(tmp_path):
+    # the CI fuzz run drew block_count = 2^31: the refusal built a set of 2^31 block numbers (24 GB, OOM)
+    path = tmp_path / "huge.gguf"
+    write_tiny_gguf(path, n_layer=2, d_model=64, n_head=2, n_kv_head=1, n_ff=64, tied=True,
+                    metadata={"block_count": 2 ** 31})
+    with pytest.raises(SpecError, match=r"block_count = 2147483648 but the file has 2 blocks \(blocks 2\.\.2147483647 missing\)"):
+        load_gguf(path)
+
+
 def test_tokenizer_metadata_is_checked(tmp_path):
     import gguf
 

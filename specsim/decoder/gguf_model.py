@@ -153,8 +153,15 @@ def check_tensors(path, config: LlamaConfig, tensors: dict) -> None:
     blocks = sorted({int(m.group(1)) for n in tensors if (m := _BLOCK_NAME.fullmatch(n))})
     extra = [b for b in blocks if b >= config.n_layer]
     if extra or len(blocks) != config.n_layer:
-        missing = sorted(set(range(config.n_layer)) - set(blocks))
-        detail = "; ".join(([f"{_ranges(missing)} missing"] if missing else [])
+        # the gaps among the blocks present, then the run past the last one: a block_count of 2^31 must not
+        # build a set of 2^31 numbers to say so
+        top = min(config.n_layer, blocks[-1] + 1 if blocks else 0)
+        gaps = sorted(set(range(top)) - set(blocks))
+        missing = _ranges(gaps) if gaps else ""
+        if config.n_layer > top:
+            tail = f"block {top}" if config.n_layer == top + 1 else f"blocks {top}..{config.n_layer - 1}"
+            missing = f"{missing} and {tail}" if missing else tail
+        detail = "; ".join(([f"{missing} missing"] if missing else [])
                            + ([f"{_ranges(extra)} present beyond it"] if extra else []))
         raise InputError(f"{path}: llama.block_count = {config.n_layer} but the file has {len(blocks)} blocks "
                          f"({detail}): expected block_count to equal the blocks present, numbered 0 .. block_count - 1")
