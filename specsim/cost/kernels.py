@@ -93,7 +93,7 @@ def _gemm_scalar(kernels: KernelProfile, t: float, k: float, n: float, bw: float
     tm, tn = kernels.gemm_tile
     if kernels.gemm_row_tiles:
         comp = (math.ceil(math.ceil(n / tn) / kernels.n_sm) * 2.0 * tn * k * kernels.n_sm
-                * float(row_tile_work(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows)) / flops)
+                * _row_tile_work_scalar(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows) / flops)
     else:
         waves = math.ceil(math.ceil(t / tm) * math.ceil(n / tn) / kernels.n_sm)
         comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops
@@ -140,6 +140,16 @@ def row_tile_work(n_tokens, row_tiles: tuple[int, ...], pass_rows: float) -> np.
         count = np.floor(rest / size) if size > 1 else np.ceil(rest)
         work = work + count * (size + pass_rows)
         rest = np.maximum(rest - count * size, 0.0)
+    return work
+
+
+def _row_tile_work_scalar(t: float, row_tiles: tuple[int, ...], pass_rows: float) -> float:
+    """row_tile_work for one T in plain floats (no numpy on the simulator's per-step path)."""
+    rest, work = t, 0.0
+    for size in row_tiles:
+        count = math.floor(rest / size) if size > 1 else math.ceil(rest)
+        work += count * (size + pass_rows)
+        rest = max(rest - count * size, 0.0)
     return work
 
 
