@@ -232,3 +232,25 @@ def test_typical_acceptance_runs_on_a_tree(models, prompt):
     a = G.generate_speculative(target, drafter, prompt, 12, mode="typical", sampling=s, seed=1)
     b = G.generate_speculative(target, drafter, prompt, 12, mode="typical", sampling=s, seed=1)
     np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("case", ["random", "ties", "best_first", "best_last", "two"])
+def test_top_two_equals_a_stable_sort(case):
+    """The recorded top-2 (two argmax passes) against the plain reference: a stable sort of -logits,
+    whose first two entries are the two best ids with a tie going to the lower id."""
+    rng = np.random.default_rng(5)
+    row = rng.standard_normal(1000).astype(np.float32)
+    if case == "ties":
+        row = rng.integers(0, 3, 1000).astype(np.float32)  # many ids share the best value
+    elif case == "best_first":
+        row[0] = 10.0
+    elif case == "best_last":
+        row[-1] = 10.0
+    elif case == "two":
+        row = np.array([0.5, 0.5], np.float32)
+    before = row.copy()
+    ids, vals = G._top(row)
+    want = np.argsort(-row, kind="stable")[:G.TOP]
+    assert ids.tolist() == want.tolist()
+    assert vals.tolist() == row[want].tolist()
+    assert np.array_equal(row, before)  # the row is left as it was

@@ -67,8 +67,19 @@ def request_rng(seed: int, index: int = 0) -> np.random.Generator:
 
 
 def _top(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ids = np.argpartition(-logits, TOP)[:TOP]
-    ids = ids[np.argsort(-logits[ids], kind="stable")]
+    """The TOP = 2 best token ids of one row of logits, best first (a tie goes to the lower id, as
+    np.argmax breaks it), and their logits. Two argmax passes and no copy of the row: the
+    np.argpartition this replaced cost about 0.5 ms a call on SmolLM2's 49,152 logits, the decoder's
+    largest host cost per emitted token (as much as a tenth of a plain step)."""
+    best = int(np.argmax(logits))
+    runner = -1
+    if best > 0:
+        runner = int(np.argmax(logits[:best]))
+    if best + 1 < logits.size:
+        j = best + 1 + int(np.argmax(logits[best + 1:]))
+        if runner < 0 or logits[j] > logits[runner]:
+            runner = j
+    ids = np.array([best, runner], dtype=np.int64)
     return ids, logits[ids]
 
 
