@@ -241,6 +241,20 @@ def test_validate_on_the_tiny_model(tiny, tmp_path):
     assert "predicted_tokens_per_s" not in s.columns or s["predicted_tokens_per_s"].isna().all()
     text = format_report(res)
     assert "verify step time" in text and "no calibration" in text
+    # the reference pass, before and after each part, against the calibrated model's time for the same step
+    ref = res.summary["reference_pass"]
+    assert [r["when"] for r in ref] == ["start", "after the verify passes", "after the speculative runs"]
+    from specsim.calibration.validate import REFERENCE_CTX
+    from specsim.cost.roofline import step_cost
+    from specsim.specs.hardware import load_hardware
+    from specsim.specs.models import load_model
+    from specsim.specs.stacks import load_stack
+    pred = float(step_cost(load_model(str(d / "tiny-model.toml")), load_hardware(str(d / "cpu.toml")), batch_size=1,
+                           q_len=1, ctx_len=REFERENCE_CTX, efficiency=load_stack(str(d / "stack.toml")).efficiency).time_s)
+    for r in ref:
+        assert r["measured_s"] > 0 and r["predicted_s"] == pytest.approx(pred, rel=1e-9)
+        assert r["drift"] == pytest.approx(r["measured_s"] / pred - 1, rel=1e-12)
+    assert "this machine against its calibration" in text
     assert json.dumps(res.to_dict(), default=str)
     with pytest.raises(SpecError, match="--parts"):
         ValidateConfig(parts=("nope",))
@@ -269,3 +283,22 @@ def test_band_reaches_sweep_and_threshold(tmp_path):
     plain = resolve(scenario_from_dict({"hardware": "ddr5-5600-2ch", "target": "smollm2-135m-q4_1",
                                         "method": "prompt_lookup", "k": 4, "context_len": 400, "alpha": 0.7}))
     assert run_sweep(plain)["speedup_low"].isna().all() and threshold_policy(plain).band is None
+
+
+def test_attention_overlap_fit_recovers_a_known_exponent():
+    # a table made from the formula itself, (t_mem^q + t_comp^q)^(1/q) with q = 2.5, a read rate of
+    # 12 GB/s and a compute rate 0.8 of the table's best: the fit gives q back
+    import pandas as pd
+
+    from specsim.calibration.machine import attention_bytes, fit_attention_overlap
+
+    rows = [dict(threads=1, m=m, ctx_len=c, flops=4.0 * m * 9 * (c + m) * 64) for m in (1, 2, 3, 4, 5, 8, 16, 64)
+            for c in (128, 512, 2048)]
+    att = pd.DataFrame(rows)
+    mem = np.array([attention_bytes(r) for r in att.itertuples()]) / 12e9
+    rate = 60e9
+    comp = att["flops"].to_numpy(float) / rate
+    att["time_s"] = (mem ** 2.5 + comp ** 2.5) ** (1 / 2.5)
+    q = fit_attention_overlap(att, bandwidth_bytes_per_s=40e9)
+    assert q == pytest.approx(2.5, rel=0.02)
+    assert fit_attention_overlap(att.iloc[:3], bandwidth_bytes_per_s=40e9) == float("inf")  # too few points to tell

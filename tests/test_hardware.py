@@ -505,3 +505,14 @@ def test_all_reduce_cost_uses_the_measured_group_sizes_and_falls_back_otherwise(
     assert hw.all_reduce_cost(4) == pytest.approx((31.5e-6, 151.3e9), rel=1e-12)
     assert hw.all_reduce_cost(16) == pytest.approx((10e-6, 300e9), rel=1e-12)
     assert load_hardware("l40s").all_reduce_cost(2) == pytest.approx((20e-6, 32e9), rel=1e-12)
+
+
+def test_tile_pass_costs_and_attention_overlap_are_read():
+    k = _kernel_table()
+    k.update(gemm_row_tiles=[8, 4, 1], gemm_tile_pass_cost=[8, 4.9, 1.3], attention_overlap_exponent=1.8)
+    kp = hardware_from_dict(_with_kernels(k)).kernels
+    assert kp.gemm_tile_pass_cost == (8.0, 4.9, 1.3) and kp.attention_overlap_exponent == 1.8
+    assert hardware_from_dict(_with_kernels(_kernel_table())).kernels.attention_overlap_exponent == float("inf")
+    k["gemm_tile_pass_cost"] = 4.9
+    with pytest.raises(SpecError, match=r"gemm_tile_pass_cost' = 4\.9: expected a list of rows' worth"):
+        hardware_from_dict(_with_kernels(k))

@@ -198,3 +198,68 @@ def test_scalar_gemm_path_matches_the_array_path(t, k, n, p, floor, pass_rows):
     scalar = float(K.gemm_time_s(kp, n_tokens=t, **args))
     array = K.gemm_time_s(kp, n_tokens=np.array([t, t]), **args)
     assert scalar == pytest.approx(float(array[0]), rel=1e-12, abs=1e-18)
+
+
+def test_each_tile_its_own_pass_cost():
+    from specsim.decoder.kernels import TILES
+
+    # with a_s = s + u the per-tile form is the one-u form, whatever M (a second way to the same sum)
+    u = 1.7
+    for m in range(0, 70):
+        assert float(K.row_tile_work(m, TILES, 0.0, tuple(s + u for s in TILES))) == \
+            pytest.approx(float(K.row_tile_work(m, TILES, u)), rel=1e-12)
+    # by hand with costs 8 / 5 / 2: M = 5 is a 4-row pass and a single row, 5 + 2 = 7; M = 12 is
+    # 8 + 4 rows, 8 + 5 = 13; M = 7 is 4 + 1 + 1 + 1, 5 + 3·2 = 11, dearer than M = 8's one pass
+    cost = (8.0, 5.0, 2.0)
+    assert [float(K.row_tile_work(m, TILES, 0.0, cost)) for m in (5, 12, 7, 8)] == [7.0, 13.0, 11.0, 8.0]
+    kp = _profile(gemm_tile=(1, 16), gemm_row_tiles=(8, 4, 1), gemm_tile_pass_cost=cost, n_sm=1,
+                  gemm_overlap_exponent=200.0, gemm_floor_s=0.0)
+    args = dict(k=576, n=3072, bandwidth_bytes_per_s=1e20, flops_per_s=1e11)
+    for m, work in ((5, 7.0), (12, 13.0)):
+        want = 192 * 2 * 16 * 576 * work / 1e11
+        assert float(K.gemm_time_s(kp, n_tokens=m, **args)) == pytest.approx(want, rel=1e-9)
+        assert float(K.gemm_time_s(kp, n_tokens=float(m) + 0.0, **args)) == \
+            pytest.approx(float(K.gemm_time_s(kp, n_tokens=np.array([m, m]), **args)[0]), rel=1e-12)
+
+
+@pytest.mark.parametrize("over, field", [
+    (dict(gemm_row_tiles=(8, 4, 1), gemm_tile_pass_cost=(8.0, 5.0)), "gemm_tile_pass_cost"),
+    (dict(gemm_row_tiles=(8, 4, 1), gemm_tile_pass_cost=(8.0, 0.0, 1.0)), "gemm_tile_pass_cost"),
+    (dict(gemm_row_tiles=(8, 4, 1), gemm_tile_pass_cost=(8.0, 5.0, 2.0), gemm_tile_pass_rows=1.0), "gemm_tile_pass_rows"),
+    (dict(attention_overlap_exponent=0.5), "attention_overlap_exponent"),
+    (dict(attention_overlap_exponent=float("nan")), "attention_overlap_exponent")])
+def test_tile_costs_and_attention_overlap_refused_when_malformed(over, field):
+    from specsim.errors import SpecError
+
+    with pytest.raises(SpecError, match=field):
+        _profile(**over)
+
+
+def test_attention_overlap_by_hand():
+    # 3 MB read at 1e9 B/s = 3 ms; 4e9 FLOP at 1e12 FLOP/s = 4 ms. max: 4 ms; q = 1: 7 ms; q = 2: 5 ms
+    args = dict(bytes_=3e6, flops=4e9, bandwidth_bytes_per_s=1e9, flops_per_s=1e12)
+    assert float(K.attention_time_s(None, **args)) == pytest.approx(4e-3, rel=1e-12)
+    assert float(K.attention_time_s(_profile(), **args)) == pytest.approx(4e-3, rel=1e-12)  # default: inf, the max
+    assert float(K.attention_time_s(_profile(attention_overlap_exponent=1.0), **args)) == pytest.approx(7e-3, rel=1e-12)
+    assert float(K.attention_time_s(_profile(attention_overlap_exponent=2.0), **args)) == pytest.approx(5e-3, rel=1e-12)
+
+
+def test_step_attention_uses_the_parts_overlap_and_the_fast_serving_cost_agrees():
+    from dataclasses import replace
+
+    from specsim.serving.cost import FastStep
+
+    hw = load_hardware("local")
+    model = load_model("smollm2-135m-q4_1")
+    q = 2.0
+    part = replace(hw, kernels=replace(hw.kernels, attention_overlap_exponent=q))
+    sc = step_cost(model, part, batch_size=1, q_len=4, ctx_len=1000)
+    eff = part.efficiency
+    mem = float(sc.attention.bytes) / (part.mem_bandwidth_bytes_per_s * eff.bandwidth_frac)
+    comp = float(sc.attention.flops) / (part.peak_flops_per_s[sc.attention_dtype] * eff.compute_frac)
+    assert float(sc.attention.time_s) == pytest.approx(math.hypot(mem, comp), rel=1e-12)
+    fast = FastStep(model, part, tp=1, attention="fused", efficiency=None)
+    assert fast.ok  # its own checks against mixed_step_cost passed with the overlap
+    for qs, ls in (([5], [700]), ([1, 3, 9], [10, 2000, 300])):
+        exact = fast.exact(qs, ls, qs)
+        assert fast(qs, ls, qs) == pytest.approx(exact, rel=1e-9)

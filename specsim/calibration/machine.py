@@ -11,7 +11,7 @@ enough to dwarf the timer, with min and max kept as the spread):
   matrix shapes: the LM head (49152 × 576) and the layer matrices (gate+up 3072 × 576, down 576 × 1536),
   each layer shape cycled over 30 copies so the weights come from memory as in a forward pass;
 - attention per cached token (`kernels.attention`, 9 query heads over 3 key/value heads of 64) for
-  M = 1 and 8 at contexts 128..2048;
+  M = 1..64 query rows (ATTENTION_M) at contexts 128..2048;
 - the floors: an empty parallel region, the smallest matrix product, the smallest element-wise call;
 - element-wise kernels (RMSNorm, rotary, SwiGLU, residual add, embedding rows) for M rows;
 - the float32 multiply-add rate of independent register accumulators (`decoder.probes`).
@@ -23,7 +23,9 @@ the decoder's attention kernel at its largest M and context: a probe that keeps 
 memory reads low on some CPUs, 29 GFLOP/s where the attention reached 50 on an AMD EPYC), and a
 `[kernels]` table (`cost.kernels`): the GEMM curve fitted to the Q4_1 products at the full thread
 count (tile 1 × 16: one query row by one interleaved group of 16 weight rows, the unit the VNNI kernel
-computes; n_sm = threads), and element-wise floors and rates. The serving-stack side (the decoder's
+computes; n_sm = threads; each row tile's pass its own cost, the 8-row tile's fixed at 8 rows' worth),
+the overlap exponent of attention's cache read and arithmetic (fitted, with a read rate and a compute
+rate, to the attention table), and element-wise floors and rates. The serving-stack side (the decoder's
 Python overheads, attention's efficiency) is fitted by `specsim calibrate steps` from
 `specsim decoder bench` rows into stacks/specsim-numba.toml.
 """
@@ -50,6 +52,9 @@ SHAPES = (("head", 49152, 576, 4.0, 1), ("gate_up", 3072, 576, ACTIVATION_BYTES,
           ("down", 576, 1536, ACTIVATION_BYTES, 30))
 QUICK_SHAPES = (("head", 2048, 64, 4.0, 1), ("gate_up", 256, 64, ACTIVATION_BYTES, 4))
 TILE = (1, 16)
+# attention query rows: to the largest verify pass validate checks (the rate still grows past M = 8), and
+# the small M where reading the cache and the arithmetic take comparable time (their overlap is fitted)
+ATTENTION_M = (1, 2, 3, 4, 5, 8, 16, 64)
 WORKING_SET_BYTES = 128 * 2 ** 20
 DRAM_BYTES = 2 ** 30
 
@@ -59,7 +64,7 @@ class MachineConfig:
     repeats: int = 5
     threads: tuple | None = None  # default: (1, all numba may use)
     formats: tuple = FORMATS
-    m_values: tuple = (1, 2, 4, 8, 16, 32, 64)
+    m_values: tuple = (1, 2, 3, 4, 5, 8, 9, 12, 16, 32, 64)  # 3, 5, 9, 12: the tile mixes (4 + 1, 8 + 1, 8 + 4)
     contexts: tuple = (128, 512, 2048)
     quick: bool = False  # small shapes and buffers (tests)
     clock: str = "wall"  # "thread": this thread's CPU time (a machine shared with other work; threads (1,) only)
@@ -160,7 +165,8 @@ class MachineProfile:
                             "gemm_overlap_exponent": self.kernels.gemm_overlap_exponent,
                             "gemm_floor_s": self.kernels.gemm_floor_s,
                             "gemm_row_tiles": list(self.kernels.gemm_row_tiles),
-                            "gemm_tile_pass_rows": self.kernels.gemm_tile_pass_rows}}
+                            "gemm_tile_pass_cost": list(self.kernels.gemm_tile_pass_cost),
+                            "attention_overlap_exponent": self.kernels.attention_overlap_exponent}}
 
     def toml(self, *, hw_id: str = "local", command: str = "specsim calibrate machine") -> str:
         """The hardware file: every figure with the command that measured it, the measured tables as
@@ -187,7 +193,8 @@ class MachineProfile:
                   f"gemm_compute_frac = {k.gemm_compute_frac:.6f}", f"gemm_overlap_exponent = {k.gemm_overlap_exponent:.6f}",
                   f"gemm_tile = [{k.gemm_tile[0]}, {k.gemm_tile[1]}]", f"gemm_floor_us = {k.gemm_floor_s * 1e6:.4f}",
                   f"gemm_row_tiles = [{', '.join(str(x) for x in k.gemm_row_tiles)}]",
-                  f"gemm_tile_pass_rows = {k.gemm_tile_pass_rows:.6f}",
+                  f"gemm_tile_pass_cost = [{', '.join(f'{c:.6f}' for c in k.gemm_tile_pass_cost)}]",
+                  f"attention_overlap_exponent = {k.attention_overlap_exponent:.6f}",
                   f"elementwise_floor_us = {k.elementwise_floor_s * 1e6:.4f}",
                   f"elementwise_rows_per_sm = {k.elementwise_rows_per_sm}"]
         lines += [f"{kind}_bandwidth_frac = {k.elementwise_bandwidth_frac[kind]:.6f}" for kind in ELEMENTWISE_KINDS]
@@ -210,8 +217,9 @@ class MachineProfile:
                   'decoder\'s own efficiency is the specsim-numba stack"',
                   '"efficiency.compute_frac" = "1: the peaks above are measured, as bandwidth_frac"',
                   f'kernels = "{src}: GEMM curve fitted (least squares on log time) to the decoder\'s Q4_1 matrix products '
-                  f'(row tiles {list(k.gemm_row_tiles)}: decoder.kernels.TILES) '
-                  f'at {k.n_sm} threads on the model\'s shapes, M = 1..64 (median |error| {err:.1%}); floors from the '
+                  f'(row tiles {list(k.gemm_row_tiles)}: decoder.kernels.TILES, each tile\'s pass its own cost in rows) '
+                  f'at {k.n_sm} threads on the model\'s shapes, M = 1..64 (median |error| {err:.1%}); attention\'s '
+                  f'overlap exponent fitted to the attention table below; floors from the '
                   f'smallest product and element-wise call; element-wise rates from the decoder\'s RMSNorm, rotary, SwiGLU, '
                   f'residual add and embedding kernels ({rep})"', ""]
         lines += ["# measured: matrix products at the full thread count, median time per call (us)"]
@@ -329,7 +337,7 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
                                               time_s=med / copies, time_min_s=lo / copies, time_max_s=hi / copies))
             say(f"attention, {t} thread(s)")
             g, h, e = 3, 9, 64
-            for m in (1, 8, 64):  # to the largest verify pass validate checks: the rate still grows past M = 8
+            for m in ATTENTION_M:
                 for ctx in config.contexts:
                     kc = rng.standard_normal((g, ctx + m, e)).astype(np.float32)
                     vc = rng.standard_normal((g, ctx + m, e)).astype(np.float32)
@@ -383,6 +391,34 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
         prof = replace(prof, notes=prof.notes + ("timed with this thread's CPU time (--clock thread): the machine is "
                                                  "shared, and wall time would count the waits for a CPU",))
     return prof
+
+
+def attention_bytes(row) -> float:
+    """Bytes of the KV cache one attention call of the machine's table reads: keys and values of the
+    3 key/value heads of 64, float32, over context + M positions (the cost model's KV read)."""
+    return 2.0 * 3 * (row.ctx_len + row.m) * 64 * 4.0
+
+
+def fit_attention_overlap(att: pd.DataFrame, bandwidth_bytes_per_s: float) -> float:
+    """The exponent q with which attention's cache read and arithmetic combine, (t_mem^q + t_comp^q)^(1/q),
+    fitted with a read rate and a compute rate (least squares on log time) to the attention table;
+    inf (the roofline's max) when the table cannot tell (fewer than 4 points)."""
+    if len(att) < 4:
+        return math.inf
+    rows = list(att.itertuples())
+    b = np.array([attention_bytes(r) for r in rows])
+    f = att["flops"].to_numpy(float)
+    t_meas = att["time_s"].to_numpy(float)
+    peak = float((f / t_meas).max())
+
+    def pred(th):
+        mem, comp = b / (bandwidth_bytes_per_s * th[0]), f / (peak * th[1])
+        m = np.maximum(mem, comp)
+        return m * ((mem / m) ** th[2] + (comp / m) ** th[2]) ** (1.0 / th[2])
+
+    res = least_squares(lambda th: np.log(pred(th) / t_meas), x0=[0.5, 1.0, 2.0],
+                        bounds=([1e-3, 0.1, 1.0], [4.0, 4.0, 50.0]), loss="soft_l1", f_scale=0.1, x_scale="jac")
+    return float(res.x[2])
 
 
 def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, repeats: int,
@@ -443,10 +479,13 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
     base = dict(n_sm=t, gemm_tile=TILE, gemm_row_tiles=tuple(TILES), elementwise_floor_s=ew_floor,
                 elementwise_rows_per_sm=rows_per_sm, elementwise_bandwidth_frac=fracs, elementwise_row_s_per_elem=per_elem)
 
+    n_free = len(TILES) - 1  # the largest tile's pass is fixed at its rows (it sets gemm_compute_frac)
+
     def profile(theta) -> KernelProfile:
         return KernelProfile(gemm_bandwidth_frac=float(theta[0]), gemm_compute_frac=float(theta[1]),
                              gemm_overlap_exponent=float(theta[2]), gemm_floor_s=float(theta[3]) * 1e-6,
-                             gemm_tile_pass_rows=float(theta[4]), **base)
+                             gemm_tile_pass_cost=(float(TILES[0]),) + tuple(float(x) for x in theta[4:4 + n_free]),
+                             attention_overlap_exponent=att_q, **base)
 
     def predict(theta) -> np.ndarray:
         kp = profile(theta)
@@ -457,8 +496,11 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
 
     measured = g["time_s"].to_numpy(float)
     floor0 = max(floors["gemm_floor"] * 1e6, 0.0)
-    res = least_squares(lambda th: np.log(predict(th) / measured), x0=[0.8, 0.5, 2.0, floor0, 1.0],
-                        bounds=([0.02, 0.01, 1.0, 0.0, 0.0], [1.0, 1.0, 30.0, max(1e3, 10 * floor0), 64.0]), loss="soft_l1",
+    att_q = fit_attention_overlap(attention[attention["threads"] == t], bw) if len(attention) else math.inf
+    res = least_squares(lambda th: np.log(predict(th) / measured),
+                        x0=[0.8, 0.5, 2.0, floor0] + [float(s_) + 1.0 for s_ in TILES[1:]],
+                        bounds=([0.02, 0.01, 1.0, 0.0] + [0.05] * n_free,
+                                [1.0, 1.0, 30.0, max(1e3, 10 * floor0)] + [64.0] * n_free), loss="soft_l1",
                         f_scale=0.1, x_scale="jac")
     kp = profile(res.x)
     errors = g[["format", "shape", "m", "time_s"]].assign(predicted_s=predict(res.x))

@@ -6,6 +6,8 @@ steps --format bench --write-stack`) and the acceptance calibrations (data/calib
 calibrate acceptance`), through the same `resolve` and `predict` every other command uses.
 
 1. Verify step time: one forward pass of M = 1..64 query tokens after L = 128, 512, 2048 cached ones
+   (M = 3, 5, 9, the K = 2, 4, 8 chains' passes, among them: out of sample for the stack's fit, which
+   `decoder bench` times at powers of two)
    (the cache filled with random keys and values, as `specsim decoder bench` does), the median of
    `repeats` passes with min and max. The prediction is `roofline.step_cost` (weights, LM head,
    attention, KV write, element-wise work, fixed costs). The measured pass is also split, by timing
@@ -23,7 +25,9 @@ calibrate acceptance`), through the same `resolve` and `predict` every other com
    own break-even for that drafter and K (α with predicted speedup 1) and the seed's 50–60 %.
 
 The machine is shared: every timed figure is a median of repeats with its range, and the 1-minute
-load average before and after each part is reported.
+load average before and after each part is reported. A reference pass (a plain step after 128 cached
+tokens) is timed at the start and after each part and set against the calibrated model's time for it:
+the machine's drift since its calibration, reported beside the errors and never used to correct them.
 """
 from __future__ import annotations
 
@@ -52,7 +56,8 @@ class ValidateConfig:
     stack: str = "specsim-numba"
     target: str = "smollm2-135m-q4_1"
     calibration_prefix: str = "smollm2-135m"
-    m_values: tuple = (1, 2, 4, 8, 16, 32, 64)
+    # 3, 5 and 9: the verify passes of K = 2, 4, 8 chains, which the stack's fit (decoder bench) never times
+    m_values: tuple = (1, 2, 3, 4, 5, 8, 9, 16, 32, 64)
     contexts: tuple = (128, 512, 2048)
     repeats: int = 5
     drafters: tuple = ("prompt-lookup", "layer-skip")
@@ -223,6 +228,43 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
     pbase = df[df["m"] == df["m"].min()].set_index("ctx_len")["predicted_s"]
     df["predicted_ratio_to_m1"] = df["predicted_s"] / df["ctx_len"].map(pbase)
     return df
+
+
+# ---- drift: the machine against its calibration, through the check ----------------------------------
+
+REFERENCE_CTX, REFERENCE_M = 128, 1
+
+
+def reference_pass_s(model, *, clock: str = "wall", repeats: int = 7, seed: int = 0) -> float:
+    """Median seconds of one plain step (M = 1 after 128 cached tokens of random keys and values): the
+    figure validate times before and after each part, so a drift of this shared machine between the
+    calibration and the check (or within the check) shows beside the errors it causes. It is reported,
+    never used to correct a prediction."""
+    from ..decoder.generate import CLOCKS
+
+    timer = CLOCKS[clock]
+    rng = np.random.default_rng(seed)
+    cache = model.new_cache(REFERENCE_CTX + REFERENCE_M)
+    cache.k[:] = rng.standard_normal(cache.k.shape, dtype=np.float32)
+    cache.v[:] = rng.standard_normal(cache.v.shape, dtype=np.float32)
+    tok, pos = np.array([1], np.int64), np.array([REFERENCE_CTX], np.int64)
+    ts = []
+    for i in range(repeats + 1):  # the first is untimed (a shape the process may not have run yet)
+        cache.length = REFERENCE_CTX
+        t0 = timer()
+        model.forward(cache, tok, pos)
+        if i:
+            ts.append(timer() - t0)
+    return float(np.median(ts))
+
+
+def predicted_reference_s(op) -> float:
+    """The calibrated model's time for the reference pass (the same step_cost every prediction uses)."""
+    from ..cost.roofline import step_cost
+
+    dep = op.deployment
+    return float(step_cost(op.target, op.hardware, batch_size=1, q_len=REFERENCE_M, ctx_len=REFERENCE_CTX, tp=dep.tp,
+                           attention=dep.attention, efficiency=dep.eff).time_s)
 
 
 # ---- 2. speculative decoding ------------------------------------------------------------------------
@@ -427,8 +469,24 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     base = resolve(scenario_from_dict({"hardware": config.hardware, "stack": config.stack, "target": config.target,
                                        "method": "none", "k": 0, "context_len": 128}, where="validate"))
     load_before = load_1min()
-    verify = validate_verify(model, base, config, say=say) if "verify" in config.parts else pd.DataFrame()
-    spec = validate_spec(model, config, say=say) if "spec" in config.parts else pd.DataFrame()
+    ref_pred = predicted_reference_s(base)
+    drift = []
+
+    def reference(when: str) -> None:
+        say(f"reference pass ({when})")
+        t = reference_pass_s(model, clock=config.clock, seed=config.seed)
+        drift.append({"when": when, "measured_s": t, "predicted_s": ref_pred, "drift": t / ref_pred - 1.0,
+                      "load_1min": load_1min()})
+
+    reference("start")
+    verify = pd.DataFrame()
+    if "verify" in config.parts:
+        verify = validate_verify(model, base, config, say=say)
+        reference("after the verify passes")
+    spec = pd.DataFrame()
+    if "spec" in config.parts:
+        spec = validate_spec(model, config, say=say)
+        reference("after the speculative runs")
     load_after = load_1min()
     be = pd.DataFrame()
     if len(spec):
@@ -442,7 +500,9 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
         be = break_even(spec, models)
     summary = {"load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
                "clock": config.clock,
-               "threads": model._n_threads if hasattr(model, "_n_threads") else None}
+               "threads": model._n_threads if hasattr(model, "_n_threads") else None,
+               "reference_pass": drift,
+               "reference_pass_drift_range": [min(d["drift"] for d in drift), max(d["drift"] for d in drift)]}
     if len(verify):
         summary["verify_median_abs_relative_error"] = float(verify["relative_error"].abs().median())
         summary["verify_worst_abs_relative_error"] = float(verify["relative_error"].abs().max())
@@ -472,6 +532,12 @@ def format_report(res: ValidateResult) -> str:
     lines = [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
              f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after"
              + ("; timed with this thread's CPU time" if s.get("clock") == "thread" else "") + ")"]
+    ref = s.get("reference_pass") or []
+    if ref:
+        cells = "; ".join(f"{d['when']} {d['measured_s'] * 1e3:.2f} ms ({d['drift']:+.1%})" for d in ref)
+        lines += ["", f"this machine against its calibration: a plain step after {REFERENCE_CTX} cached tokens, which the "
+                      f"calibrated model puts at {ref[0]['predicted_s'] * 1e3:.2f} ms, measured {cells}",
+                  "  (reported, not corrected for: a drift moves every error below by about as much)"]
     v = res.verify
     if len(v):
         lines += ["", "verify step time (one forward pass of M query tokens after L cached)",
@@ -519,5 +585,5 @@ def format_report(res: ValidateResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ValidateConfig", "ValidateResult", "validate", "format_report", "predict_decoder", "measure_run",
+__all__ = ["reference_pass_s", "predicted_reference_s", "ValidateConfig", "ValidateResult", "validate", "format_report", "predict_decoder", "measure_run",
            "break_even", "model_break_even", "validate_verify", "validate_spec", "load_1min"]

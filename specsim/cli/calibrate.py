@@ -446,8 +446,9 @@ def _run_machine(args) -> int:
     k = s["kernels"]
     print(f"  [kernels] GEMM curve: bandwidth {k['gemm_bandwidth_frac']:.2f}, compute {k['gemm_compute_frac']:.2f}, "
           f"overlap p {k['gemm_overlap_exponent']:.2f}, floor {k['gemm_floor_s'] * 1e6:.1f} µs, "
-          f"row tiles {k.get('gemm_row_tiles', [])} at {k.get('gemm_tile_pass_rows', 0.0):.2f} rows a pass "
-          f"(median |error| {s['gemm_fit_median_abs_error']:.1%})")
+          f"row tiles {k.get('gemm_row_tiles', [])} costing {[round(c, 2) for c in k.get('gemm_tile_pass_cost', [])]} "
+          f"rows a pass (median |error| {s['gemm_fit_median_abs_error']:.1%}); attention overlap exponent "
+          f"{k.get('attention_overlap_exponent', float('inf')):.2f}")
     print(f"wrote {args.out}")
     return 0
 

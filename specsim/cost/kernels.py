@@ -25,7 +25,12 @@ instead: with u = gemm_tile_pass_rows and T split greedily into c_s tiles of s r
                t_comp = ⌈⌈N/n⌉ / n_SM⌉ · 2·n·K · Σ_s c_s·(s + u) / (P · f_c / n_SM)
 
 so M = 4 (one pass) can cost less than M = 3 (three), as the decoder measures; this one form is not
-monotone in T. p = 1
+monotone in T. Where each tile kernel's pass was measured apart (`gemm_tile_pass_cost`, a_s rows'
+worth for one pass of the s-row tile), Σ c_s·a_s replaces Σ c_s·(s + u): the decoder's 8-row pass
+costs about two 4-row passes, which no single u gives.
+
+Attention on a part whose table has a finite `attention_overlap_exponent` q combines its KV-read
+and arithmetic times the same way, (t_mem^q + t_comp^q)^(1/q), instead of the roofline's max. p = 1
 says memory and compute do not overlap at all (they add); p → ∞ is the roofline's perfect overlap
 (the max). The fitted p (about 1.7 on H100 and 3.3 on A100) sits between: mid-size GEMMs, where the
 two are comparable, pay for both in part. f_bw and f_c are the part's fitted GEMM fractions. A serving
@@ -78,7 +83,8 @@ def gemm_time_s(kernels: KernelProfile | None, *, n_tokens, k, n, bandwidth_byte
     tm, tn = kernels.gemm_tile
     if kernels.gemm_row_tiles:
         comp = (np.ceil(np.ceil(n / tn) / kernels.n_sm) * 2.0 * tn * k * kernels.n_sm
-                * row_tile_work(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows) / flops_per_s)
+                * row_tile_work(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows,
+                                kernels.gemm_tile_pass_cost) / flops_per_s)
     else:
         waves = np.ceil(np.ceil(t / tm) * np.ceil(n / tn) / kernels.n_sm)
         comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops_per_s
@@ -93,7 +99,8 @@ def _gemm_scalar(kernels: KernelProfile, t: float, k: float, n: float, bw: float
     tm, tn = kernels.gemm_tile
     if kernels.gemm_row_tiles:
         comp = (math.ceil(math.ceil(n / tn) / kernels.n_sm) * 2.0 * tn * k * kernels.n_sm
-                * _row_tile_work_scalar(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows) / flops)
+                * _row_tile_work_scalar(t, kernels.gemm_row_tiles, kernels.gemm_tile_pass_rows,
+                                         kernels.gemm_tile_pass_cost) / flops)
     else:
         waves = math.ceil(math.ceil(t / tm) * math.ceil(n / tn) / kernels.n_sm)
         comp = waves * 2.0 * tm * tn * k * kernels.n_sm / flops
@@ -130,27 +137,40 @@ def gemm_rates(hw: HardwareProfile, dtype: str, eff: Efficiency | None = None) -
     return bw * hw.kernels.gemm_bandwidth_frac, peak * hw.kernels.gemm_compute_frac
 
 
-def row_tile_work(n_tokens, row_tiles: tuple[int, ...], pass_rows: float) -> np.ndarray:
+def row_tile_work(n_tokens, row_tiles: tuple[int, ...], pass_rows: float, pass_cost: tuple[float, ...] = ()) -> np.ndarray:
     """Rows' worth of compute of T query rows taken in tiles of `row_tiles` rows, largest first, each
-    tile pass costing `pass_rows` rows more (see the module docstring); a fraction of a row left at
-    the end is one more single-row pass."""
+    tile pass costing `pass_rows` rows more (see the module docstring), or, when `pass_cost` is given,
+    pass_cost[i] rows' worth for one pass of tile row_tiles[i] (each tile kernel's own measured cost);
+    a fraction of a row left at the end is one more single-row pass."""
     rest = np.asarray(n_tokens, dtype=np.float64)
     work = np.zeros_like(rest)
-    for size in row_tiles:
+    for i, size in enumerate(row_tiles):
         count = np.floor(rest / size) if size > 1 else np.ceil(rest)
-        work = work + count * (size + pass_rows)
+        work = work + count * (pass_cost[i] if pass_cost else size + pass_rows)
         rest = np.maximum(rest - count * size, 0.0)
     return work
 
 
-def _row_tile_work_scalar(t: float, row_tiles: tuple[int, ...], pass_rows: float) -> float:
+def _row_tile_work_scalar(t: float, row_tiles: tuple[int, ...], pass_rows: float,
+                          pass_cost: tuple[float, ...] = ()) -> float:
     """row_tile_work for one T in plain floats (no numpy on the simulator's per-step path)."""
     rest, work = t, 0.0
-    for size in row_tiles:
+    for i, size in enumerate(row_tiles):
         count = math.floor(rest / size) if size > 1 else math.ceil(rest)
-        work += count * (size + pass_rows)
+        work += count * (pass_cost[i] if pass_cost else size + pass_rows)
         rest = max(rest - count * size, 0.0)
     return work
+
+
+def attention_time_s(kernels: KernelProfile | None, *, bytes_, flops, bandwidth_bytes_per_s: float,
+                     flops_per_s: float) -> np.ndarray:
+    """Attention over the KV cache from its bytes and FLOPs at the achievable rates: the roofline's max,
+    or, on a part with a finite attention_overlap_exponent, the partial overlap of the two."""
+    mem = np.asarray(bytes_, dtype=np.float64) / bandwidth_bytes_per_s
+    comp = np.asarray(flops, dtype=np.float64) / flops_per_s
+    if kernels is None or not math.isfinite(kernels.attention_overlap_exponent):
+        return np.maximum(mem, comp)
+    return _overlap(mem, comp, kernels.attention_overlap_exponent)
 
 
 def _overlap(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:

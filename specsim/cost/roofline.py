@@ -258,7 +258,8 @@ def _attention(model, hw, kv_read_tokens, attn_pairs, tp, efficiency) -> Operato
     blocks = _n_attention_blocks(model)
     a_bytes = blocks * model.n_layers * _kv_layer_bytes(model, tp) * kv_read_tokens
     a_flops = blocks * model.n_layers * attention_flops_per_pair(model) * attn_pairs / tp
-    return OperatorCost(a_bytes, a_flops, _roof(a_bytes, a_flops, bw, attn_flops_per_s))
+    return OperatorCost(a_bytes, a_flops, kernels.attention_time_s(hw.kernels, bytes_=a_bytes, flops=a_flops,
+                                                                    bandwidth_bytes_per_s=bw, flops_per_s=attn_flops_per_s))
 
 
 def _communication(model, hw, n_tokens, tp) -> np.ndarray:

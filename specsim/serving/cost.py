@@ -26,6 +26,8 @@ is called instead.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..cost.roofline import (LOGIT_BYTES, attention_time_s, kv_shard_frac, logits_time_s, mixed_step_cost,
@@ -64,6 +66,8 @@ class FastStep:
                  exact: bool = False, max_tokens: int = 8192):
         self.kw = dict(tp=tp, attention=attention, efficiency=efficiency)
         self.model, self.hw = model, hw
+        q = hw.kernels.attention_overlap_exponent if hw.kernels is not None else math.inf
+        self.attn_q = q if math.isfinite(q) else None  # None: attention is the max of its two times
         self.window = model.sliding_window or 0
         self._tokens = np.zeros(0)
         self._logits = np.zeros(0)
@@ -95,7 +99,15 @@ class FastStep:
         if ti >= self._tokens.size or gi >= self._tokens.size:
             self._grow(max(ti, gi))
         a, b = r * self.r_coef, p * self.p_coef
-        return float(self._tokens[ti]) + float(self._logits[gi]) + (a if a > b else b) + self.fixed
+        return float(self._tokens[ti]) + float(self._logits[gi]) + self._attn(a, b) + self.fixed
+
+    def _attn(self, a: float, b: float) -> float:
+        """Attention from its memory (a) and compute (b) times, as cost.kernels.attention_time_s."""
+        m = a if a > b else b
+        q = self.attn_q
+        if q is None or m <= 0.0:
+            return m
+        return m * ((a / m) ** q + (b / m) ** q) ** (1.0 / q)
 
     def passes(self, n: int, w: int, s: float, k: int) -> float:
         """K drafting passes of n rows, w tokens each, pass j at contexts summing to s + n·j·w (the
@@ -110,7 +122,7 @@ class FastStep:
         for j in range(k):
             base = s + n * j * w
             a, b = (base + t) * ra, (w * base + half) * pb
-            total += a if a > b else b
+            total += self._attn(a, b)
         return total
 
     def exact(self, q, l, g) -> float:

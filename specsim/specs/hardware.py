@@ -93,7 +93,12 @@ class KernelProfile:
     duration. gemm_row_tiles (CPU kernels that walk the query rows in tiles, largest first, e.g. the
     reference decoder's (8, 4, 1)): each tile pass unpacks the weights once and costs
     gemm_tile_pass_rows rows' worth of compute beside its rows' own, in place of gemm_tile's row
-    padding; empty for GPU kernels. Element-wise kinds (ELEMENTWISE_KINDS): a floor, the fraction of peak bandwidth each
+    padding; empty for GPU kernels. gemm_tile_pass_cost, where given, is each tile's own measured cost
+    of one pass in rows' worth of compute (one figure per entry of gemm_row_tiles, in place of size +
+    gemm_tile_pass_rows): the decoder's 8-row tile is not twice as cheap per row as its 4-row one.
+    attention_overlap_exponent: the same (t_mem^p + t_comp^p)^(1/p) for attention over the KV cache
+    (a CPU kernel that streams the cache and does its arithmetic in turn); inf, the default, keeps the
+    roofline's max. Element-wise kinds (ELEMENTWISE_KINDS): a floor, the fraction of peak bandwidth each
     kind reaches and, for ROW_BLOCKED_KINDS, the time per element of one row (token) on one SM, with
     `elementwise_rows_per_sm` rows resident per SM."""
 
@@ -109,6 +114,8 @@ class KernelProfile:
     elementwise_row_s_per_elem: Mapping[str, float]
     gemm_row_tiles: tuple[int, ...] = ()
     gemm_tile_pass_rows: float = 0.0
+    gemm_tile_pass_cost: tuple[float, ...] = ()
+    attention_overlap_exponent: float = math.inf
     transferred_from: str = ""
 
     def __post_init__(self) -> None:
@@ -124,6 +131,21 @@ class KernelProfile:
             raise field_error(where, "gemm_tile_pass_rows", u, "a number >= 0 (rows' worth of compute per tile pass)")
         if u and not row_tiles:
             raise field_error(where, "gemm_tile_pass_rows", u, "0 unless gemm_row_tiles is given")
+        costs = tuple(self.gemm_tile_pass_cost)
+        if costs:
+            if len(costs) != len(row_tiles):
+                raise field_error(where, "gemm_tile_pass_cost", list(costs),
+                                  f"one cost per entry of gemm_row_tiles {list(row_tiles)} (rows' worth of compute a pass)")
+            if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0
+                       for c in costs):
+                raise field_error(where, "gemm_tile_pass_cost", list(costs), "positive numbers (rows' worth of compute a pass)")
+            if u:
+                raise field_error(where, "gemm_tile_pass_rows", u, "0 when gemm_tile_pass_cost gives each tile's cost")
+        object.__setattr__(self, "gemm_tile_pass_cost", tuple(float(c) for c in costs))
+        pa = self.attention_overlap_exponent
+        if not (isinstance(pa, (int, float)) and not isinstance(pa, bool) and pa >= 1.0 and pa == pa):
+            raise field_error(where, "attention_overlap_exponent", pa, "a number >= 1 (1: memory and compute add up; "
+                                                                        "inf: the roofline's max)")
         _positive(where, "n_sm", self.n_sm, integer=True)
         _positive(where, "elementwise_rows_per_sm", self.elementwise_rows_per_sm, integer=True)
         for name in ("gemm_floor_s", "elementwise_floor_s"):
@@ -289,7 +311,8 @@ _KERNEL_SCALARS = {
 }
 _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
                 *(f"{k}_bandwidth_frac" for k in ELEMENTWISE_KINDS), *(f"{k}_row_ns_per_elem" for k in ROW_BLOCKED_KINDS)}
-_KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows"}  # CPU row-tiled kernels only
+_KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows", "gemm_tile_pass_cost",  # CPU row-tiled kernels only
+                    "attention_overlap_exponent"}
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
 _TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", *_SCALARS}
 
@@ -404,6 +427,15 @@ def _kernels_from_dict(where: str, raw, own_id: str) -> KernelProfile:
         kw["gemm_row_tiles"] = tuple(raw["gemm_row_tiles"])
     if "gemm_tile_pass_rows" in raw:
         kw["gemm_tile_pass_rows"] = _number(where, "kernels.gemm_tile_pass_rows", raw["gemm_tile_pass_rows"])
+    if "gemm_tile_pass_cost" in raw:
+        if not isinstance(raw["gemm_tile_pass_cost"], list):
+            raise field_error(where, "kernels.gemm_tile_pass_cost", raw["gemm_tile_pass_cost"],
+                              "a list of rows' worth of compute, one per gemm_row_tiles entry, e.g. [8, 4.9, 1.3]")
+        kw["gemm_tile_pass_cost"] = tuple(_number(where, "kernels.gemm_tile_pass_cost", c)
+                                          for c in raw["gemm_tile_pass_cost"])
+    if "attention_overlap_exponent" in raw:
+        kw["attention_overlap_exponent"] = _number(where, "kernels.attention_overlap_exponent",
+                                                   raw["attention_overlap_exponent"])
     kw["elementwise_bandwidth_frac"] = {k: _number(where, f"kernels.{k}_bandwidth_frac", raw[f"{k}_bandwidth_frac"])
                                         for k in ELEMENTWISE_KINDS}
     kw["elementwise_row_s_per_elem"] = {k: _number(where, f"kernels.{k}_row_ns_per_elem", raw[f"{k}_row_ns_per_elem"]) * 1e-9
