@@ -91,6 +91,18 @@ def test_index_restarts_on_a_new_context():
     assert d.propose(np.array([1, 2, 11, 0, 1, 2]), S, None).tokens[1] == 11
 
 
+def test_a_new_request_starts_from_the_prior():
+    # a drafter that learned to draft long on one request drafts on the next as a fresh one does
+    text = list(range(200))
+    source = text + [7777] + text
+    used = NgramLookupDrafter(k=12, prior_accept=0.6, verify_cost_slope=0.2)
+    _replay(used, source, 210, 10)
+    other = list(range(1000, 1100)) * 2
+    used.reset()
+    fresh = NgramLookupDrafter(k=12, prior_accept=0.6, verify_cost_slope=0.2)
+    assert _replay(used, other, 110, 5) == _replay(fresh, other, 110, 5)
+
+
 @pytest.mark.parametrize("kw,msg", [(dict(k=0), r"k >= 1"), (dict(min_n=3, max_n=2), r"min_n <= max_n"),
                                      (dict(verify_cost_slope=-1), r"verify_cost_slope = -1"),
                                      (dict(memory=0), r"memory = 0")])

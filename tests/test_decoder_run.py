@@ -156,8 +156,11 @@ def _valid(kw) -> bool:
     is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
     ok = (c["drafter"] in ("prompt-lookup", "layer-skip", "draft-model", "tree", "prompt-lookup-earliest", "medusa",
                            "eagle")
-          and is_int(c["k"]) and 1 <= c["k"] <= 64 and is_int(c["min_n"]) and is_int(c["max_n"])
-          and 1 <= c["min_n"] <= c["max_n"] and (c["layers"] is None or is_int(c["layers"]) and c["layers"] >= 1)
+          and is_int(c["k"]) and 1 <= c["k"] <= 64 and is_int(c["min_n"])
+          and (c["max_n"] is None or is_int(c["max_n"]))
+          # no --max-n: the drafter's own longest n-gram (NgramLookupDrafter 6, PromptLookupDrafter 3)
+          and 1 <= c["min_n"] <= (c["max_n"] if c["max_n"] is not None
+                                  else 3 if c["drafter"] == "prompt-lookup-earliest" else 6) and (c["layers"] is None or is_int(c["layers"]) and c["layers"] >= 1)
           and c["tree"] in ("0;1", "0;1;0,0;1,0;0,0,0", "0;1;0,0") and c["tree_base"] in ("layer-skip", "draft-model")
           and c["verify"] in ("greedy", "rejection", "onehot", "typical")
           and is_num(c["temperature"]) and 0 <= c["temperature"] < float("inf")
@@ -181,3 +184,21 @@ def test_fuzz_run_options(kw):
         assert "\n" not in msg and any(flag(n) in msg for n in [*kw, "drafter", "verify"]), msg
     else:
         assert _valid(kw), f"accepted: {kw}"
+
+
+def test_without_max_n_each_lookup_drafter_keeps_its_own_default():
+    # `decoder run --drafter prompt-lookup` gave the n-gram lookup the earliest-match lookup's --max-n 3
+    # (its tuned default is 6): the run now leaves each drafter its own, read here off the classes
+    import inspect
+
+    from specsim.decoder import drafters as D
+    from specsim.decoder.run import DEFAULT_MAX_N, DRAFTERS
+
+    own = {"prompt-lookup": D.NgramLookupDrafter, "prompt-lookup-earliest": D.PromptLookupDrafter}
+    for name, cls in own.items():
+        assert DEFAULT_MAX_N[name] == inspect.signature(cls).parameters["max_n"].default
+        built = DRAFTERS[name].build(None, RunConfig(drafter=name), 64)
+        assert built.max_n == DEFAULT_MAX_N[name]
+    assert DRAFTERS["prompt-lookup"].build(None, RunConfig(max_n=2), 64).max_n == 2
+    with pytest.raises(SpecError, match=r"--min-n 4 --max-n 3 \(the prompt-lookup-earliest default\)"):
+        RunConfig(drafter="prompt-lookup-earliest", min_n=4)

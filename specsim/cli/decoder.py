@@ -35,7 +35,8 @@ def register(subparsers) -> None:
                    help="; ".join(f"{d.name}: {d.help}" for d in DRAFTERS.values()) + f" (default: {rd['drafter']})")
     r.add_argument("-k", type=int, default=keep, help=f"draft length of a chain drafter (default: {rd['k']})")
     r.add_argument("--min-n", type=int, default=keep, help=f"prompt lookup: shortest n-gram (default: {rd['min_n']})")
-    r.add_argument("--max-n", type=int, default=keep, help=f"prompt lookup: longest n-gram (default: {rd['max_n']})")
+    r.add_argument("--max-n", type=int, default=keep, help="prompt lookup: longest n-gram (default: the drafter's own: 6 for "
+                   "prompt-lookup, 3 for prompt-lookup-earliest)")
     r.add_argument("--max-draft", type=int, default=keep,
                    help=f"prompt lookup: longest draft; its length adapts below it (default: {rd['max_draft']})")
     r.add_argument("--layers", type=int, default=keep,

@@ -98,10 +98,12 @@ class NgramLookupDrafter:
         self.verify_cost_slope, self.memory = verify_cost_slope, memory
         # (match-length bucket, followers unanimous) -> [accepted, tried], exponentially forgotten
         self._prior = np.array([prior_accept * prior_weight, prior_weight])
-        self.stats = np.tile(self._prior, (self.N_BUCKETS + 1, 2, 1))
         self.reset()
 
     def reset(self) -> None:
+        """A new request: no index and the acceptance estimates back at their prior, so a request's
+        drafts do not depend on the requests (or repeats) decoded before it."""
+        self.stats = np.tile(self._prior, (self.N_BUCKETS + 1, 2, 1))
         self._index = [dict() for _ in range(self.max_n + 1)]  # n -> {n-gram: [positions of the follower]}
         self._ctx = np.zeros(0, np.int64)
         self._last: tuple | None = None  # (context length, drafted tokens, their buckets) of the last draft

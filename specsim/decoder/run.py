@@ -116,16 +116,22 @@ def _draft_model(target, cfg: "RunConfig", capacity: int, k: int | None = None):
     return D.draft_model(target, Transformer(load_gguf(cfg.draft_model)), k=k, capacity=capacity)
 
 
+# each lookup drafter's own longest n-gram, when --max-n is not given (drafters.py's defaults)
+DEFAULT_MAX_N = {"prompt-lookup": 6, "prompt-lookup-earliest": 3}
+
+
 def _prompt_lookup(target, cfg: "RunConfig", capacity: int):
     from . import drafters as D
 
-    return D.NgramLookupDrafter(k=cfg.max_draft, min_n=cfg.min_n, max_n=cfg.max_n)
+    # max_n None: the drafter's own (tuned) longest n-gram
+    return D.NgramLookupDrafter(k=cfg.max_draft, min_n=cfg.min_n,
+                                **({} if cfg.max_n is None else {"max_n": cfg.max_n}))
 
 
 def _prompt_lookup_earliest(target, cfg: "RunConfig", capacity: int):
     from . import drafters as D
 
-    return D.PromptLookupDrafter(k=cfg.k, min_n=cfg.min_n, max_n=cfg.max_n)
+    return D.PromptLookupDrafter(k=cfg.k, min_n=cfg.min_n, **({} if cfg.max_n is None else {"max_n": cfg.max_n}))
 
 
 def _medusa(target, cfg: "RunConfig", capacity: int):
@@ -182,7 +188,7 @@ class RunConfig:
     drafter: str = "prompt-lookup"
     k: int = 4  # draft length of a chain drafter
     min_n: int = 1  # prompt lookup: shortest n-gram
-    max_n: int = 3  # prompt lookup: longest n-gram
+    max_n: int | None = None  # prompt lookup: longest n-gram; None: the drafter's own (n-gram lookup 6, earliest 3)
     max_draft: int = 12  # prompt lookup: longest draft (its length adapts below this)
     layers: int | None = None  # layer skip: layers the drafter runs; None: 4/5 of the target's (24 of 30)
     draft_model: Path | None = None  # draft-model drafter (and --tree-base draft-model); None: the shipped one
@@ -213,14 +219,17 @@ class RunConfig:
             raise _bad("drafter", self.drafter, f"one of {', '.join(DRAFTERS)}")
         _check_int("k", self.k, 1, 64)
         _check_int("min_n", self.min_n, 1)
-        _check_int("max_n", self.max_n, 1)
+        if self.max_n is not None:
+            _check_int("max_n", self.max_n, 1)
         _check_int("max_draft", self.max_draft, 1, 64)
         parse_tree(self.medusa_tree)
         _check_int("eagle_depth", self.eagle_depth, 1, 16)
         _check_int("eagle_top_k", self.eagle_top_k, 1, 16)
         _check_int("eagle_nodes", self.eagle_nodes, 2, 64)
-        if self.min_n > self.max_n:
-            raise SpecError(f"--min-n {self.min_n} --max-n {self.max_n}: expected --min-n <= --max-n")
+        max_n = self.max_n if self.max_n is not None else DEFAULT_MAX_N.get(self.drafter, DEFAULT_MAX_N["prompt-lookup"])
+        if self.min_n > max_n:
+            given = "" if self.max_n is not None else f" (the {self.drafter} default)"
+            raise SpecError(f"--min-n {self.min_n} --max-n {max_n}{given}: expected --min-n <= --max-n")
         if self.layers is not None:
             _check_int("layers", self.layers, 1)
         if self.tree_base not in ("layer-skip", "draft-model"):
