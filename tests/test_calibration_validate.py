@@ -255,6 +255,11 @@ def test_validate_on_the_tiny_model(tiny, tmp_path):
         assert r["measured_s"] > 0 and r["predicted_s"] == pytest.approx(pred, rel=1e-9)
         assert r["drift"] == pytest.approx(r["measured_s"] / pred - 1, rel=1e-12)
     assert "this machine against its calibration" in text
+    # each pass against the reference step timed beside it: the ratio's error, from its parts
+    assert np.allclose(v["predicted_ratio_to_reference"], v["predicted_s"] / pred, rtol=1e-9)
+    assert np.allclose(v["ratio_error"], v["predicted_ratio_to_reference"] / v["measured_ratio_to_reference"] - 1)
+    assert np.all(v["measured_ratio_to_reference"] > 0) and np.allclose(v["reference_drift"],
+                                                                         v["reference_measured_s"] / pred - 1)
     assert json.dumps(res.to_dict(), default=str)
     with pytest.raises(SpecError, match="--parts"):
         ValidateConfig(parts=("nope",))

@@ -192,6 +192,13 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
     cache = model.new_cache(cap)
     cache.k[:] = rng.standard_normal(cache.k.shape, dtype=np.float32)
     cache.v[:] = rng.standard_normal(cache.v.shape, dtype=np.float32)
+    # the reference step (M = 1 after REFERENCE_CTX cached), timed beside every pass: this shared machine's
+    # speed moves by tens of percent within minutes, and a pass and its neighbour move together
+    ref_cache = model.new_cache(REFERENCE_CTX + REFERENCE_M)
+    ref_cache.k[:] = rng.standard_normal(ref_cache.k.shape, dtype=np.float32)
+    ref_cache.v[:] = rng.standard_normal(ref_cache.v.shape, dtype=np.float32)
+    ref_tok, ref_pos = np.array([1], np.int64), np.array([REFERENCE_CTX], np.int64)
+    ref_pred = predicted_reference_s(op)
     rows = []
     for ctx in config.contexts:
         for m in config.m_values:
@@ -200,22 +207,32 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
             tree = chain(m - 1)
             toks = rng.integers(0, model.config.n_vocab, m)
             mask = ancestor_mask(tree)
-            ts = []
+            ts, refs = [], []
             for i in range(config.repeats + 1):  # the first also compiles a new shape
                 cache.length = ctx
                 t0 = timer()
                 model.forward(cache, toks, ctx + tree.depths, mask)
+                t1 = timer()
+                ref_cache.length = REFERENCE_CTX
+                model.forward(ref_cache, ref_tok, ref_pos)
                 if i:
-                    ts.append(timer() - t0)
+                    ts.append(t1 - t0)
+                    refs.append(timer() - t1)
             med, lo, hi = _spread(ts)
+            ref_med = float(np.median(refs))
             sc = step_cost(op.target, op.hardware, batch_size=1, q_len=m, ctx_len=ctx, tp=dep.tp, attention=dep.attention,
                            efficiency=dep.eff)
             b = sc.breakdown()
             pred_cls = {cls: float(sum(b[f"{k}_time_s"] if k not in ("overhead",) else b["overhead_s"] for k in ks))
                         for cls, ks in CLASSES.items()}
             pred = float(sc.time_s)
+            ratio_meas = float(np.median(np.asarray(ts) / np.asarray(refs)))
             row = dict(ctx_len=ctx, m=m, predicted_s=pred, measured_s=med, measured_min_s=lo, measured_max_s=hi,
-                       relative_error=pred / med - 1.0, **{f"predicted_{k.replace(' ', '_')}_s": v for k, v in pred_cls.items()})
+                       relative_error=pred / med - 1.0, reference_measured_s=ref_med, reference_predicted_s=ref_pred,
+                       reference_drift=ref_med / ref_pred - 1.0, measured_ratio_to_reference=ratio_meas,
+                       predicted_ratio_to_reference=pred / ref_pred,
+                       ratio_error=(pred / ref_pred) / ratio_meas - 1.0,
+                       **{f"predicted_{k.replace(' ', '_')}_s": v for k, v in pred_cls.items()})
             if config.split:
                 mm, att = _pass_split(model, cache, ctx, m, max(3, config.repeats // 2), timer)
                 meas_cls = {"matrix products": mm, "attention": att, "other": max(med - mm - att, 0.0)}
@@ -506,11 +523,17 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     if len(verify):
         summary["verify_median_abs_relative_error"] = float(verify["relative_error"].abs().median())
         summary["verify_worst_abs_relative_error"] = float(verify["relative_error"].abs().max())
+        summary["verify_median_abs_ratio_error"] = float(verify["ratio_error"].abs().median())
+        summary["verify_worst_abs_ratio_error"] = float(verify["ratio_error"].abs().max())
+        summary["verify_reference_drift_range"] = [float(verify["reference_drift"].min()),
+                                                   float(verify["reference_drift"].max())]
         v8 = verify[verify["m"] == 8].set_index("ctx_len")["measured_ratio_to_m1"].to_dict()
         summary["verify_m8_ratio_to_m1_by_context"] = {int(k): float(v) for k, v in v8.items()}
     if len(spec) and "relative_error" in spec:
         e = spec["relative_error"].dropna().abs()
         summary["spec_tokens_per_s_median_abs_relative_error"] = float(e.median()) if len(e) else None
+        e = spec["speedup_relative_error"].dropna().abs()
+        summary["spec_speedup_median_abs_relative_error"] = float(e.median()) if len(e) else None
     notes = ("timings are medians of the repeats; the machine is shared (load average reported)",)
     return ValidateResult(config=config, verify=verify, spec=spec, break_even=be, summary=summary, notes=notes)
 
@@ -540,15 +563,22 @@ def format_report(res: ValidateResult) -> str:
                   "  (reported, not corrected for: a drift moves every error below by about as much)"]
     v = res.verify
     if len(v):
-        lines += ["", "verify step time (one forward pass of M query tokens after L cached)",
-                  f"  {'L':>5} {'M':>3} {'predicted':>10} {'measured median [min–max]':>30} {'error':>7}  x M=1 meas/pred"]
+        lines += ["", "verify step time (one forward pass of M query tokens after L cached); 'x ref': the pass over the "
+                      f"reference step (M = 1 after {REFERENCE_CTX}) timed beside it, measured/predicted, and the error of "
+                      "that ratio (the machine's drift cancels in it)",
+                  f"  {'L':>5} {'M':>3} {'predicted':>10} {'measured median [min–max]':>30} {'error':>7}  "
+                  f"{'x ref meas/pred':>16} {'error':>7}  ref drift"]
         for r in v.itertuples():
             lines.append(f"  {r.ctx_len:>5} {r.m:>3} {r.predicted_s * 1e3:>8.2f}ms {r.measured_s * 1e3:>9.2f}ms "
                          f"[{r.measured_min_s * 1e3:.2f}–{r.measured_max_s * 1e3:.2f}] {r.relative_error:>+7.1%}  "
-                         f"{r.measured_ratio_to_m1:.2f}/{r.predicted_ratio_to_m1:.2f}"
+                         f"{r.measured_ratio_to_reference:>7.2f}/{r.predicted_ratio_to_reference:<7.2f} "
+                         f"{r.ratio_error:>+7.1%}  {r.reference_drift:+.0%}"
                          + (f"   <- {r.term}" if getattr(r, "term", "") else ""))
         lines.append(f"  median |error| {s['verify_median_abs_relative_error']:.1%} (worst "
-                     f"{s['verify_worst_abs_relative_error']:.1%})")
+                     f"{s['verify_worst_abs_relative_error']:.1%}); of the ratio to the reference step "
+                     f"{s['verify_median_abs_ratio_error']:.1%} (worst {s['verify_worst_abs_ratio_error']:.1%}); the "
+                     f"reference step itself {s['verify_reference_drift_range'][0]:+.0%} to "
+                     f"{s['verify_reference_drift_range'][1]:+.0%} against the calibrated model")
     p = res.spec
     if len(p):
         lines += ["", "speculative decoding: tokens/s predicted [band from the calibration's interval] vs measured "
@@ -571,7 +601,9 @@ def format_report(res: ValidateResult) -> str:
             if r.get("calibration_warnings"):
                 lines.append(f"  {'':<16} warning: {r['calibration_warnings']}")
         if s.get("spec_tokens_per_s_median_abs_relative_error") is not None:
-            lines.append(f"  median |error| of speculative tokens/s {s['spec_tokens_per_s_median_abs_relative_error']:.1%}")
+            lines.append(f"  median |error| of speculative tokens/s {s['spec_tokens_per_s_median_abs_relative_error']:.1%}; "
+                         f"of the speedup (speculative over plain, run side by side) "
+                         f"{s['spec_speedup_median_abs_relative_error']:.1%}")
     b = res.break_even
     if len(b):
         lines += ["", "break-even acceptance (speedup = 1): measured (interpolated between runs) vs the model vs the seed"]
