@@ -194,10 +194,7 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
     cache.v[:] = rng.standard_normal(cache.v.shape, dtype=np.float32)
     # the reference step (M = 1 after REFERENCE_CTX cached), timed beside every pass: this shared machine's
     # speed moves by tens of percent within minutes, and a pass and its neighbour move together
-    ref_cache = model.new_cache(REFERENCE_CTX + REFERENCE_M)
-    ref_cache.k[:] = rng.standard_normal(ref_cache.k.shape, dtype=np.float32)
-    ref_cache.v[:] = rng.standard_normal(ref_cache.v.shape, dtype=np.float32)
-    ref_tok, ref_pos = np.array([1], np.int64), np.array([REFERENCE_CTX], np.int64)
+    reference_step = _reference_step(model, rng)
     ref_pred = predicted_reference_s(op)
     rows = []
     for ctx in config.contexts:
@@ -213,8 +210,7 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
                 t0 = timer()
                 model.forward(cache, toks, ctx + tree.depths, mask)
                 t1 = timer()
-                ref_cache.length = REFERENCE_CTX
-                model.forward(ref_cache, ref_tok, ref_pos)
+                reference_step()
                 if i:
                     ts.append(t1 - t0)
                     refs.append(timer() - t1)
@@ -260,19 +256,29 @@ def reference_pass_s(model, *, clock: str = "wall", repeats: int = 7, seed: int 
     from ..decoder.generate import CLOCKS
 
     timer = CLOCKS[clock]
-    rng = np.random.default_rng(seed)
+    step = _reference_step(model, np.random.default_rng(seed))
+    ts = []
+    for i in range(repeats + 1):  # the first is untimed (a shape the process may not have run yet)
+        t0 = timer()
+        step()
+        if i:
+            ts.append(timer() - t0)
+    return float(np.median(ts))
+
+
+def _reference_step(model, rng):
+    """A callable that runs the reference step once: M = 1 after REFERENCE_CTX cached tokens of random
+    keys and values, in a cache of its own."""
     cache = model.new_cache(REFERENCE_CTX + REFERENCE_M)
     cache.k[:] = rng.standard_normal(cache.k.shape, dtype=np.float32)
     cache.v[:] = rng.standard_normal(cache.v.shape, dtype=np.float32)
     tok, pos = np.array([1], np.int64), np.array([REFERENCE_CTX], np.int64)
-    ts = []
-    for i in range(repeats + 1):  # the first is untimed (a shape the process may not have run yet)
+
+    def step():
         cache.length = REFERENCE_CTX
-        t0 = timer()
         model.forward(cache, tok, pos)
-        if i:
-            ts.append(timer() - t0)
-    return float(np.median(ts))
+
+    return step
 
 
 def predicted_reference_s(op) -> float:
