@@ -197,6 +197,55 @@ def test_scenario_names_a_calibration(tmp_path):
         resolve(scenario_from_dict({**base, "alpha": 0.5, "acceptance": {"workload": "prose"}}))
 
 
+def test_a_calibrated_chain_keeps_its_measured_shape(tmp_path):
+    """τ of a calibrated chain from its per-position rates (worked by hand from the cycles), moved with
+    α as ratios, the same in predict, the grid and the serving engine's rates; past the measured
+    positions the last ratio holds."""
+    from specsim.specs.scenario import scenario_from_dict
+    from specsim.speculation.operating_point import resolve
+    from specsim.speculation.predict import grid, tokens_per_cycle_at, with_alpha
+
+    recs = [_record(0.0, [3] * 8, [3, 3, 1, 2, 3, 0, 3, 2], list(range(100, 108)))]
+    t = calibration_table(recs, target_id="smollm2-135m-q4_1", name="t", command="test", level=0.95, k=3)
+    path = tmp_path / "cal.toml"
+    path.write_text(to_toml(t))
+    # by hand: 7 of 8 cycles pass position 1, 6 of those 7 position 2, 4 of those 6 position 3;
+    # accepted 17 of 17 + 4 trials -> i.i.d. α = 17/21
+    cond, alpha_cal = np.array([7 / 8, 6 / 7, 4 / 6]), 17 / 21
+    assert t["iid"]["alpha"] == pytest.approx(alpha_cal, rel=1e-12)
+    np.testing.assert_allclose(t["conditional"]["rates"], cond, rtol=1e-12)
+    base = dict(hardware="ddr5-5600-2ch", target="smollm2-135m", method="prompt_lookup", k=3, context_len=104,
+                acceptance={"calibrated": str(path)},
+                workload={"kind": "poisson", "n_requests": 4, "prompt": {"kind": "fixed", "tokens": 64},
+                          "output": {"kind": "fixed", "tokens": 16}, "rate_per_s": 1.0})
+    op = resolve(scenario_from_dict(base))
+    a = op.alpha
+
+    def by_hand(alpha, k):
+        r = np.concatenate([cond / alpha_cal, np.repeat(cond[-1] / alpha_cal, max(0, k - 3))])[:k]
+        return 1.0 + np.cumprod(np.minimum(1.0, alpha * r)).sum()
+
+    assert t["dependence"]["context_decay_per_token"] == 0.0 and a == pytest.approx(alpha_cal, rel=1e-12)
+    assert tokens_per_cycle_at(op) == pytest.approx(1 + 17 / 8, rel=1e-12)  # the cycles' mean: (3+3+1+2+3+0+3+2)/8 + 1
+    for k in (1, 2, 3, 5):
+        assert tokens_per_cycle_at(op, k=k) == pytest.approx(by_hand(a, k), rel=1e-12)
+    # the i.i.d. α alone would give (1 − α^4)/(1 − α) = 3.00 at K = 3, not the 3.125 the cycles emitted
+    assert abs((1 - alpha_cal ** 4) / (1 - alpha_cal) - (1 + 17 / 8)) > 0.1
+    g = grid(op, k=[1, 2, 3, 5])
+    np.testing.assert_allclose(g.tokens_per_cycle.ravel(), [by_hand(a, k) for k in (1, 2, 3, 5)], rtol=1e-12)
+    low = with_alpha(op, 0.5)  # a band end keeps the shape at its own level
+    assert tokens_per_cycle_at(low) == pytest.approx(by_hand(0.5, 3), rel=1e-12)
+    np.testing.assert_allclose(grid(low, k=[3]).tokens_per_cycle.ravel(), [by_hand(0.5, 3)], rtol=1e-12)
+    # the serving engine draws from the same rates (it repeats the last past K)
+    from specsim.serving.setup import build_serving
+
+    np.testing.assert_allclose(build_serving(op).acceptance, np.minimum(1.0, a * cond / alpha_cal), rtol=1e-12)
+    # a written α has no measured shape
+    written = resolve(scenario_from_dict({k: v for k, v in base.items() if k != "acceptance"} | {"alpha": a}))
+    assert written.acceptance.position_ratios is None and tokens_per_cycle_at(written) == pytest.approx(
+        (1 - a ** 4) / (1 - a), rel=1e-12)
+
+
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory):
     from specsim.decoder.testing import write_tiny_gguf

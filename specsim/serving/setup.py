@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import EmptyResultError, SpecError, reject_unknown_keys
 from ..specs.data import data_path
+from ..speculation.acceptance import shaped_conditional
 from ..speculation.families import FAMILIES
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import WorkloadMix
@@ -125,9 +126,14 @@ class ServingSetup:
     @property
     def acceptance(self) -> tuple:
         """The engine's rates: (α,) or per-position conditional rates, at the reference point."""
-        m = self.point.acceptance.model
+        acc = self.point.acceptance
+        m = acc.model
         if m is None:
             return ()
+        if (m.alpha is not None and acc.position_ratios is not None and not self.point.is_tree
+                and self.point.drafter.family.uses_k):
+            # a calibrated chain's measured shape, as the analytic model uses it; the engine repeats the last rate
+            return tuple(float(c) for c in shaped_conditional(m.alpha, acc.position_ratios, len(acc.position_ratios)))
         return (m.alpha,) if m.alpha is not None else tuple(m.conditional)
 
     @property

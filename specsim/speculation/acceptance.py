@@ -171,6 +171,32 @@ def tau_from_conditional(cond) -> np.ndarray:
     return 1.0 + unconditional_from_conditional(cond).sum(axis=-1)
 
 
+def position_ratios_from_conditional(cond, alpha: float) -> tuple[float, ...]:
+    """r_j = c_j / α: a measured chain's per-position rates relative to its i.i.d. α (both from the
+    same cycles), the shape `shaped_conditional` keeps while the level α moves."""
+    c = _as_probs("cond", cond)
+    a = float(_check_alpha(alpha))
+    if c.ndim != 1 or c.size == 0:
+        raise field_error("acceptance", "cond", c.tolist(), "a 1-D vector of K rates")
+    if a <= 0.0:
+        raise field_error("acceptance", "alpha", a, "> 0 (a shape relative to an α of 0 is undefined)")
+    return tuple(float(x) for x in c / a)
+
+
+def shaped_conditional(alpha, ratios, k) -> np.ndarray:
+    """Per-position rates (..., K) of a chain whose measured shape moves with its level:
+    c_j = clip(α · r_j, 0, 1), positions past the measured ones holding the last ratio (the chain's
+    rates level off after the first positions; what lies past them was not measured).
+    At the α the ratios came from, these are the measured rates."""
+    a = _check_alpha(alpha)
+    kk = int(_check_k(k))
+    r = np.asarray(ratios, dtype=float)
+    if r.ndim != 1 or r.size == 0 or np.any(r < 0) or not np.all(np.isfinite(r)):
+        raise field_error("acceptance", "ratios", r.tolist(), "a 1-D vector of finite ratios >= 0")
+    r = np.concatenate([r[:kk], np.repeat(r[-1], max(0, kk - r.size))])
+    return np.clip(a[..., None] * r, 0.0, 1.0)
+
+
 def draft_acceptance_rate_from_tau(tau, k) -> np.ndarray:
     """vLLM's "draft acceptance rate" = num_accepted_tokens / num_draft_tokens = (τ − 1) / K.
     Not the i.i.d. α: a rate of 0.5 at K = 4 is τ = 3, whose i.i.d. α is about 0.75."""

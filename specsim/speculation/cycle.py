@@ -21,7 +21,8 @@ from ..cost.deployment import Deployment, target_step_time
 from ..cost.roofline import LOGIT_BYTES, kv_shard_frac
 from ..errors import field_error
 from ..specs.models import ModelSpec
-from .acceptance import alpha_from_tau, rank_acceptance_from_conditional, tokens_per_cycle_iid  # noqa: F401
+from .acceptance import (alpha_from_tau, rank_acceptance_from_conditional, shaped_conditional,  # noqa: F401
+                         tokens_per_cycle_iid)
 from .families import DrafterConfig, draft_cost
 
 
@@ -247,7 +248,7 @@ class GridResult:
 
 def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, batch_size, context_len, alpha,
                   tree_size=None, n_ranks: int = DEFAULT_N_RANKS, rank_decay: float = DEFAULT_RANK_DECAY,
-                  alpha_factor=None, conditional=None) -> GridResult:
+                  alpha_factor=None, conditional=None, position_ratios=None) -> GridResult:
     """Evaluate a family on the outer product of 1-D grids K × M × B × L × α, fully vectorised:
     the step costs are computed once per (K or M, B, L) and the acceptance once per (K, M, L, α).
 
@@ -255,7 +256,9 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     `acceptance.AcceptanceModel` factor: acceptance falling with context or temperature); the
     effective rates are clipped to [0, 1]. conditional: per-position conditional rates (c_1..c_n)
     instead of an i.i.d. α (then `alpha` must hold one value, c_1, shown in the α column): a chain of
-    K emits τ = 1 + Σ_{j≤K} Π_{i≤j} c_i; a tree uses c_1 as its α."""
+    K emits τ = 1 + Σ_{j≤K} Π_{i≤j} c_i; a tree uses c_1 as its α. position_ratios: a chain's
+    measured shape r_j relative to α: its rates are clip(α_eff·r_j, 0, 1) at every α of the grid
+    (`acceptance.shaped_conditional`; a tree ignores it)."""
     ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
     bs = np.atleast_1d(np.asarray(batch_size, dtype=np.int64))
     ls = np.atleast_1d(np.asarray(context_len, dtype=np.int64))
@@ -285,6 +288,11 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
         run = np.cumprod(np.clip(c[None, :] * f.reshape(-1, 1), 0.0, 1.0), axis=1)  # (nL, n)
         tau_kl = 1.0 + np.stack([run[:, :kk].sum(axis=1) for kk in ks])                  # (nK, nL)
         tau = tau_kl[:, None, None, :, None]
+    elif position_ratios is not None and not tree and cfg.family.uses_k:
+        rates = shaped_conditional(A_eff, position_ratios, int(ks.max()))            # (1, 1, 1, nL, nA, Kmax)
+        run = np.cumprod(rates, axis=-1)
+        upto = np.arange(1, rates.shape[-1] + 1) <= K[..., None]                     # (nK, 1, 1, 1, 1, Kmax)
+        tau = 1.0 + np.sum(np.where(upto, run, 0.0), axis=-1)
     else:
         tau = tokens_per_cycle(cfg, alpha=A_eff, k=K, tree_size=M if tree else None, n_ranks=n_ranks,
                                rank_decay=rank_decay)

@@ -48,7 +48,11 @@ class Acceptance:
     model holds the i.i.d. α that gives it at K, which stands in everywhere else).
     n_ranks, rank_decay: how α becomes a per-rank vector for trees. source: where it came from.
     calibration: the `specs.calibrations.AcceptanceCalibration` the model came from (its intervals
-    and coverage), when the scenario named one; workload: what the scenario says it is for."""
+    and coverage), when the scenario named one; workload: what the scenario says it is for.
+    position_ratios: for a chain whose calibration measured per-position rates, r_j = c_j / α of those
+    runs: a chain of K then emits τ from the rates clip(α·r_j, 0, 1) at whatever α the point has
+    (`acceptance.shaped_conditional`), so the measured shape survives moving α along its dependence
+    or to the ends of its interval. None: τ from α alone."""
 
     model: AcceptanceModel | None
     tau_given: float | None = None
@@ -58,6 +62,7 @@ class Acceptance:
     source: str = ""
     calibration: object = None
     workload: str | None = None
+    position_ratios: tuple | None = None
 
     def alpha_at(self, context_len, temperature) -> np.ndarray | None:
         """The i.i.d. α at context L and temperature T (for per-position rates: the first one's)."""
@@ -196,6 +201,8 @@ class OperatingPoint:
             "acceptance_by_position": (list(self.acceptance.model.conditional)
                                        if self.acceptance.model is not None and self.acceptance.model.conditional
                                        else None),
+            "acceptance_position_ratios": (list(self.acceptance.position_ratios)
+                                           if self.acceptance.position_ratios is not None else None),
             "memory_per_device_bytes": dict(self.memory.parts_bytes), "memory_capacity_bytes": self.memory.capacity_bytes,
             "fits": self.memory.fits, "max_batch_plain": self.memory.max_batch_plain,
             "max_batch_speculative": self.memory.max_batch_speculative, "sources": dict(self.sources),
@@ -325,7 +332,7 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
     if not 0.0 <= rank_decay <= 1.0:
         raise field_error(where, "rank_decay", rank_decay, "a fraction in [0, 1]")
     if "calibrated" in raw:
-        return _calibrated(scenario, raw, where, n_ranks, rank_decay)
+        return _calibrated(scenario, raw, where, n_ranks, rank_decay, cfg)
     dependence = dict(context_decay_per_token=raw.get("context_decay_per_token", 0.0),
                       temperature_slope=raw.get("temperature_slope", 0.0),
                       reference_context_len=raw.get("reference_context_len", reference.context_len),
@@ -368,10 +375,15 @@ def _acceptance(scenario: Scenario, cfg: DrafterConfig | None, k: int, *, refere
     return Acceptance(model=model, tau_given=tau_given, n_ranks=n_ranks, rank_decay=rank_decay, source=source)
 
 
-def _calibrated(scenario: Scenario, raw: dict, where: str, n_ranks: int, rank_decay: float) -> Acceptance:
+def _calibrated(scenario: Scenario, raw: dict, where: str, n_ranks: int, rank_decay: float,
+                cfg: DrafterConfig | None = None) -> Acceptance:
     """The i.i.d. α of a calibration (`specs.calibrations`) at its reference context and temperature,
-    with its fitted dependence on both; the calibration rides along for its intervals and coverage."""
+    with its fitted dependence on both; the calibration rides along for its intervals and coverage.
+    A chain (a family that drafts K tokens in a row, no tree) whose calibration measured per-position
+    rates keeps their shape relative to α (`Acceptance.position_ratios`): the i.i.d. α alone
+    overstates τ when the first position is the weakest (prompt lookup: whether a match continues)."""
     from ..specs.calibrations import load_calibration
+    from .acceptance import position_ratios_from_conditional
 
     clash = [k for k in raw if k not in ("calibrated", "workload", "n_ranks", "rank_decay")]
     clash += [k for k in ("alpha", "tau") if getattr(scenario, k) is not None]
@@ -384,8 +396,15 @@ def _calibrated(scenario: Scenario, raw: dict, where: str, n_ranks: int, rank_de
                                 temperature_slope=cal.temperature_slope,
                                 reference_context_len=cal.reference_context_len,
                                 reference_temperature=cal.reference_temperature)
+        chain = (cfg is not None and cfg.family.uses_k and cal.conditional is not None and cal.alpha > 0
+                 and not (scenario.tree_size is not None and cfg.supports_tree))
+        ratios = position_ratios_from_conditional(cal.conditional, cal.alpha) if chain else None
+        source = f"calibration {cal.name} ({cal.path}; {cal.command})"
+        if ratios is not None:
+            source += (f"; τ from its per-position rates {', '.join(f'{c:.3f}' for c in cal.conditional)} as ratios "
+                       f"to α (positions past {len(ratios)} hold the last ratio)")
         acc = Acceptance(model=model, n_ranks=n_ranks, rank_decay=rank_decay, calibration=cal,
-                         workload=raw.get("workload"), source=f"calibration {cal.name} ({cal.path}; {cal.command})")
+                         workload=raw.get("workload"), source=source, position_ratios=ratios)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     return acc

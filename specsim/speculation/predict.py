@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..cost.roofline import StepCost, step_cost
-from .acceptance import tau_from_conditional
+from .acceptance import shaped_conditional, tau_from_conditional
 from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_iteration_s, speculative_cycle,
                     tokens_per_cycle)
 from ..errors import SpecError
@@ -57,7 +57,8 @@ def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_l
     context L and temperature T (each defaulting to the point's). A τ the scenario gave is used as
     is at the point it was measured (`Acceptance.tau_point`: K, tree, context, temperature);
     elsewhere the i.i.d. α that gives it at K stands in (for a tree, the chain-equivalent α). Per-position rates give
-    τ = 1 + Σ_j Π_{i≤j} c_i."""
+    τ = 1 + Σ_j Π_{i≤j} c_i; a calibrated chain's measured shape, rates clip(α·r_j, 0, 1)
+    (`Acceptance.position_ratios`)."""
     k = op.k if k is None else k
     tree_size = op.tree_size if tree_size is None else tree_size
     context_len = op.context_len if context_len is None else context_len
@@ -70,6 +71,8 @@ def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_l
     if acc.model.conditional is not None and not tree and op.drafter.family.uses_k:
         return float(tau_from_conditional(acc.model.conditional_at(k, context_len, temperature)))
     alpha = acc.alpha_at(context_len, temperature)
+    if acc.position_ratios is not None and not tree and op.drafter.family.uses_k:
+        return float(tau_from_conditional(shaped_conditional(alpha, acc.position_ratios, k)))
     return float(tokens_per_cycle(op.drafter, alpha=alpha, k=k, tree_size=tree_size if tree else None,
                                   n_ranks=acc.n_ranks, rank_decay=acc.rank_decay))
 
@@ -202,7 +205,7 @@ def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context
         trees = [op.tree_size]
     g = evaluate_grid(op.drafter, op.target, op.deployment, k=ks, tree_size=trees, batch_size=bs, context_len=ls,
                       alpha=alpha, n_ranks=acc.n_ranks, rank_decay=acc.rank_decay, alpha_factor=factor,
-                      conditional=conditional)
+                      conditional=conditional, position_ratios=acc.position_ratios)
     _check_finite(op, g)
     return g
 
