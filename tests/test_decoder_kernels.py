@@ -93,12 +93,13 @@ def test_q8_activations_stay_close_to_float(type_name):
     assert _rel_err(out, exact) <= 1e-2
 
 
-@pytest.mark.skipif(not kernels.HAVE_VNNI, reason="no AVX512-VNNI on this CPU")
+@pytest.mark.skipif(not kernels.HAVE_TILES, reason="neither AVX512-VNNI nor AVX2 on this CPU")
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
 @pytest.mark.parametrize("n", [32, 21])  # whole groups of 16 rows, and a part group (lanes not stored)
 def test_vnni_tiles_match_plain_loop(type_name, n):
-    """The AVX512-VNNI tiles against the plain numba loop (same integers, fma instead of multiply and add),
-    and a query row's result in a tile of 8 or 4 is bit-identical to the single-row call."""
+    """The vector tiles (AVX512-VNNI, or AVX2 where the CPU lacks it) against the plain numba loop (same
+    integers, fma instead of multiply and add), and a query row's result in a tile of 8 or 4 is
+    bit-identical to the single-row call (on AVX2 the tile of 8 is not used: its name holds the tile of 4)."""
     from numba import njit
 
     name, k = type_name.lower(), 160
@@ -123,10 +124,58 @@ def test_vnni_tiles_match_plain_loop(type_name, n):
     xq, xd, xs = reference.quantize_q8(rng.standard_normal((9, k)).astype(np.float32))
     o8, o4, o1, op = (np.full((9, n + 1), 7.0, np.float32) for _ in range(4))  # column n: must stay untouched
     run(o8[:, :n], o4[:, :n], o1[:, :n], op[:, :n], packed[0], packed[1], mn, xq, xd, xs, xd * xs.astype(np.float32))
-    np.testing.assert_array_equal(o8[1:9], o1[1:9])  # rows 1 .. 8 in a tile of 8
+    eight = 9 if kernels.EIGHT_ROW_TILES else 5
+    np.testing.assert_array_equal(o8[1:eight], o1[1:eight])  # rows 1 .. 8 in a tile of 8 (AVX2: 1 .. 4)
     np.testing.assert_array_equal(o4[2:6], o1[2:6])  # rows 2 .. 5 in a tile of 4
     assert (o1[:, n] == 7.0).all()
     assert _rel_err(o1, op) <= 1e-6
+
+
+@pytest.mark.skipif(not kernels.HAVE_TILES, reason="neither AVX512-VNNI nor AVX2 on this CPU")
+@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
+def test_tiles_sum_exact_integers_at_the_extremes(type_name):
+    """With unit scales the tiles' output is their integer block sums: equal to the integer products
+    summed in int64, at the weights' and activations' extremes (nibbles 0 and 15, bytes -128 and 127,
+    activations -127 and 127), where an i16 pair sum could saturate."""
+    from numba import njit
+
+    name, n, k = type_name.lower(), 16, 64
+    t4, t1 = getattr(kernels, f"_{name}_t4"), getattr(kernels, f"_{name}_t1")
+
+    @njit
+    def run(o4, o1, qs, d, mn, xq, xd, xs, sx):
+        t4(o4, 0, qs[0], d[0], mn[0], xq, xd, xs, sx, 0, xd.shape[1], 16)
+        for m in range(xq.shape[0]):
+            t1(o1, 0, qs[0], d[0], mn[0], xq, xd, xs, sx, m, xd.shape[1], 16)
+
+    rng = np.random.default_rng(11)
+    one = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    zero = np.frombuffer(np.float16(0.0).tobytes(), np.uint8)
+    if type_name == "Q8_0":
+        w = rng.choice(np.array([-128, 127, -1, 0, 1], np.int8), size=(n, k))
+        w[0], w[1] = -128, 127
+        raw = np.concatenate([np.broadcast_to(one, (n, k // 32, 2)), w.reshape(n, k // 32, 32).view(np.uint8)], axis=2)
+        values = w.astype(np.int64)
+    else:
+        nib = rng.choice(np.array([0, 15, 7, 8], np.uint8), size=(n, k))
+        nib[0], nib[1] = 15, 0
+        blocks = nib.reshape(n, k // 32, 32)
+        packed_bytes = blocks[:, :, :16] | (blocks[:, :, 16:] << 4)
+        head = [one, zero] if type_name == "Q4_1" else [one]
+        raw = np.concatenate([np.broadcast_to(h, (n, k // 32, 2)) for h in head] + [packed_bytes], axis=2)
+        values = nib.astype(np.int64) - (8 if type_name == "Q4_0" else 0)
+    raw = np.ascontiguousarray(raw.reshape(n, -1))
+    packed = kernels.pack(type_name, raw, k)
+    mn = packed[2] if len(packed) == 3 else packed[1]
+    xq = rng.choice(np.array([-127, 127, -1, 0, 1], np.int8), size=(4, k))
+    xq[0], xq[1] = 127, -127
+    xd = np.ones((4, k // 32), np.float32)
+    xs = xq.reshape(4, k // 32, 32).astype(np.int32).sum(axis=2).astype(np.int32)
+    o4, o1 = np.zeros((4, n), np.float32), np.zeros((4, n), np.float32)
+    run(o4, o1, packed[0], packed[1], mn, xq, xd, xs, xs.astype(np.float32))
+    expected = (xq.astype(np.int64) @ values.T).astype(np.float32)  # exact: |sums| < 2^24
+    np.testing.assert_array_equal(o1, expected)
+    np.testing.assert_array_equal(o4, expected)
 
 
 def test_plain_loops_match_twin(tmp_path):

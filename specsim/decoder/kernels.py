@@ -21,7 +21,9 @@ epilogue acc = fma(sum, d * dx, acc) (+ fma(m, dx * sum(xq), acc) for Q4_1), blo
 interleaves the weight rows in groups of 16, so that on a CPU with AVX512-VNNI (`_vnni_dot`, LLVM IR)
 each int32 lane of a vpdpbusd is one output row: a block is 8 vpdpbusd (4 elements of 16 rows each,
 times a broadcast of 4 activation bytes), one convert and one fma, and there is no horizontal sum at
-all. Each loaded and unpacked block serves a tile of 8 or 4 query rows; elsewhere (or with
+all. Each loaded and unpacked block serves a tile of 8 or 4 query rows. A CPU with AVX2 but not
+AVX512-VNNI runs the same tiles with each vpdpbusd made of AVX2 instructions (`_vpdpbusd_avx2`: the
+same exact integers, so the same results bit for bit) in tiles of 4; elsewhere (or with
 SPECSIM_DECODER_PLAIN=1) a plain numba loop computes the same integers and the same epilogue order.
 Row m's result is computed by the same arithmetic in the same order whatever M is and whichever tile
 holds it, so a verify pass reproduces the single-token logits exactly. F16/F32 matrices keep float
@@ -142,7 +144,46 @@ _V = ir.VectorType
 TILES = (8, 4, 1)  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
 
 
-def _vnni_dot(kind, tm):
+def _vpdpbusd_avx2(builder, *, q4: bool):
+    """vpdpbusd (16 lanes: acc + the sum of 4 u8 x i8 products each) from AVX2 instructions, the same
+    exact integers. Nibbles (q4, <= 15) go through vpmaddubsw, whose i16 pair sums (<= 2 * 15 * 128)
+    never saturate, then vpmaddwd by ones; Q8_0's offset bytes (<= 255) would saturate it, so they are
+    widened to i16 and multiplied by vpmaddwd (pair sums in i32), the pairs then added."""
+    c = lambda t, v: ir.Constant(t, v)  # noqa: E731
+    mod = builder.module
+    maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 8), [_V(_I16, 16)] * 2),
+                                            "llvm.x86.avx2.pmadd.wd")
+    halves16 = c(_V(_I32, 16), list(range(16)))
+    if q4:
+        maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I16, 16), [_V(_I8, 32)] * 2),
+                                                 "llvm.x86.avx2.pmadd.ub.sw")
+        ones = c(_V(_I16, 16), [1] * 16)
+        sels = [c(_V(_I32, 32), list(range(32 * h, 32 * h + 32))) for h in range(2)]
+
+        def dp(acc, w, x):
+            wb, xb = builder.bitcast(w, _V(_I8, 64)), builder.bitcast(x, _V(_I8, 64))
+            h = [builder.call(maddwd, [builder.call(maddubs, [builder.shuffle_vector(wb, wb, sel),
+                                                              builder.shuffle_vector(xb, xb, sel)]), ones])
+                 for sel in sels]
+            return builder.add(acc, builder.shuffle_vector(h[0], h[1], halves16))
+        return dp
+    sels = [c(_V(_I32, 16), list(range(16 * q, 16 * q + 16))) for q in range(4)]
+    even, odd = c(_V(_I32, 16), list(range(0, 32, 2))), c(_V(_I32, 16), list(range(1, 32, 2)))
+    cat = c(_V(_I32, 16), list(range(16)))
+
+    def dp(acc, w, x):
+        wb, xb = builder.bitcast(w, _V(_I8, 64)), builder.bitcast(x, _V(_I8, 64))
+        pairs = [builder.call(maddwd, [builder.zext(builder.shuffle_vector(wb, wb, sel), _V(_I16, 16)),
+                                       builder.sext(builder.shuffle_vector(xb, xb, sel), _V(_I16, 16))])
+                 for sel in sels]  # 4 x (8,) i32: pair sums of bytes 16 q .. 16 q + 15
+        lo, hi = (builder.shuffle_vector(pairs[2 * i], pairs[2 * i + 1], cat) for i in range(2))  # (16,) each
+        both = builder.shuffle_vector(lo, hi, c(_V(_I32, 32), list(range(32))))
+        quads = builder.add(builder.shuffle_vector(both, both, even), builder.shuffle_vector(both, both, odd))
+        return builder.add(acc, quads)
+    return dp
+
+
+def _vnni_dot(kind, tm, vnni=True):
     """kind "q4_1", "q4_0" or "q8_0", tm query rows -> an intrinsic
     (out (M, N), g, qs, d, mn: group g as `pack` lays it out, xq (M, K) i8, xd (M, NB) f32, xs (M, NB) i32,
     sx (M, NB) f32, m0, nb, nv) writing out[m0 + t, 16 g + l] for t < tm and lanes l < nv, each lane
@@ -182,8 +223,14 @@ def _vnni_dot(kind, tm):
             p_xq, p_xd, p_xs, p_sx = rows(arys[5], _I32), rows(arys[6], _F32), rows(arys[7], _I32), rows(arys[8], _F32)
             p_out = rows(arys[0], _F32, col=builder.mul(args[1], c(_I64, GROUP)))
             mod = builder.module
-            dp = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 16), [_V(_I32, 16)] * 3),
-                                                "llvm.x86.avx512.vpdpbusd.512")
+            if vnni:
+                vpdpbusd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 16), [_V(_I32, 16)] * 3),
+                                                          "llvm.x86.avx512.vpdpbusd.512")
+
+                def dp(acc, w, x):
+                    return builder.call(vpdpbusd, [acc, w, x])
+            else:
+                dp = _vpdpbusd_avx2(builder, q4=kind != "q8_0")
             fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 16), [_V(_F32, 16)] * 3), "llvm.fma.v16f32")
 
             def vload(ptr, offset, ty, n):
@@ -196,7 +243,8 @@ def _vnni_dot(kind, tm):
             def halves(ptr, b):  # 16 float16 at ptr + 16 b -> (16,) f32
                 return builder.fpext(builder.bitcast(vload(ptr, builder.mul(b, c(_I64, 16)), _I16, 16), _V(_HALF, 16)), _V(_F32, 16))
 
-            n_chains = {8: 1, 4: 2, 1: 4}.get(tm, 1)  # independent vpdpbusd chains per row (integers: same sums)
+            # independent vpdpbusd chains per row (integers: same sums); AVX2 has half the registers
+            n_chains = ({8: 1, 4: 2, 1: 4} if vnni else {4: 1, 1: 2}).get(tm, 1)
 
             def step(b, acc):
                 w = []
@@ -224,7 +272,7 @@ def _vnni_dot(kind, tm):
                         chains[0] = bcast(builder.mul(xsb, c(_I32, -128 if kind == "q8_0" else -8)), _I32)
                     for ch in range(8):
                         xv = bcast(builder.load(builder.gep(p_xq[t], [builder.add(xs8, c(_I64, ch))]), align=1), _I32)
-                        chains[ch % n_chains] = builder.call(dp, [chains[ch % n_chains], w[ch], xv])
+                        chains[ch % n_chains] = dp(chains[ch % n_chains], w[ch], xv)
                     s = chains[0]
                     for ch in chains[1:]:
                         s = builder.add(s, ch)
@@ -284,11 +332,21 @@ def _vnni_dot(kind, tm):
 
 
 _features = llvmlite.binding.get_host_cpu_features()
-HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False)
-                 and not os.environ.get("SPECSIM_DECODER_PLAIN"))  # set: the plain loops (tests them on any CPU)
+_PLAIN = bool(os.environ.get("SPECSIM_DECODER_PLAIN"))  # set: the plain loops (tests them on any CPU)
+HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw", False) and not _PLAIN)
+HAVE_AVX2 = bool(_features.get("avx2", False) and not _PLAIN)
+HAVE_TILES = HAVE_VNNI or HAVE_AVX2  # the vector tiles: vpdpbusd, or the same integers from AVX2 instructions
+EIGHT_ROW_TILES = HAVE_VNNI or not HAVE_TILES
+
+
 if HAVE_VNNI:
     _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
         _vnni_dot(k, t) for k in ("q4_1", "q4_0", "q8_0") for t in TILES)
+elif HAVE_AVX2:
+    # no tile of 8 (the driver runs tiles of 4): AVX2 has 16 vector registers, and 8 rows' accumulators
+    # (two registers each) spill; a row's arithmetic does not depend on its tile
+    _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
+        _vnni_dot(k, t, vnni=False) for k in ("q4_1", "q4_0", "q8_0") for t in (4, 4, 1))
 else:  # the plain loop, one query row and one lane at a time, behind the same signature (not cached: closures)
     def _plain_tile(row_dot, tm):
         @njit(cache=False, fastmath=False, nogil=True)
@@ -316,7 +374,8 @@ def _tiled_matmul(tile8, tile4, tile1, qs_per_block):
         # out (M, N) f32; xq .. sx: Q8 scratch (`quantize_q8`); qs (NG, NB * 256) u8 (Q4) or (NG, NB * 512)
         # i8 (Q8_0); dq, mq (NG, NB * 16) u16 float16 scale and min, groups of 16 rows as `pack` lays them
         # out (NG = ceil(N / 16)); x (M, K) f32
-        n_q, nb, n8, n = x.shape[0], x.shape[1] // 32, x.shape[0] - x.shape[0] % 8, out.shape[1]
+        n_q, nb, n = x.shape[0], x.shape[1] // 32, out.shape[1]
+        n8 = n_q - n_q % 8 if EIGHT_ROW_TILES else 0
         if (x.shape[1] % 32 != 0 or out.shape[0] != n_q or qs.shape[0] != (n + GROUP - 1) // GROUP
                 or qs.shape[1] != nb * qs_per_block or dq.shape[0] != qs.shape[0] or dq.shape[1] != nb * GROUP
                 or mq.shape[0] != dq.shape[0] or mq.shape[1] != dq.shape[1] or xq.shape[0] < n_q
