@@ -153,7 +153,7 @@ def _vpdpbusd_avx2(builder, *, q4: bool):
     mod = builder.module
     maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 8), [_V(_I16, 16)] * 2),
                                             "llvm.x86.avx2.pmadd.wd")
-    halves16 = c(_V(_I32, 16), list(range(16)))
+    first16 = c(_V(_I32, 16), list(range(16)))  # two (8,) halves joined into one (16,)
     if q4:
         maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I16, 16), [_V(_I8, 32)] * 2),
                                                  "llvm.x86.avx2.pmadd.ub.sw")
@@ -165,18 +165,17 @@ def _vpdpbusd_avx2(builder, *, q4: bool):
             h = [builder.call(maddwd, [builder.call(maddubs, [builder.shuffle_vector(wb, wb, sel),
                                                               builder.shuffle_vector(xb, xb, sel)]), ones])
                  for sel in sels]
-            return builder.add(acc, builder.shuffle_vector(h[0], h[1], halves16))
+            return builder.add(acc, builder.shuffle_vector(h[0], h[1], first16))
         return dp
     sels = [c(_V(_I32, 16), list(range(16 * q, 16 * q + 16))) for q in range(4)]
     even, odd = c(_V(_I32, 16), list(range(0, 32, 2))), c(_V(_I32, 16), list(range(1, 32, 2)))
-    cat = c(_V(_I32, 16), list(range(16)))
 
     def dp(acc, w, x):
         wb, xb = builder.bitcast(w, _V(_I8, 64)), builder.bitcast(x, _V(_I8, 64))
         pairs = [builder.call(maddwd, [builder.zext(builder.shuffle_vector(wb, wb, sel), _V(_I16, 16)),
                                        builder.sext(builder.shuffle_vector(xb, xb, sel), _V(_I16, 16))])
                  for sel in sels]  # 4 x (8,) i32: pair sums of bytes 16 q .. 16 q + 15
-        lo, hi = (builder.shuffle_vector(pairs[2 * i], pairs[2 * i + 1], cat) for i in range(2))  # (16,) each
+        lo, hi = (builder.shuffle_vector(pairs[2 * i], pairs[2 * i + 1], first16) for i in range(2))  # (16,) each
         both = builder.shuffle_vector(lo, hi, c(_V(_I32, 32), list(range(32))))
         quads = builder.add(builder.shuffle_vector(both, both, even), builder.shuffle_vector(both, both, odd))
         return builder.add(acc, quads)
