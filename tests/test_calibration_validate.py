@@ -66,7 +66,7 @@ def test_machine_fit_recovers_a_planted_curve(tmp_path):
     from specsim.specs.hardware import load_hardware
 
     prof = fit_profile(**_synthetic_tables(), threads=2, repeats=3)
-    # the Q8_0 rows are 0.8 x the Q4_1 rows: the peak is the best Q8_0 rate (M = 64 on the head shape)
+    # the Q8_0 rows take 0.8 x the Q4_1 rows' time: the peak, the best block-quantized rate, is Q8_0's (M = 64, head)
     assert prof.peak_int8_ops_per_s == pytest.approx(float((prof.gemm["flops"] / prof.gemm["time_s"])[
         prof.gemm["format"] == "Q8_0"].max()), rel=1e-12)
     # the bandwidth is the faster of the stream (40 GB/s) and the best matrix-vector read

@@ -18,7 +18,7 @@ enough to dwarf the timer, with min and max kept as the spread):
 
 From them: the profile's memory bandwidth (the faster of the streaming read and the best
 matrix–vector read at the working-set size: both are this machine moving the decoder's bytes), its
-int8 peak (the best matrix–matrix rate of the Q8_0 kernel) and fp32 peak (the faster of the probe and
+int8 peak (the best matrix–matrix rate of the block-quantized kernels: Q8_0, Q4_0, Q4_1) and fp32 peak (the faster of the probe and
 the decoder's attention kernel at its largest M and context: a probe that keeps its accumulators in
 memory reads low on some CPUs, 29 GFLOP/s where the attention reached 50 on an AMD EPYC), and a
 `[kernels]` table (`cost.kernels`): the GEMM curve fitted to the Q4_1 products at the full thread
@@ -217,7 +217,7 @@ class MachineProfile:
                   'decoder\'s own efficiency is the specsim-numba stack"',
                   '"efficiency.compute_frac" = "1: the peaks above are measured, as bandwidth_frac"',
                   f'kernels = "{src}: GEMM curve fitted (least squares on log time) to the decoder\'s Q4_1 matrix products '
-                  f'(row tiles {list(k.gemm_row_tiles)}: decoder.kernels.TILES, each tile\'s pass its own cost in rows) '
+                  f'(row tiles {list(k.gemm_row_tiles)}: decoder.kernels.ROW_TILES, each tile\'s pass its own cost in rows) '
                   f'at {k.n_sm} threads on the model\'s shapes, M = 1..64 (median |error| {err:.1%}); attention\'s '
                   f'overlap exponent fitted to the attention table below; floors from the '
                   f'smallest product and element-wise call; element-wise rates from the decoder\'s RMSNorm, rotary, SwiGLU, '
@@ -439,8 +439,10 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
     else:
         bw, how = stream, (f"a streaming sum over {int(ws['size_bytes'].iloc[0]) // 2 ** 20} MiB, the decoder's working "
                            f"set (the best matrix-vector read is {matvec / 1e9:.2f} GB/s)")
-    q8 = gemm[(gemm["threads"] == t) & (gemm["format"] == "Q8_0")]
-    src = q8 if len(q8) else gemm[gemm["threads"] == t]
+    # every block format multiplies the same int8 activations by its weight integers; which kernel does it
+    # fastest depends on the CPU (Q8_0 with VNNI; the nibble formats with AVX2, whose vpmaddubsw Q8_0 cannot use)
+    blocks = gemm[(gemm["threads"] == t) & gemm["format"].isin(("Q8_0", "Q4_0", "Q4_1"))]
+    src = blocks if len(blocks) else gemm[gemm["threads"] == t]
     peak_int8 = float((src["flops"] / src["time_s"]).max())
     peak_fp32 = float(fma[fma["threads"] == t]["flops_per_s"].iloc[0])
     fp32_source = "probe"
@@ -473,8 +475,8 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
             fracs[kind] = float(min(1.0, model_bytes / (bw * slope)))
     g = gemm[(gemm["threads"] == t) & (gemm["format"] == "Q4_1")].reset_index(drop=True)
     # the decoder's matmul takes the query rows in tiles of 8, 4, then 1, unpacking the weights once per tile
-    # pass (decoder.kernels.TILES): M = 2 costs about what M = 4 does, which no smooth curve in M follows
-    from ..decoder.kernels import TILES
+    # pass (decoder.kernels.ROW_TILES: 4 and 1 on an AVX2 CPU): M = 2 costs about what M = 4 does, which no smooth curve in M follows
+    from ..decoder.kernels import ROW_TILES as TILES
 
     base = dict(n_sm=t, gemm_tile=TILE, gemm_row_tiles=tuple(TILES), elementwise_floor_s=ew_floor,
                 elementwise_rows_per_sm=rows_per_sm, elementwise_bandwidth_frac=fracs, elementwise_row_s_per_elem=per_elem)

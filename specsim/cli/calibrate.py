@@ -437,7 +437,7 @@ def _run_machine(args) -> int:
     s = prof.summary()
     print(f"specsim calibrate machine: {s['cpu']}, {s['threads']} threads (median of {cfg.repeats} repeats)")
     print(f"  memory bandwidth {s['mem_bandwidth_gb_s']:.2f} GB/s ({prof.bandwidth_source})")
-    print(f"  int8 peak {s['peak_int8_tops']:.3f} TOP/s (best Q8_0 product), fp32 peak {s['peak_fp32_tflops']:.3f} TFLOP/s")
+    print(f"  int8 peak {s['peak_int8_tops']:.3f} TOP/s (best block-quantized product), fp32 peak {s['peak_fp32_tflops']:.3f} TFLOP/s")
     for fmt, v in s["formats"].items():
         print(f"  {fmt:<5} matrix-vector {v['matvec_gb_s']:.2f} GB/s, matrix-matrix {v['matmat_tops']:.3f} TOP/s")
     if s["attention_s_per_cached_token_per_layer"] is not None:

@@ -336,6 +336,7 @@ HAVE_VNNI = bool(_features.get("avx512vnni", False) and _features.get("avx512bw"
 HAVE_AVX2 = bool(_features.get("avx2", False) and not _PLAIN)
 HAVE_TILES = HAVE_VNNI or HAVE_AVX2  # the vector tiles: vpdpbusd, or the same integers from AVX2 instructions
 EIGHT_ROW_TILES = HAVE_VNNI or not HAVE_TILES
+ROW_TILES = TILES if EIGHT_ROW_TILES else tuple(t for t in TILES if t != 8)  # the tiles the block matmuls run here
 
 
 if HAVE_VNNI:
