@@ -130,8 +130,7 @@ class ServingSetup:
         m = acc.model
         if m is None:
             return ()
-        if (m.alpha is not None and acc.position_ratios is not None and not self.point.is_tree
-                and self.point.drafter.family.uses_k):
+        if m.alpha is not None and acc.position_ratios is not None and not self.point.is_tree:
             # a calibrated chain's measured shape, as the analytic model uses it; the engine repeats the last rate
             return tuple(float(c) for c in shaped_conditional(m.alpha, acc.position_ratios, len(acc.position_ratios)))
         return (m.alpha,) if m.alpha is not None else tuple(m.conditional)

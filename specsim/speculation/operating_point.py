@@ -52,7 +52,7 @@ class Acceptance:
     position_ratios: for a chain whose calibration measured per-position rates, r_j = c_j / α of those
     runs: a chain of K then emits τ from the rates clip(α·r_j, 0, 1) at whatever α the point has
     (`acceptance.shaped_conditional`), so the measured shape survives moving α along its dependence
-    or to the ends of its interval. None: τ from α alone."""
+    or to the ends of its interval. Set only for a family that drafts a chain of K; None: τ from α alone."""
 
     model: AcceptanceModel | None
     tau_given: float | None = None

@@ -71,7 +71,7 @@ def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_l
     if acc.model.conditional is not None and not tree and op.drafter.family.uses_k:
         return float(tau_from_conditional(acc.model.conditional_at(k, context_len, temperature)))
     alpha = acc.alpha_at(context_len, temperature)
-    if acc.position_ratios is not None and not tree and op.drafter.family.uses_k:
+    if acc.position_ratios is not None and not tree:  # set only for a family drafting a chain of K
         return float(tau_from_conditional(shaped_conditional(alpha, acc.position_ratios, k)))
     return float(tokens_per_cycle(op.drafter, alpha=alpha, k=k, tree_size=tree_size if tree else None,
                                   n_ranks=acc.n_ranks, rank_decay=acc.rank_decay))
