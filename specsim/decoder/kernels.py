@@ -144,42 +144,49 @@ _V = ir.VectorType
 TILES = (8, 4, 1)  # query rows per call of a tile kernel: each weight block is unpacked once for all of them
 
 
-def _vpdpbusd_avx2(builder, *, q4: bool):
-    """vpdpbusd (16 lanes: acc + the sum of 4 u8 x i8 products each) from AVX2 instructions, the same
-    exact integers. Nibbles (q4, <= 15) go through vpmaddubsw, whose i16 pair sums (<= 2 * 15 * 128)
-    never saturate, then vpmaddwd by ones; Q8_0's offset bytes (<= 255) would saturate it, so they are
-    widened to i16 and multiplied by vpmaddwd (pair sums in i32), the pairs then added."""
+def _block_sum_avx2(builder, *, q4: bool):
+    """What 8 chained vpdpbusd give (16 lanes: c0 + the sum over chunks c of 4 byte products w[c] . x[c]
+    each), from AVX2 instructions, the same exact integers. Q4: u8 nibbles (<= 15) times i8 activations
+    (in [-127, 127], `quantize_q8`) through vpmaddubsw; an i16 pair sum is at most 2 * 15 * 127 = 3810 in
+    size, so the 8 chunks' pair sums add in i16 (<= 30480, no wrap) before one vpmaddwd by ones. Q8_0
+    (q4 False) takes its bytes signed, not offset by 128 (255 * 127 pairs would saturate vpmaddubsw):
+    |w| times x with w's sign (vpsignb), pair sums <= 2 * 128 * 127 = 32512, widened by vpmaddwd per chunk;
+    the caller then adds no -128 * sum(x) correction."""
     c = lambda t, v: ir.Constant(t, v)  # noqa: E731
     mod = builder.module
     maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 8), [_V(_I16, 16)] * 2),
                                             "llvm.x86.avx2.pmadd.wd")
-    first16 = c(_V(_I32, 16), list(range(16)))  # two (8,) halves joined into one (16,)
-    if q4:
-        maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I16, 16), [_V(_I8, 32)] * 2),
-                                                 "llvm.x86.avx2.pmadd.ub.sw")
-        ones = c(_V(_I16, 16), [1] * 16)
-        sels = [c(_V(_I32, 32), list(range(32 * h, 32 * h + 32))) for h in range(2)]
+    maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I16, 16), [_V(_I8, 32)] * 2),
+                                             "llvm.x86.avx2.pmadd.ub.sw")
+    psign = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I8, 32), [_V(_I8, 32)] * 2), "llvm.x86.avx2.psign.b")
+    absb = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I8, 32), [_V(_I8, 32), ir.IntType(1)]), "llvm.abs.v32i8")
+    ones = c(_V(_I16, 16), [1] * 16)
+    sels = [c(_V(_I32, 32), list(range(32 * h, 32 * h + 32))) for h in range(2)]  # a (64,) byte vector's halves
 
-        def dp(acc, w, x):
-            wb, xb = builder.bitcast(w, _V(_I8, 64)), builder.bitcast(x, _V(_I8, 64))
-            h = [builder.call(maddwd, [builder.call(maddubs, [builder.shuffle_vector(wb, wb, sel),
-                                                              builder.shuffle_vector(xb, xb, sel)]), ones])
-                 for sel in sels]
-            return builder.add(acc, builder.shuffle_vector(h[0], h[1], first16))
-        return dp
-    sels = [c(_V(_I32, 16), list(range(16 * q, 16 * q + 16))) for q in range(4)]
-    even, odd = c(_V(_I32, 16), list(range(0, 32, 2))), c(_V(_I32, 16), list(range(1, 32, 2)))
+    def half(v, h):
+        v = builder.bitcast(v, _V(_I8, 64))
+        return builder.shuffle_vector(v, v, sels[h])
 
-    def dp(acc, w, x):
-        wb, xb = builder.bitcast(w, _V(_I8, 64)), builder.bitcast(x, _V(_I8, 64))
-        pairs = [builder.call(maddwd, [builder.zext(builder.shuffle_vector(wb, wb, sel), _V(_I16, 16)),
-                                       builder.sext(builder.shuffle_vector(xb, xb, sel), _V(_I16, 16))])
-                 for sel in sels]  # 4 x (8,) i32: pair sums of bytes 16 q .. 16 q + 15
-        lo, hi = (builder.shuffle_vector(pairs[2 * i], pairs[2 * i + 1], first16) for i in range(2))  # (16,) each
-        both = builder.shuffle_vector(lo, hi, c(_V(_I32, 32), list(range(32))))
-        quads = builder.add(builder.shuffle_vector(both, both, even), builder.shuffle_vector(both, both, odd))
-        return builder.add(acc, quads)
-    return dp
+    def pairs(w, x):  # (32,) bytes each -> (16,) i16 pair sums of products
+        if not q4:
+            w, x = builder.call(absb, [w, c(ir.IntType(1), 0)]), builder.call(psign, [x, w])
+        return builder.call(maddubs, [w, x])
+
+    def block(c0, ws, xs):
+        out = []
+        for h in range(2):
+            ps = [pairs(half(w, h), half(x, h)) for w, x in zip(ws, xs)]
+            if q4:  # i16 sums in a tree (their order is free: exact integers)
+                while len(ps) > 1:
+                    ps = [builder.add(ps[i], ps[i + 1]) for i in range(0, len(ps), 2)]
+                out.append(builder.call(maddwd, [ps[0], ones]))
+            else:
+                qs = [builder.call(maddwd, [p, ones]) for p in ps]
+                while len(qs) > 1:
+                    qs = [builder.add(qs[i], qs[i + 1]) for i in range(0, len(qs), 2)]
+                out.append(qs[0])
+        return builder.add(c0, builder.shuffle_vector(out[0], out[1], c(_V(_I32, 16), list(range(16)))))
+    return block
 
 
 def _vnni_dot(kind, tm, vnni=True):
@@ -188,8 +195,8 @@ def _vnni_dot(kind, tm, vnni=True):
     sx (M, NB) f32, m0, nb, nv) writing out[m0 + t, 16 g + l] for t < tm and lanes l < nv, each lane
     computed as by the plain loop's order and as by a tm = 1 call. Per block b: w[c] (64,) u8 = chunk c of
     the 16 rows (nibbles, or the Q8_0 bytes + 128); per query row t: s (16,) i32 = c0 + sum over c of
-    vpdpbusd(w[c], broadcast of xq[t] elements 4 c .. 4 c + 3) (c0 = -8 or -128 times sum(xq[t, block b]),
-    exact integers, so how the 8 products are chained does not change a bit); acc[t] = fma(float(s),
+    vpdpbusd(w[c], broadcast of xq[t] elements 4 c .. 4 c + 3) (c0 = -8 or -128 times sum(xq[t, block b]);
+    on AVX2 Q8_0's bytes stay signed and c0 = 0, see `_vpdpbusd_avx2`: the same sums; all exact integers, so how the 8 products are chained does not change a bit); acc[t] = fma(float(s),
     d * xd[t, b], acc[t]); Q4_1: acc[t] = fma(m, sx[t, b], acc[t])."""
     @intrinsic
     def dot(typingctx, out, g, qs, d, mn, xq, xd, xs, sx, m0, nb, nv):
@@ -225,11 +232,18 @@ def _vnni_dot(kind, tm, vnni=True):
             if vnni:
                 vpdpbusd = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_I32, 16), [_V(_I32, 16)] * 3),
                                                           "llvm.x86.avx512.vpdpbusd.512")
+                n_chains = {8: 1, 4: 2, 1: 4}.get(tm, 1)  # independent vpdpbusd chains per row (the same sums)
 
-                def dp(acc, w, x):
-                    return builder.call(vpdpbusd, [acc, w, x])
+                def block_sum(c0, ws, xs):
+                    chains = [c0] + [c(_V(_I32, 16), [0] * 16)] * (n_chains - 1)
+                    for ch, (w, x) in enumerate(zip(ws, xs)):
+                        chains[ch % n_chains] = builder.call(vpdpbusd, [chains[ch % n_chains], w, x])
+                    s = chains[0]
+                    for ch in chains[1:]:
+                        s = builder.add(s, ch)
+                    return s
             else:
-                dp = _vpdpbusd_avx2(builder, q4=kind != "q8_0")
+                block_sum = _block_sum_avx2(builder, q4=kind != "q8_0")
             fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(_V(_F32, 16), [_V(_F32, 16)] * 3), "llvm.fma.v16f32")
 
             def vload(ptr, offset, ty, n):
@@ -242,15 +256,12 @@ def _vnni_dot(kind, tm, vnni=True):
             def halves(ptr, b):  # 16 float16 at ptr + 16 b -> (16,) f32
                 return builder.fpext(builder.bitcast(vload(ptr, builder.mul(b, c(_I64, 16)), _I16, 16), _V(_HALF, 16)), _V(_F32, 16))
 
-            # independent vpdpbusd chains per row (integers: same sums); AVX2 has half the registers
-            n_chains = ({8: 1, 4: 2, 1: 4} if vnni else {4: 1, 1: 2}).get(tm, 1)
-
             def step(b, acc):
                 w = []
-                if kind == "q8_0":
+                if kind == "q8_0":  # vpdpbusd takes unsigned bytes: offset by 128 (AVX2's step takes them signed)
                     for ch in range(8):
                         q = vload(p_qs, builder.add(builder.mul(b, c(_I64, 512)), c(_I64, ch * 64)), _I8, 64)
-                        w.append(builder.bitcast(builder.xor(q, c(_V(_I8, 64), [0x80] * 64)), _V(_I32, 16)))
+                        w.append(builder.bitcast(builder.xor(q, c(_V(_I8, 64), [0x80] * 64)) if vnni else q, _V(_I32, 16)))
                 else:
                     lo, hi = [], []
                     for k in range(4):
@@ -264,17 +275,13 @@ def _vnni_dot(kind, tm, vnni=True):
                 acc2 = []
                 for t in range(tm):
                     xs8 = builder.mul(b, c(_I64, 8))
-                    zero = c(_V(_I32, 16), [0] * 16)
-                    chains = [zero] * n_chains
-                    if kind != "q4_1":
+                    c0 = c(_V(_I32, 16), [0] * 16)
+                    if kind == "q4_0" or (kind == "q8_0" and vnni):  # the offset's correction: -8 or -128 x sum(xq)
                         xsb = builder.load(builder.gep(p_xs[t], [b]))
-                        chains[0] = bcast(builder.mul(xsb, c(_I32, -128 if kind == "q8_0" else -8)), _I32)
-                    for ch in range(8):
-                        xv = bcast(builder.load(builder.gep(p_xq[t], [builder.add(xs8, c(_I64, ch))]), align=1), _I32)
-                        chains[ch % n_chains] = dp(chains[ch % n_chains], w[ch], xv)
-                    s = chains[0]
-                    for ch in chains[1:]:
-                        s = builder.add(s, ch)
+                        c0 = bcast(builder.mul(xsb, c(_I32, -128 if kind == "q8_0" else -8)), _I32)
+                    xv = [bcast(builder.load(builder.gep(p_xq[t], [builder.add(xs8, c(_I64, ch))]), align=1), _I32)
+                          for ch in range(8)]
+                    s = block_sum(c0, w, xv)
                     scale = builder.fmul(dv, bcast(builder.load(builder.gep(p_xd[t], [b])), _F32))
                     a = builder.call(fma16, [builder.sitofp(s, _V(_F32, 16)), scale, acc[t]])
                     if kind == "q4_1":
@@ -534,8 +541,8 @@ def rope(x, positions, inv_freq):
 # the values take the shared rows in tiles, then the new rows the query sees one by one in slot order: so
 # a verify pass reproduces each single decode step bit for bit, a tree node's row too, whose ancestors
 # sit among masked siblings in the pass but in the shared rows when it is decoded. Keys go in tiles of
-# TK, each read once for every row of the thread's share of the kv head. Head dims that are not a multiple of 16 (and CPUs without
-# AVX-512, or SPECSIM_DECODER_PLAIN=1) take plain loops with the same per-row order within each path.
+# TK, each read once for every row of the thread's share of the kv head. Head dims that are not a multiple of 16 (and CPUs with
+# neither AVX-512 nor AVX2 with FMA, or SPECSIM_DECODER_PLAIN=1) take plain loops with the same per-row order within each path.
 TK = 64  # keys per tile: 16 KB of keys or values at E = 64, in L1 while every row of the block uses them
 _F32 = ir.FloatType()
 HAVE_AVX512 = bool(_features.get("avx512f", False) and not os.environ.get("SPECSIM_DECODER_PLAIN"))
@@ -692,7 +699,11 @@ def _plain_block(kind, rb, nv):
     return block
 
 
-_make = _attn_block if HAVE_AVX512 else _plain_block
+# The IR's 16-lane vectors need no AVX-512: LLVM splits each into two 8-lane halves on AVX2 with FMA, the same
+# operations lane by lane, so the same bits (AVX2's 16 registers then hold half as many; a block's rows spill
+# some queries to the stack, which costs loads the FMAs can take as operands, measured no slower than smaller blocks)
+HAVE_VECTOR_ATTENTION = HAVE_AVX512 or bool(_features.get("avx2", False) and _features.get("fma", False) and not _PLAIN)
+_make = _attn_block if HAVE_VECTOR_ATTENTION else _plain_block
 # rows per block by 16-lane chunks of the head dim (registers: rb * nv accumulators, at most 16 of 32)
 _BLOCKS = {nv: (4 if nv <= 4 else 2, _make("scores", 4 if nv <= 4 else 2, nv), _make("scores", 1, nv),
                 _make("values", 4 if nv <= 4 else 2, nv), _make("values", 1, nv)) for nv in (1, 2, 4, 8)}
