@@ -281,3 +281,41 @@ def test_records_resume(tiny_path, tmp_path):
 
     same = lambda t: json.dumps(t, sort_keys=True, default=str)  # noqa: E731  (nan != nan in a plain ==)
     assert same(a.tables) == same(b.tables) and len(rec.read_text().splitlines()) == 1
+
+
+def test_dependence_fit_with_many_prompts_matches_a_plain_simplex_fit():
+    """The quasi-Newton fit on the analytic gradient against a plain twin: the same likelihood written
+    out here, maximised by Nelder-Mead (slow but derivative-free), on 4 prompts; and on 24 prompts (26
+    parameters, where the simplex search stalls) the planted slopes lie inside the fitted intervals."""
+    from scipy.optimize import minimize
+    from scipy.special import expit, logit
+
+    rng = np.random.default_rng(5)
+    n_g, per = 4, 3000
+    g = np.repeat(np.arange(n_g), per)
+    a_g = np.array([0.3, 0.5, 0.7, 0.85])
+    length = 200 + np.concatenate([np.sort(rng.integers(0, 400, per)) for _ in range(n_g)])
+    temp = rng.choice([0.0, 0.7, 1.0], n_g * per)
+    lam, s = 5e-4, 0.4
+    y = (rng.random(n_g * per) < a_g[g] * np.exp(-lam * (length - 400) - s * temp)).astype(int)
+    f = fit_dependence(y, length, temp, reference_context_len=400, reference_temperature=0.0, group=g)
+
+    def nll(th):
+        p = np.clip(expit(th[:n_g])[g] * np.exp(-th[n_g] * 1e-3 * (length - 400) - th[n_g + 1] * temp), 1e-12, 1 - 1e-12)
+        return -np.sum(y * np.log(p) + (1 - y) * np.log1p(-p))
+    twin = minimize(nll, np.r_[logit(a_g), 0.0, 0.0], method="Nelder-Mead",
+                    options=dict(xatol=1e-10, fatol=1e-10, maxiter=100_000, maxfev=100_000))
+    assert f.context_decay_per_token == pytest.approx(twin.x[n_g] * 1e-3, rel=2e-3)
+    assert f.temperature_slope == pytest.approx(twin.x[n_g + 1], rel=2e-3)
+    assert f.alpha_ref == pytest.approx(float(np.mean(expit(twin.x[:n_g]))), rel=1e-4)  # equal trials per prompt
+
+    n_g = 24
+    g = np.repeat(np.arange(n_g), 800)
+    a_g = rng.uniform(0.3, 0.9, n_g)
+    length = 200 + np.concatenate([np.sort(rng.integers(0, 400, 800)) for _ in range(n_g)])
+    temp = rng.choice([0.0, 0.7, 1.0], g.size)
+    y = (rng.random(g.size) < a_g[g] * np.exp(-lam * (length - 400) - s * temp)).astype(int)
+    f = fit_dependence(y, length, temp, reference_context_len=400, reference_temperature=0.0, group=g)
+    assert f.n_groups == 24
+    assert f.context_decay_ci[0] < lam < f.context_decay_ci[1]
+    assert f.temperature_slope_ci[0] < s < f.temperature_slope_ci[1]
