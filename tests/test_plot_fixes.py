@@ -120,3 +120,26 @@ def test_slo_limits_are_drawn_on_latency_and_goodput_plots():
         hlines = [ln for ln in ax.get_lines() if ln.get_label().startswith("SLO")]
         assert len(hlines) == 1 and np.allclose(hlines[0].get_ydata(), limit_ms)
     assert "TPOT ≤ 50 ms" in figs["goodput_vs_rate.png"].axes[0].get_title()
+
+
+def test_validate_figure_draws_only_the_parts_that_were_run():
+    # a verify-only run shows one panel, a speculative-only run two; each titled, none left empty
+    import pandas as pd
+
+    from specsim.presentation.validate_plots import close, validate_figure
+
+    verify = pd.DataFrame({"ctx_len": [128, 128], "m": [1, 8], "predicted_s": [0.016, 0.043],
+                           "measured_s": [0.015, 0.031], "measured_min_s": [0.014, 0.029], "measured_max_s": [0.016, 0.033]})
+    spec = pd.DataFrame({"drafter": ["prompt-lookup"], "layers": [float("nan")], "k": [4], "workload": ["code-edit"],
+                         "predicted_tokens_per_s": [95.1], "predicted_tokens_per_s_low": [67.8],
+                         "predicted_tokens_per_s_high": [117.9], "measured_tokens_per_s": [95.4],
+                         "measured_tokens_per_s_min": [94.2], "measured_tokens_per_s_max": [96.5],
+                         "measured_plain_tokens_per_s": [56.0], "alpha_measured": [0.81], "measured_speedup": [1.70],
+                         "predicted_speedup": [1.64]})
+    for v, s, titles in ((verify, spec.iloc[0:0], ["verify step time"]),
+                         (verify.iloc[0:0], spec, ["speculative decoding", "where speculation stops paying"]),
+                         (verify, spec, ["verify step time", "speculative decoding", "where speculation stops paying"])):
+        fig = validate_figure(v, s)
+        assert [ax.get_title() for ax in fig.axes] == titles
+        assert all(ax.has_data() for ax in fig.axes)
+        close(fig)

@@ -1,7 +1,7 @@
 """Plots of `specsim validate`: the prediction against the reference decoder's measurement.
 
 Each function takes `(ax, df, ...)`, draws, returns the artists it made and never calls `show`;
-`validate_figure` lays the three panels out. Nothing is computed here but units for display.
+`validate_figure` lays out the panels of the parts that were run. Nothing is computed here but units for display.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def spec_panel(ax, df: pd.DataFrame):
                               yerr=err, capsize=2, label="measured median [min–max]"))
         artists.append(ax.scatter(x, d["measured_plain_tokens_per_s"], marker="_", s=200, color="k",
                                   label="plain decoding (measured)"))
-    ax.set_xticks(x, labels, fontsize=6, rotation=0)
+    ax.set_xticks(x, labels, fontsize=6, rotation=45, ha="right")
     ax.set_ylabel("tokens/s")
     ax.set_title("speculative decoding")
     ax.legend(fontsize=6)
@@ -81,12 +81,16 @@ def break_even_panel(ax, spec: pd.DataFrame):
 
 
 def validate_figure(verify: pd.DataFrame, spec: pd.DataFrame):
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
-    if len(verify):
-        verify_panel(axes[0], verify)
-    if len(spec):
-        spec_panel(axes[1], spec)
-        break_even_panel(axes[2], spec)
+    """One panel per part that was run (verify; speculative runs and where they stop paying), so a run
+    of one part shows no empty axes."""
+    panels = ([lambda ax: verify_panel(ax, verify)] if len(verify) else []) + \
+        ([lambda ax: spec_panel(ax, spec), lambda ax: break_even_panel(ax, spec)] if len(spec) else [])
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(6 * max(1, len(panels)) - 1, 5), squeeze=False)
+    for draw, ax in zip(panels, axes[0]):
+        draw(ax)
+    if not panels:
+        axes[0][0].text(0.5, 0.5, "nothing was measured", ha="center", va="center")
+        axes[0][0].set_axis_off()
     fig.tight_layout()
     return fig
 
