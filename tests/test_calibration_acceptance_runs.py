@@ -291,7 +291,7 @@ def test_dependence_fit_with_many_prompts_matches_a_plain_simplex_fit():
     from scipy.special import expit, logit
 
     rng = np.random.default_rng(5)
-    n_g, per = 4, 3000
+    n_g, per = 4, 1500
     g = np.repeat(np.arange(n_g), per)
     a_g = np.array([0.3, 0.5, 0.7, 0.85])
     length = 200 + np.concatenate([np.sort(rng.integers(0, 400, per)) for _ in range(n_g)])
@@ -310,9 +310,9 @@ def test_dependence_fit_with_many_prompts_matches_a_plain_simplex_fit():
     assert f.alpha_ref == pytest.approx(float(np.mean(expit(twin.x[:n_g]))), rel=1e-4)  # equal trials per prompt
 
     n_g = 24
-    g = np.repeat(np.arange(n_g), 800)
+    g = np.repeat(np.arange(n_g), 400)
     a_g = rng.uniform(0.3, 0.9, n_g)
-    length = 200 + np.concatenate([np.sort(rng.integers(0, 400, 800)) for _ in range(n_g)])
+    length = 200 + np.concatenate([np.sort(rng.integers(0, 400, 400)) for _ in range(n_g)])
     temp = rng.choice([0.0, 0.7, 1.0], g.size)
     y = (rng.random(g.size) < a_g[g] * np.exp(-lam * (length - 400) - s * temp)).astype(int)
     f = fit_dependence(y, length, temp, reference_context_len=400, reference_temperature=0.0, group=g)
