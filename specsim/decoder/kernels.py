@@ -22,7 +22,7 @@ interleaves the weight rows in groups of 16, so that on a CPU with AVX512-VNNI (
 each int32 lane of a vpdpbusd is one output row: a block is 8 vpdpbusd (4 elements of 16 rows each,
 times a broadcast of 4 activation bytes), one convert and one fma, and there is no horizontal sum at
 all. Each loaded and unpacked block serves a tile of 8 or 4 query rows. A CPU with AVX2 but not
-AVX512-VNNI runs the same tiles with each vpdpbusd made of AVX2 instructions (`_vpdpbusd_avx2`: the
+AVX512-VNNI runs the same tiles with each block's 8 vpdpbusd made of AVX2 instructions (`_block_sum_avx2`: the
 same exact integers, so the same results bit for bit) in tiles of 4; elsewhere (or with
 SPECSIM_DECODER_PLAIN=1) a plain numba loop computes the same integers and the same epilogue order.
 Row m's result is computed by the same arithmetic in the same order whatever M is and whichever tile
@@ -196,7 +196,8 @@ def _vnni_dot(kind, tm, vnni=True):
     computed as by the plain loop's order and as by a tm = 1 call. Per block b: w[c] (64,) u8 = chunk c of
     the 16 rows (nibbles, or the Q8_0 bytes + 128); per query row t: s (16,) i32 = c0 + sum over c of
     vpdpbusd(w[c], broadcast of xq[t] elements 4 c .. 4 c + 3) (c0 = -8 or -128 times sum(xq[t, block b]);
-    on AVX2 Q8_0's bytes stay signed and c0 = 0, see `_vpdpbusd_avx2`: the same sums; all exact integers, so how the 8 products are chained does not change a bit); acc[t] = fma(float(s),
+    on AVX2 Q8_0's bytes stay signed and c0 = 0, see `_block_sum_avx2`: the same sums; all exact integers,
+    so how the 8 products are chained does not change a bit); acc[t] = fma(float(s),
     d * xd[t, b], acc[t]); Q4_1: acc[t] = fma(m, sx[t, b], acc[t])."""
     @intrinsic
     def dot(typingctx, out, g, qs, d, mn, xq, xd, xs, sx, m0, nb, nv):
