@@ -18,12 +18,12 @@ enough to dwarf the timer, with min and max kept as the spread):
 
 From them: the profile's memory bandwidth (the faster of the streaming read and the best
 matrix–vector read at the working-set size: both are this machine moving the decoder's bytes), its
-int8 peak (the best matrix–matrix rate of the block-quantized kernels: Q8_0, Q4_0, Q4_1) and fp32 peak (the faster of the probe and
-the decoder's attention kernel at its largest M and context: a probe that keeps its accumulators in
-memory reads low on some CPUs, 29 GFLOP/s where the attention reached 50 on an AMD EPYC), and a
+int8 peak (the best matrix–matrix rate of the block-quantized kernels: Q8_0, Q4_0, Q4_1) and fp32
+peak (the faster of the probe and the decoder's attention kernel at its largest M and context: a probe
+that keeps its accumulators in memory reads low on some CPUs, 29 GFLOP/s where the attention reached 50 on an AMD EPYC), and a
 `[kernels]` table (`cost.kernels`): the GEMM curve fitted to the Q4_1 products at the full thread
 count (tile 1 × 16: one query row by one interleaved group of 16 weight rows, the unit the VNNI kernel
-computes; n_sm = threads; each row tile's pass its own cost, the 8-row tile's fixed at 8 rows' worth),
+computes; n_sm = threads; each row tile's pass its own cost, the largest tile's fixed at its rows' worth),
 the overlap exponent of attention's cache read and arithmetic (fitted, with a read rate and a compute
 rate, to the attention table), and element-wise floors and rates. The serving-stack side (the decoder's
 Python overheads, attention's efficiency) is fitted by `specsim calibrate steps` from
@@ -475,18 +475,19 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
             fracs[kind] = float(min(1.0, model_bytes / (bw * slope)))
     g = gemm[(gemm["threads"] == t) & (gemm["format"] == "Q4_1")].reset_index(drop=True)
     # the decoder's matmul takes the query rows in tiles of 8, 4, then 1, unpacking the weights once per tile
-    # pass (decoder.kernels.ROW_TILES: 4 and 1 on an AVX2 CPU): M = 2 costs about what M = 4 does, which no smooth curve in M follows
-    from ..decoder.kernels import ROW_TILES as TILES
+    # pass (decoder.kernels.ROW_TILES: 4 and 1 on an AVX2 CPU): M = 2 costs about what M = 4 does, which no
+    # smooth curve in M follows
+    from ..decoder.kernels import ROW_TILES
 
-    base = dict(n_sm=t, gemm_tile=TILE, gemm_row_tiles=tuple(TILES), elementwise_floor_s=ew_floor,
+    base = dict(n_sm=t, gemm_tile=TILE, gemm_row_tiles=tuple(ROW_TILES), elementwise_floor_s=ew_floor,
                 elementwise_rows_per_sm=rows_per_sm, elementwise_bandwidth_frac=fracs, elementwise_row_s_per_elem=per_elem)
 
-    n_free = len(TILES) - 1  # the largest tile's pass is fixed at its rows (it sets gemm_compute_frac)
+    n_free = len(ROW_TILES) - 1  # the largest tile's pass is fixed at its rows (it sets gemm_compute_frac)
 
     def profile(theta) -> KernelProfile:
         return KernelProfile(gemm_bandwidth_frac=float(theta[0]), gemm_compute_frac=float(theta[1]),
                              gemm_overlap_exponent=float(theta[2]), gemm_floor_s=float(theta[3]) * 1e-6,
-                             gemm_tile_pass_cost=(float(TILES[0]),) + tuple(float(x) for x in theta[4:4 + n_free]),
+                             gemm_tile_pass_cost=(float(ROW_TILES[0]),) + tuple(float(x) for x in theta[4:4 + n_free]),
                              attention_overlap_exponent=att_q, **base)
 
     def predict(theta) -> np.ndarray:
@@ -500,7 +501,7 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
     floor0 = max(floors["gemm_floor"] * 1e6, 0.0)
     att_q = fit_attention_overlap(attention[attention["threads"] == t], bw) if len(attention) else math.inf
     res = least_squares(lambda th: np.log(predict(th) / measured),
-                        x0=[0.8, 0.5, 2.0, floor0] + [float(s_) + 1.0 for s_ in TILES[1:]],
+                        x0=[0.8, 0.5, 2.0, floor0] + [float(s_) + 1.0 for s_ in ROW_TILES[1:]],
                         bounds=([0.02, 0.01, 1.0, 0.0] + [0.05] * n_free,
                                 [1.0, 1.0, 30.0, max(1e3, 10 * floor0)] + [64.0] * n_free), loss="soft_l1",
                         f_scale=0.1, x_scale="jac")

@@ -353,8 +353,10 @@ if HAVE_VNNI:
 elif HAVE_AVX2:
     # no tile of 8 (the driver runs tiles of 4): AVX2 has 16 vector registers, and 8 rows' accumulators
     # (two registers each) spill; a row's arithmetic does not depend on its tile
-    _q4_1_t8, _q4_1_t4, _q4_1_t1, _q4_0_t8, _q4_0_t4, _q4_0_t1, _q8_0_t8, _q8_0_t4, _q8_0_t1 = (
-        _vnni_dot(k, t, vnni=False) for k in ("q4_1", "q4_0", "q8_0") for t in (4, 4, 1))
+    # (the driver's never-run tile-of-8 slot takes the tile of 4 itself: one intrinsic compiled, not two)
+    _q4_1_t4, _q4_1_t1, _q4_0_t4, _q4_0_t1, _q8_0_t4, _q8_0_t1 = (
+        _vnni_dot(k, t, vnni=False) for k in ("q4_1", "q4_0", "q8_0") for t in (4, 1))
+    _q4_1_t8, _q4_0_t8, _q8_0_t8 = _q4_1_t4, _q4_0_t4, _q8_0_t4
 else:  # the plain loop, one query row and one lane at a time, behind the same signature (not cached: closures)
     def _plain_tile(row_dot, tm):
         @njit(cache=False, fastmath=False, nogil=True)

@@ -1,7 +1,8 @@
 """Plots of `specsim validate`: the prediction against the reference decoder's measurement.
 
 Each function takes `(ax, df, ...)`, draws, returns the artists it made and never calls `show`;
-`validate_figure` lays out the panels of the parts that were run. Nothing is computed here but units for display.
+`validate_figure` lays out the panels of the parts that were run. Nothing is computed here but units
+for display.
 """
 from __future__ import annotations
 
