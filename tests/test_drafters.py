@@ -49,6 +49,43 @@ def test_eagle_step_is_one_layer_plus_the_lm_head_by_hand():
     assert float(c.draft_time_s) == pytest.approx(4 * params * 2 / 2e12, rel=0.02)
 
 
+def test_eagle3_head_by_hand_llama_3_1_8b():
+    # EAGLE-3's head for Llama-3.1-8B (SafeAILab/EAGLE eagle/traineagle3/config.json: hidden 4096,
+    # 32 heads, 8 KV heads, ffn 14336, draft vocabulary 32000): the attention projections read the
+    # 2d-wide [embedding; fused feature] (vLLM PR #16937), an fc fuses three features (3d -> d), and
+    # the head has its own LM head over the draft vocabulary. Counted here matrix by matrix.
+    d, q, kv, f, v_draft = 4096, 32 * 128, 8 * 128, 14336, 32000
+    attn = 2 * d * q + 2 * (2 * d * kv) + q * d      # q, k, v from 2d; o back to d
+    mlp = 3 * d * f
+    fc = 3 * d * d
+    lm = v_draft * d
+    norms = 2 * d                                     # the layer's two RMSNorm weights
+    target = load_model("llama-3.1-8b")
+    cfg = make_config("eagle", target, options={"eagle_version": 3})
+    fp = footprint(cfg, target, batch_size=1, ctx_len=0, k=4)
+    assert float(fp["eagle-3 head weights"]) == pytest.approx((attn + mlp + fc + lm + norms) * 2, rel=1e-6)
+    # a drafting step streams all of it once (bf16 at 2 TB/s); 2 %: the fp32 logits and the tiny cache
+    c = draft_cost(cfg, target, Deployment(hardware=HBM), batch_size=1, k=4, ctx_len=16)
+    assert float(c.draft_step_time_s) == pytest.approx((attn + mlp + fc + lm + norms) * 2 / 2e12, rel=0.02)
+    # EAGLE-1/2's head on the same target: the standard layer, the 2d -> d projection, the target's
+    # 128,256-token LM head; EAGLE-3's step is cheaper by the LM head it no longer streams
+    c1 = draft_cost(make_config("eagle", target), target, Deployment(hardware=HBM), batch_size=1, k=4, ctx_len=16)
+    eagle1 = (2 * d * kv + 2 * q * d) + mlp + 2 * d * d + 128256 * d + norms
+    assert float(c1.draft_step_time_s) == pytest.approx(eagle1 * 2 / 2e12, rel=0.02)
+
+
+def test_eagle3_options_are_checked():
+    target = load_model("llama-3.1-8b")
+    with pytest.raises(SpecError, match="eagle_version"):
+        make_config("eagle", target, options={"eagle_version": 4})
+    with pytest.raises(SpecError, match="draft_vocab_size.*eagle_version = 3"):
+        make_config("eagle", target, options={"draft_vocab_size": 32000})
+    with pytest.raises(SpecError, match="draft_vocab_size.*128256"):
+        make_config("eagle", target, options={"eagle_version": 3, "draft_vocab_size": 200000})
+    # a target whose vocabulary is already below 32,000 keeps its own (Vicuna's 32,000 here: the same)
+    assert drafters.eagle3_draft_vocab(make_config("eagle", T70, options={"eagle_version": 3}), T70) == 32000
+
+
 def test_medusa_heads_run_inside_the_verify_pass():
     d, v = 8192, 32000
     heads = 5 * (d * d + d + d * v)  # Cai et al. 2024: ResBlock(d) + Linear(d, V) per head

@@ -81,6 +81,12 @@ class DrafterConfig:
       Xiao et al. 2023, keeps 4 initial tokens) + a 252-token window = the 256-token budget of the
       MagicDec README's example commands (`--streamingllm_budget 256`).
     prompt_lookup_s_per_seq_per_ktoken: host search time per sequence per 1000 context tokens.
+    eagle_version: 1, 2 (the same head; EAGLE-2 drafts a dynamic tree) or 3 (EAGLE-3's head: the
+      three-feature 3d → d projection, attention over a 2d-wide input, its own LM head over
+      draft_vocab_size tokens; vLLM PR #16937 describes the layer, SafeAILab/EAGLE
+      eagle/traineagle3/config.json gives the draft vocabulary).
+    draft_vocab_size: EAGLE-3's draft vocabulary (default: EAGLE-3's published 32,000, or the
+      target's own when that is smaller; EAGLE-1/2 use the target's LM head and ignore it).
     k_schedule: "fixed" (K every cycle) or "hf-heuristic" (Hugging Face assisted generation's
       num_assistant_tokens schedule: +2 after a fully accepted cycle, −1 otherwise; see
       speculation.schedule), K then being the starting draft length.
@@ -98,6 +104,8 @@ class DrafterConfig:
     sparse_sink: int = 4
     sparse_window: int = 252
     prompt_lookup_s_per_seq_per_ktoken: float = PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN
+    eagle_version: int = 2
+    draft_vocab_size: int | None = None
     k_schedule: str = "fixed"
 
     def __post_init__(self) -> None:
@@ -120,6 +128,15 @@ class DrafterConfig:
         v = self.prompt_lookup_s_per_seq_per_ktoken
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
             raise field_error("drafter", "prompt_lookup_s_per_seq_per_ktoken", v, "a finite duration >= 0 s")
+        if isinstance(self.eagle_version, bool) or self.eagle_version not in (1, 2, 3):
+            raise field_error("drafter", "eagle_version", self.eagle_version, "1, 2 or 3")
+        if self.draft_vocab_size is not None:
+            v = self.draft_vocab_size
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise field_error("drafter", "draft_vocab_size", v, "an integer >= 1")
+            if self.eagle_version != 3:
+                raise field_error("drafter", "draft_vocab_size", v, "unset unless eagle_version = 3 (EAGLE-1/2 "
+                                  "draft through the target's own LM head)")
         if self.k_schedule not in ("fixed", "hf-heuristic"):
             raise field_error("drafter", "k_schedule", self.k_schedule, "'fixed' or 'hf-heuristic'")
         if self.k_schedule != "fixed" and "k_schedule" not in self.family.options:
@@ -326,7 +343,32 @@ def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_targ
 
 
 def _eagle(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
-    return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False)
+    if cfg.eagle_version != 3:
+        return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False)
+    vocab = eagle3_draft_vocab(cfg, target)
+    head = replace(eagle_head(target), vocab_size=vocab, tied_embeddings=False, id=f"{target.id}-eagle3-head")
+    d = target.hidden_size
+    # the fc over three features, and the attention projections' second d of input ([embedding; feature])
+    proj = 3.0 * d * d + d * (head.n_heads * head.head_dim + 2 * head.n_kv_heads * head.head_dim)
+    own = head.decoder_layer_params + proj + head.lm_head_params  # the head's own LM head, V_draft × d
+    return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=proj, drafts_prompt=True,
+                       weight_bytes=own * target.weight_bytes_per_param / tp, weight_label="eagle-3 head weights",
+                       cache_model=head, cache_tp=tp, cache_label="eagle-3 head KV cache", refeeds_accepted=True)
+
+
+# EAGLE-3's draft vocabulary: the 32,000 most frequent target tokens (SafeAILab/EAGLE
+# eagle/traineagle3/config.json, "draft_vocab_size": 32000, for Llama-3.1-8B-Instruct; SpecForge's
+# configs, e.g. configs/qwen3-30B-eagle3.json, use the same figure).
+EAGLE3_DRAFT_VOCAB = 32000
+
+
+def eagle3_draft_vocab(cfg: DrafterConfig, target: ModelSpec) -> int:
+    if cfg.draft_vocab_size is not None:
+        if cfg.draft_vocab_size > target.vocab_size:
+            raise field_error("drafter", "draft_vocab_size", cfg.draft_vocab_size,
+                              f"at most the target's vocabulary of {target.vocab_size}")
+        return cfg.draft_vocab_size
+    return min(EAGLE3_DRAFT_VOCAB, target.vocab_size)
 
 
 def _mtp(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
@@ -391,8 +433,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                "trtllm": StackSupport(name="Medusa", source="TensorRT-LLM docs, speculative decoding: Medusa"),
                "hf-eager": StackSupport(name="medusa", source="FasterDecoding/Medusa reference repo on HF models"),
            }),
-    Family(name="eagle", title="EAGLE head", paper="Li et al. 2024 (EAGLE, EAGLE-2)", work=_eagle, tree=True,
-           self_label="(eagle head)",
+    Family(name="eagle", title="EAGLE head", paper="Li et al. 2024 (EAGLE, EAGLE-2); Li et al. 2025 (EAGLE-3)",
+           work=_eagle, tree=True, options=("eagle_version", "draft_vocab_size"), self_label="(eagle head)",
            stacks={
                "vllm": StackSupport(name="eagle", source="vLLM docs, features/speculative_decoding: EAGLE"),
                "sglang": StackSupport(name="EAGLE", source="SGLang docs, speculative decoding: EAGLE-2/EAGLE-3"),
@@ -469,6 +511,8 @@ def make_config(method: str, target: ModelSpec, *, drafter: str | ModelSpec | No
         cfg = DrafterConfig(method=method, drafter=d, drafter_tp=drafter_tp, **options)
         if method == "layer_skip":
             default_skip_layers(target, cfg)
+        if method == "eagle" and cfg.eagle_version == 3:
+            eagle3_draft_vocab(cfg, target)
         return cfg
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
