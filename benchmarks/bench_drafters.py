@@ -6,7 +6,8 @@
 
 For each drafter, workload and temperature: `measure` (plain and speculative decoding of the same
 prompts, same per-request seeds) repeated --repeats times; the table gives the median and the range
-(min-max) over the repeats of tokens per cycle, per-position acceptance (vLLM's unconditional rate:
+(min-max) over the repeats of tokens per cycle, the share of drafted tokens accepted (vLLM's draft
+acceptance rate, llama.cpp lookup's 'accept'), per-position acceptance (vLLM's unconditional rate:
 cycles accepting >= i / cycles that drafted), draft time per cycle, speculative tokens per second and
 the speedup over plain decoding measured in the same repeat. Repeat r uses request seed r (at
 temperature 0 the tokens are the same each time and only the timings vary).
@@ -92,6 +93,8 @@ def main(argv=None) -> int:
                        for i in range(min(depth, 6))]
                 row = dict(workload=wl, temperature=temp, drafter=name, label=runs[0].drafter, mode=mode,
                            tokens_per_cycle=spread([m.tokens_per_cycle for m in runs]),
+                           draft_acceptance=spread([np.nan if m.draft_acceptance_rate is None
+                                                    else m.draft_acceptance_rate for m in runs]),
                            acceptance=[spread(x) for x in acc],
                            draft_ms_per_cycle=spread([m.draft_s_per_cycle * 1e3 for m in runs]),
                            verify_ms_per_cycle=spread([m.verify_s_per_cycle * 1e3 for m in runs]),
@@ -101,7 +104,8 @@ def main(argv=None) -> int:
                            greedy_match=[m.greedy_match for m in runs])
                 rows.append(row)
                 f = lambda s, p=2: f"{s['median']:.{p}f} [{s['lo']:.{p}f}-{s['hi']:.{p}f}]"  # noqa: E731
-                print(f"{wl:14s} T={temp:g} {name:13s} tok/cycle {f(row['tokens_per_cycle'])}  acc "
+                print(f"{wl:14s} T={temp:g} {name:13s} tok/cycle {f(row['tokens_per_cycle'])}  "
+                      f"accepted/drafted {f(row['draft_acceptance'])}  acc "
                       + " ".join(f"{s['median']:.2f}" for s in row["acceptance"])
                       + f"  draft ms {f(row['draft_ms_per_cycle'])}  spec tok/s {f(row['spec_tokens_per_s'], 1)}"
                       f"  speedup {f(row['speedup'])}  exact {row['greedy_match']}", flush=True)

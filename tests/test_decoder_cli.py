@@ -12,7 +12,7 @@ from specsim.cli import decoder as cli_decoder  # noqa: E402
 from specsim.decoder import drafters as D  # noqa: E402
 from specsim.decoder import fetch  # noqa: E402
 from specsim.decoder.gguf_model import load_gguf  # noqa: E402
-from specsim.decoder.measure import acceptance_stats, format_report, measure  # noqa: E402
+from specsim.decoder.measure import acceptance_stats, draft_acceptance_rate, format_report, measure  # noqa: E402
 from specsim.decoder.generate import Cycle, generate_plain  # noqa: E402
 from specsim.decoder.model import Transformer  # noqa: E402
 from specsim.decoder.testing import write_tiny_gguf  # noqa: E402
@@ -43,6 +43,11 @@ def test_acceptance_stats_by_hand():
     assert n == 4 and hist == [2, 1, 1, 1]
     assert uncond == [3 / 4, 2 / 4, 1 / 4]  # vLLM: accepted at position i / drafts
     assert cond == [3 / 4, 2 / 3, 1 / 1]  # position 3 was drafted in 1 of the 2 cycles that reached it
+    # vLLM's draft acceptance rate: (0 + 1 + 3 + 2 + 0) accepted of (3 + 3 + 3 + 2 + 0) drafted
+    assert draft_acceptance_rate(cycles) == pytest.approx(6 / 11)
+    # a tree counts its drafted nodes: 1 accepted of a 7-node tree (6 drafted nodes, depth 2)
+    assert draft_acceptance_rate([Cycle(n_drafted=2, n_accepted=1, n_nodes=7, draft_s=0, verify_s=0)]) == 1 / 6
+    assert draft_acceptance_rate([cyc(0, 0)]) is None
 
 
 def test_measure_record(tiny_path):
@@ -53,6 +58,9 @@ def test_measure_record(tiny_path):
     assert sum(m.accepted_length_hist) == m.n_cycles
     assert m.tokens_per_cycle == pytest.approx(sum((i + 1) * c for i, c in enumerate(m.accepted_length_hist)) / m.n_cycles)
     assert m.speedup == pytest.approx(m.spec_tokens_per_s / m.plain_tokens_per_s)
+    # the accepted draft tokens of the histogram over at most k = 3 drafted per cycle
+    accepted = sum(i * c for i, c in enumerate(m.accepted_length_hist))
+    assert 0 < m.draft_acceptance_rate <= 1 and accepted / m.draft_acceptance_rate <= 3 * m.n_cycles
     assert "tokens per cycle" in format_report(m)
     json.dumps(m.to_dict())
 

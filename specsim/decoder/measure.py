@@ -50,6 +50,7 @@ class Measurement:
     acceptance_unconditional: list  # position i: cycles accepting >= i / cycles that drafted (vLLM); None: none drafted
     acceptance_conditional: list  # position i: P(accept i | accepted 1..i-1 and i was drafted); None: never reached
     n_drafting_cycles: int
+    draft_acceptance_rate: float | None  # accepted draft tokens / drafted tokens (tree: drafted nodes)
     plain_tokens_per_s: float | None
     spec_tokens_per_s: float | None
     speedup: float | None
@@ -84,6 +85,14 @@ def acceptance_stats(cycles, max_depth: int) -> tuple[list, list, list, int]:
         uncond.append(accepted_i / n_drafts if n_drafts else None)
         cond.append(accepted_i / reached_i if reached_i else None)
     return hist, uncond, cond, n_drafts
+
+
+def draft_acceptance_rate(cycles) -> float | None:
+    """Accepted draft tokens over drafted tokens, all cycles pooled: vLLM's draft acceptance rate
+    (spec_decode_num_accepted_tokens / spec_decode_num_draft_tokens) and llama.cpp's lookup 'accept'
+    line. A tree counts every drafted node (root excluded). None when nothing was drafted."""
+    drafted = sum(c.n_nodes - 1 for c in cycles)
+    return sum(c.n_accepted for c in cycles) / drafted if drafted else None
 
 
 def _first_mismatch(index, plain: Generation, spec: Generation) -> Mismatch | None:
@@ -142,13 +151,14 @@ def measure(model, drafter, prompts, n_new: int, *, mode: str = "greedy",
         undefined["tokens_per_cycle"] = "no speculative cycle ran (every prompt ended at the prefill's token)"
     if not n_nodes:
         undefined["draft_s_per_node"] = "no cycle drafted a token"
+        undefined["draft_acceptance_rate"] = "no cycle drafted a token"
     mean = lambda xs: float(np.mean(xs)) if n_cyc else None  # noqa: E731
     return Measurement(
         drafter=drafter.name, mode=mode, exact=MODES[mode] == "exact", temperature=sampling.temperature,
         n_prompts=len(prompts), n_new_tokens=n_new, n_cycles=n_cyc,
         tokens_per_cycle=mean([c.n_accepted + 1 for c in cycles]),
         accepted_length_hist=hist, acceptance_unconditional=uncond, acceptance_conditional=cond,
-        n_drafting_cycles=n_drafts, plain_tokens_per_s=plain_tps, spec_tokens_per_s=spec_tps,
+        n_drafting_cycles=n_drafts, draft_acceptance_rate=draft_acceptance_rate(cycles), plain_tokens_per_s=plain_tps, spec_tokens_per_s=spec_tps,
         speedup=spec_tps / plain_tps if plain_tps and spec_tps else None,
         plain_step_s=plain_s / plain_n if plain_n else None,
         draft_s_per_cycle=mean([c.draft_s for c in cycles]), verify_s_per_cycle=mean([c.verify_s for c in cycles]),
@@ -174,7 +184,8 @@ def format_report(m: Measurement, tokenizer=None) -> str:
         f"drafter {m.drafter}   verify {m.mode} ({'exact' if m.exact else 'LOSSY: not the target distribution'})"
         f"   temperature {m.temperature:g}",
         f"prompts {m.n_prompts} x {m.n_new_tokens} new tokens   cycles {m.n_cycles} ({m.n_drafting_cycles} drafted)",
-        f"tokens per cycle        {num(m.tokens_per_cycle, '.2f')}",
+        f"tokens per cycle        {num(m.tokens_per_cycle, '.2f')}   drafted tokens accepted "
+        f"{_pct(m.draft_acceptance_rate).strip()}",
         f"accepted-length hist    {m.accepted_length_hist}",
         f"acceptance by position  unconditional (vLLM) {pct(m.acceptance_unconditional)}",
         f"                        conditional          {pct(m.acceptance_conditional)}",
