@@ -65,6 +65,27 @@ def test_error_statistics_by_hand():
     assert r.p90_relative_error == pytest.approx(0.9)  # numpy linear quantile of [0, 0.5, 1.0]
 
 
+def test_groups_and_slowdowns_by_hand():
+    # each row's measured value set from its own prediction so the errors are exactly +100 %, 0 %, -50 %
+    rows = [_row(id="a", stack="vllm"), _row(id="b", stack="vllm"), _row(id="c", method="prompt_lookup", drafter=None)]
+    pred = replay(pd.DataFrame(rows)).table["predicted_speedup"].tolist()
+    for row, p, err in zip(rows, pred, (1.0, 0.0, -0.5)):
+        row["measured_speedup"] = p / (1 + err)
+    r = replay(pd.DataFrame(rows))
+    by_stack = {g["stack"]: g for g in r.by("stack")}
+    assert by_stack["vllm"]["n_rows"] == 2 and by_stack["vllm"]["median_abs_error"] == pytest.approx(0.5)
+    assert by_stack["(none)"]["n_rows"] == 1
+    by_method = {g["method"]: g for g in r.by("method")}
+    assert by_method["draft_model"]["worst_abs_error"] == pytest.approx(1.0)
+    # slowdowns: a row measured at 0.9 and predicted at 3.2 (missed), one at 0.5 predicted at 0.4 (kept)
+    t = r.table.copy()
+    t.loc[:, "measured_speedup"] = [0.9, 0.5, 2.0]
+    t.loc[:, "predicted_speedup"] = [3.2, 0.4, 2.1]
+    s = type(r)(table=t, n_rows=3, n_predicted=3, median_relative_error=None, p90_relative_error=None,
+                worst_relative_error=None, worst_id=None).slowdowns()
+    assert s == {"bar": 1.05, "n_measured_below_1": 2, "n_predicted_below_bar": 1, "missed": ["a"]}
+
+
 def test_shipped_examples_replay_within_the_reported_errors(capsys, tmp_path):
     r = replay_file(DATA)
     assert r.n_rows == len(pd.read_csv(DATA))

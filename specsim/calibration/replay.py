@@ -39,6 +39,11 @@ OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "baseline_tokens_per_s", 
 DEFAULT_CONTEXT_LEN = 512
 
 
+# A measured slowdown counts as predicted when the prediction is below this speedup (issue 9's bar: a
+# planner reading 1.05 or more would leave speculation on where it measurably loses).
+SLOWDOWN_BAR = 1.05
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplayResult:
     table: pd.DataFrame
@@ -49,11 +54,35 @@ class ReplayResult:
     worst_relative_error: float | None
     worst_id: str | None
 
+    def by(self, column: str) -> list[dict]:
+        """Median |relative error| and row count per value of `column` (method, stack, ...), predicted
+        rows only; a blank value groups as '(none)'."""
+        ok = self.table[self.table["relative_error"].notna()]
+        key = ok[column].where(ok[column].notna() & (ok[column].astype(str).str.strip() != ""), "(none)")
+        out = []
+        for value, grp in ok.groupby(key.astype(str), sort=True):
+            err = grp["relative_error"].abs()
+            out.append({column: value, "n_rows": int(len(grp)), "median_abs_error": float(err.median()),
+                        "worst_abs_error": float(err.max())})
+        return out
+
+    def slowdowns(self, bar: float = SLOWDOWN_BAR) -> dict:
+        """The rows measured below 1 (speculation slower than plain decoding) and how many of them are
+        predicted below `bar`; the ids that are not."""
+        t = self.table
+        meas = pd.to_numeric(t["measured_speedup"], errors="coerce")
+        slow = t[(meas < 1.0) & t["predicted_speedup"].notna()]
+        missed = slow[slow["predicted_speedup"] >= bar]
+        return {"bar": bar, "n_measured_below_1": int(len(slow)),
+                "n_predicted_below_bar": int(len(slow) - len(missed)), "missed": missed["id"].astype(str).tolist()}
+
     def to_dict(self) -> dict:
         rows = self.table.replace({np.nan: None}).to_dict(orient="records")
         return {"n_rows": self.n_rows, "n_predicted": self.n_predicted,
                 "median_relative_error": self.median_relative_error, "p90_relative_error": self.p90_relative_error,
-                "worst_relative_error": self.worst_relative_error, "worst_id": self.worst_id, "rows": rows}
+                "worst_relative_error": self.worst_relative_error, "worst_id": self.worst_id,
+                "by_method": self.by("method"), "by_stack": self.by("stack"), "slowdowns": self.slowdowns(),
+                "rows": rows}
 
 
 def _blank(v) -> bool:
@@ -279,6 +308,16 @@ def format_replay(r: ReplayResult) -> str:
     if r.median_relative_error is None:
         lines.append(f"\n{r.n_rows} rows, none predictable")
     else:
+        for column in ("method", "stack"):
+            lines.append(f"\nby {column:<12} {'rows':>5} {'median |error|':>15} {'worst':>7}")
+            for g in r.by(column):
+                lines.append(f"  {g[column]:<20} {g['n_rows']:>3} {g['median_abs_error']:>15.1%} "
+                             f"{g['worst_abs_error']:>7.0%}")
+        sd = r.slowdowns()
+        if sd["n_measured_below_1"]:
+            lines.append(f"\nmeasured slowdowns (speedup < 1): {sd['n_measured_below_1']}, predicted below "
+                         f"{sd['bar']:g}: {sd['n_predicted_below_bar']}"
+                         + (f"; not: {', '.join(sd['missed'])}" if sd["missed"] else ""))
         lines.append(f"\n{r.n_rows} rows, {r.n_predicted} predicted: |relative error| median "
                      f"{r.median_relative_error:.1%}, p90 {r.p90_relative_error:.1%}, worst "
                      f"{r.worst_relative_error:.1%} ({r.worst_id})")

@@ -8,7 +8,9 @@ def register(sub) -> None:
         description="Predict each row of a CSV of measured speculative-decoding results (columns: id, hardware, "
         "n_devices, stack, target, drafter, method, k, tree_size, batch_size, context_len, temperature, alpha, "
         "tau, measured_speedup; optional target_dtype, drafter_options, source, notes; x_* carried through) and "
-        "report predicted against measured speedup. Rows that cannot be predicted are reported with the reason.",
+        "report predicted against measured speedup, then the median and worst |error| by method and by stack and "
+        "how many measured slowdowns (speedup < 1) are predicted below 1.05. Rows that cannot be predicted are "
+        "reported with the reason.",
     )
     p.add_argument("file", help="CSV of measured results (e.g. the shipped published_examples.csv)")
     p.add_argument("--out", help="write the table with predicted_speedup and relative_error to this CSV file")
