@@ -344,6 +344,7 @@ def test_fuzz_gguf_header_and_shapes(tmp_path, case):
 
 
 # -- bounds checking on, in a fresh process -------------------------------------------------------------
+@pytest.mark.slow
 def test_boundscheck_subprocess(tmp_path):
     """The malformed cases, the kernels against their twins on tiny shapes and a whole tiny model's
     prefill, tree verify and speculative generation, all under NUMBA_BOUNDSCHECK=1 with a fresh numba

@@ -144,6 +144,9 @@ def test_every_readme_command_runs_from_a_wheel_in_a_fresh_virtualenv(tmp_path):
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECSIM_DATA", "PYTHON", "VIRTUAL_ENV"))}
     env["PATH"] = f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+    # two command queues run at once below, beside the other test workers: one numba thread each
+    # keeps their parallel kernels from oversubscribing the cores (see conftest.py)
+    env["NUMBA_NUM_THREADS"] = "1"
     where = subprocess.run([str(py), "-c", "import specsim; print(specsim.__file__)"], capture_output=True,
                            text=True, check=True, env=env, cwd=elsewhere).stdout.strip()
     assert where.startswith(str(venv)), where  # the wheel's copy, not the checkout
