@@ -187,3 +187,16 @@ def test_threshold_sweep_plot_and_simulate_name_the_same_switch_off(name, tmp_pa
 def _toml(raw: dict) -> str:
     from specsim.specs.catalog import to_toml
     return to_toml(raw)
+
+
+def test_the_description_says_where_the_drafter_options_come_from(tmp_path):
+    path = tmp_path / "e3.toml"
+    path.write_text('name = "e3"\nhardware = "h100-sxm"\ntarget = "llama-3.1-8b"\nmethod = "eagle"\nk = 4\n'
+                    'alpha = 0.7\n[drafter_options]\neagle_version = 3\n')
+    text = resolve(load_scenario(path)).describe()
+    line = next(t for t in text.splitlines() if "drafter options" in t)
+    assert "eagle_version = 3" in line and f"{path} [drafter_options]" in line
+    assert "draft_vocab_size" not in line  # unset: EAGLE-3's default applies, not printed as None
+    plain = next(t for t in resolve(load_scenario(path), method="medusa").describe().splitlines()
+                 if "drafter options" in t)
+    assert "defaults of the family" not in line and "n_heads_medusa = 5" in plain

@@ -155,8 +155,10 @@ class DrafterConfig:
         return self.sparse_sink + self.sparse_window
 
     def options(self) -> dict:
-        """The knobs this family reads, with their values (for printing the configuration)."""
-        return {name: getattr(self, name) for name in self.family.options}
+        """The knobs this family reads, with their values (for printing the configuration); an
+        unset draft vocabulary is left out (EAGLE-3's default applies, or EAGLE-1/2 do not use one)."""
+        return {name: getattr(self, name) for name in self.family.options
+                if not (name == "draft_vocab_size" and self.draft_vocab_size is None)}
 
 
 OPTION_KEYS = tuple(f.name for f in fields(DrafterConfig) if f.name not in ("method", "drafter", "drafter_tp"))

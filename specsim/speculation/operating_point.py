@@ -291,6 +291,8 @@ def _sources(scenario: Scenario, overrides: dict) -> dict:
                     out[key] += f"; {catalog_path(kind, value)}"
             except SpecError:
                 pass
+    if scenario.section("drafter_options"):
+        out["drafter_options"] = f"{where} [drafter_options]; the rest the family's defaults"
     return out
 
 
