@@ -335,11 +335,16 @@ def _medusa(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
                        weight_bytes=heads * target.weight_bytes_per_param / tp, weight_label="medusa heads")
 
 
-def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_target: bool) -> DrafterWork:
+def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_target: bool, *,
+                projection_params: float | None = None, own_lm_head: bool = False) -> DrafterWork:
+    """A one-layer head drafting K passes with an input projection on every drafted token (default
+    EAGLE's [feature; embedding] 2d -> d); own_lm_head: the head holds its LM head (EAGLE-3) instead of
+    borrowing the target's."""
     d = target.hidden_size
-    layer = head.decoder_layer_params + 2 * d * d
-    return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=2.0 * d * d, drafts_prompt=True,
-                       weight_bytes=0.0 if in_target else layer * target.weight_bytes_per_param / tp,
+    proj = 2.0 * d * d if projection_params is None else projection_params
+    held = head.decoder_layer_params + proj + (head.lm_head_params if own_lm_head else 0)
+    return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=proj, drafts_prompt=True,
+                       weight_bytes=0.0 if in_target else held * target.weight_bytes_per_param / tp,
                        weight_label=f"{label} weights" + (" (already in the target's weights)" if in_target else ""),
                        cache_model=head, cache_tp=tp, cache_label=f"{label} KV cache", refeeds_accepted=True)
 
@@ -347,15 +352,12 @@ def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_targ
 def _eagle(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
     if cfg.eagle_version != 3:
         return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False)
-    vocab = eagle3_draft_vocab(cfg, target)
-    head = replace(eagle_head(target), vocab_size=vocab, tied_embeddings=False, id=f"{target.id}-eagle3-head")
+    head = replace(eagle_head(target), vocab_size=eagle3_draft_vocab(cfg, target), tied_embeddings=False,
+                   id=f"{target.id}-eagle3-head")
     d = target.hidden_size
     # the fc over three features, and the attention projections' second d of input ([embedding; feature])
     proj = 3.0 * d * d + d * (head.n_heads * head.head_dim + 2 * head.n_kv_heads * head.head_dim)
-    own = head.decoder_layer_params + proj + head.lm_head_params  # the head's own LM head, V_draft × d
-    return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=proj, drafts_prompt=True,
-                       weight_bytes=own * target.weight_bytes_per_param / tp, weight_label="eagle-3 head weights",
-                       cache_model=head, cache_tp=tp, cache_label="eagle-3 head KV cache", refeeds_accepted=True)
+    return _eagle_like(head, target, tp, "eagle-3 head", in_target=False, projection_params=proj, own_lm_head=True)
 
 
 # EAGLE-3's draft vocabulary: the 32,000 most frequent target tokens (SafeAILab/EAGLE
