@@ -36,10 +36,10 @@ def grid(n_points: int):
 
 
 def evaluate(target, drafter, hw, B, M, L, K, alpha=0.8):
-    plain = step_cost(target, hw, batch_size=B, q_len=1, ctx_len=L).time_s
-    verify_m = step_cost(target, hw, batch_size=B, q_len=M, ctx_len=L).time_s  # tree/verify of M tokens
-    draft = step_cost(drafter, hw, batch_size=B, q_len=1, ctx_len=L).time_s
-    verify_k = step_cost(target, hw, batch_size=B, q_len=K + 1, ctx_len=L).time_s
+    plain = step_cost(target, hw, batch_size=B, q_len=1, context_len=L).time_s
+    verify_m = step_cost(target, hw, batch_size=B, q_len=M, context_len=L).time_s  # tree/verify of M tokens
+    draft = step_cost(drafter, hw, batch_size=B, q_len=1, context_len=L).time_s
+    verify_k = step_cost(target, hw, batch_size=B, q_len=K + 1, context_len=L).time_s
     tau = tokens_per_cycle_iid(alpha, K)
     c = cycle_times(target_step_time_s=plain, draft_time_s=K * draft, verify_time_s=verify_k, tokens_per_cycle=tau,
                     batch_size=B)

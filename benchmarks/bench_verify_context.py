@@ -73,7 +73,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"load_before": load_before, "load_after": load_after,
-                       "rows": [{"ctx_len": k[0], "m": k[1], **v} for k, v in out.items()]}, f, indent=2)
+                       "rows": [{"context_len": k[0], "m": k[1], **v} for k, v in out.items()]}, f, indent=2)
 
 
 if __name__ == "__main__":

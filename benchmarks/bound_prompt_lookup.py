@@ -34,9 +34,9 @@ import numpy as np
 def verify_time(rows):
     """verify_s(m, L): the bench's times, linear in M (extrapolated past the largest M from the last
     two points) and linear in log L between the measured contexts (clamped at their ends)."""
-    ls = sorted({r["ctx_len"] for r in rows})
+    ls = sorted({r["context_len"] for r in rows})
     ms = sorted({r["m"] for r in rows})
-    table = {(r["ctx_len"], r["m"]): r["verify_s"] for r in rows}
+    table = {(r["context_len"], r["m"]): r["verify_s"] for r in rows}
 
     def at(ctx, m):
         ys = [table[(ctx, mm)] for mm in ms]

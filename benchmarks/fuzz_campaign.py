@@ -748,7 +748,7 @@ class Gen:
         cadd("header only", unparse(ctable[:1]), "refuse")
         cadd("a column missing", unparse([r[:-1] for r in ctable]), "refuse", ("measured_time_s",))
         cvals = {"measured_time_s": ["0", "-1", "nan", "inf", "abc", ""], "batch_size": ["0", "-1", "abc", "1.5"],
-                 "tp": ["0", "3", "-1"], "q_len": ["0", "-1"], "ctx_len": ["-1", "10000000"], "logit_len": ["-1", "abc"],
+                 "tp": ["0", "3", "-1"], "q_len": ["0", "-1"], "context_len": ["-1", "10000000"], "logit_len": ["-1", "abc"],
                  "hardware": ["nope"], "target": ["nope"]}
         for col, vals in cvals.items():
             ci = ccols.index(col)
@@ -1024,7 +1024,7 @@ def _check_for(cmd: str) -> str:
 
 
 def calibrate_rows() -> bytes:
-    lines = ["hardware,target,tp,batch_size,q_len,ctx_len,logit_len,measured_time_s"]
+    lines = ["hardware,target,tp,batch_size,q_len,context_len,logit_len,measured_time_s"]
     for b in (1, 2, 4, 8, 16, 32):
         for q in (1, 5):
             lines.append(f"h100-sxm,llama-3.1-8b,1,{b},{q},1024,{q},{0.0062 + 0.00004 * b * q:.6f}")

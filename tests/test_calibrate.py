@@ -26,7 +26,7 @@ def _synthetic_rows() -> pd.DataFrame:
     configs += [("llama-3.1-8b", tp, b, 512, 0) for tp in (1, 4) for b in (1, 4)]  # prefills: compute bound
     # b200: a part without a measured kernel curve, so every fitted fraction moves the roofline
     return pd.DataFrame([{"hardware": "b200", "target": m, "tp": tp, "batch_size": b, "q_len": q,
-                          "ctx_len": l, "logit_len": q, "measured_time_s": np.nan} for m, tp, b, q, l in configs])
+                          "context_len": l, "logit_len": q, "measured_time_s": np.nan} for m, tp, b, q, l in configs])
 
 
 def test_fit_recovers_known_parameters():
@@ -58,7 +58,7 @@ def test_a_batch_that_cannot_have_fitted_is_refused():
     rows = _synthetic_rows().assign(measured_time_s=0.01)
     m = load_model(rows["target"].iloc[0])
     hw = load_hardware(rows["hardware"].iloc[0])
-    span = int(rows["ctx_len"].iloc[0] + rows["q_len"].iloc[0])
+    span = int(rows["context_len"].iloc[0] + rows["q_len"].iloc[0])
     # by hand: sequences whose cache alone (layers · kv bytes a token · tokens) exceeds the device memory
     too_many = int(hw.memory_bytes // (m.kv_bytes_per_token * span)) + 1
     rows.loc[0, "batch_size"] = too_many * int(rows["tp"].iloc[0])

@@ -23,7 +23,7 @@ def test_the_q4_1_gguf_streams_its_tensor_bytes():
 
     m = load_model("smollm2-135m-q4_1")
     layer = 3 * 1536 * 576 + 2 * 576 * 576 + 2 * 192 * 576  # gate, up, down; q, o; k, v
-    c = step_cost(m, load_hardware("ddr5-5600-2ch"), q_len=1, ctx_len=0)
+    c = step_cost(m, load_hardware("ddr5-5600-2ch"), q_len=1, context_len=0)
     assert c.weights.bytes == pytest.approx(30 * layer * 20 / 32, rel=1e-12)  # the matrices (norms aside)
     assert c.lm_head.bytes == pytest.approx(49152 * 576 * 34 / 32 + 49152 * 4, rel=1e-12)  # + fp32 logits
     assert m.kv_bytes_per_token == 30 * 2 * 3 * 64 * 4
@@ -55,7 +55,7 @@ def _synthetic_tables(bw=40e9, peak=1.0e12, f_bw=0.7, f_c=0.4, floor_s=5e-6):
             ew.append(dict(kind=kind, threads=2, m=m, row_elems=r, time_s=1e-6 + m * r * 1e-10, time_min_s=0, time_max_s=0))
     ew += [dict(kind="gemm_floor", threads=2, m=1, time_s=floor_s, time_min_s=0, time_max_s=0),
            dict(kind="parallel_floor", threads=2, m=1, time_s=3e-6, time_min_s=0, time_max_s=0)]
-    att = pd.DataFrame([dict(threads=2, m=1, ctx_len=c, time_s=1e-6 * c / 128, time_min_s=0, time_max_s=0)
+    att = pd.DataFrame([dict(threads=2, m=1, context_len=c, time_s=1e-6 * c / 128, time_min_s=0, time_max_s=0)
                         for c in (128, 512)])
     fma = pd.DataFrame([dict(threads=2, flops_per_s=2e11, flops_per_s_min=2e11, flops_per_s_max=2e11)])
     return dict(bandwidth=bandwidth, gemm=gemm, attention=att, elementwise=pd.DataFrame(ew), fma=fma)
@@ -101,13 +101,13 @@ def test_bench_rows_read_the_bench_json(tmp_path):
     from specsim.calibration.fit import ROW_COLUMNS
 
     data = {"model": "/x/SmolLM2-135M-Instruct.Q4_1.gguf", "config": {},
-            "rows": [{"ctx_len": 128, "m": 1, "verify_s": 0.008, "per_token_s": 0.008, "ratio_to_m1": 1.0},
-                     {"ctx_len": 128, "m": 8, "verify_s": 0.017, "per_token_s": 0.002, "ratio_to_m1": 2.1}]}
+            "rows": [{"context_len": 128, "m": 1, "verify_s": 0.008, "per_token_s": 0.008, "ratio_to_m1": 1.0},
+                     {"context_len": 128, "m": 8, "verify_s": 0.017, "per_token_s": 0.002, "ratio_to_m1": 2.1}]}
     (tmp_path / "bench.json").write_text(json.dumps(data))
     rows = bench_rows(tmp_path)
     assert tuple(rows.columns) == ROW_COLUMNS
     assert rows.to_dict(orient="records")[1] == dict(hardware="local", target="smollm2-135m-q4_1", tp=1, batch_size=1,
-                                                      q_len=8, ctx_len=128, logit_len=8, measured_time_s=0.017)
+                                                      q_len=8, context_len=128, logit_len=8, measured_time_s=0.017)
     data["model"] = "/x/other.gguf"
     (tmp_path / "b2.json").write_text(json.dumps(data))
     with pytest.raises(SpecError, match="--target"):
@@ -123,7 +123,7 @@ def test_stack_toml_loads_with_every_source(tmp_path):
     from specsim.specs.stacks import load_stack
 
     rows = pd.DataFrame([dict(hardware="ddr5-5600-2ch", target="smollm2-135m-q4_1", tp=1, batch_size=1, q_len=m,
-                              ctx_len=c, logit_len=m, measured_time_s=0.004 + 0.0004 * m + 1e-6 * c)
+                              context_len=c, logit_len=m, measured_time_s=0.004 + 0.0004 * m + 1e-6 * c)
                          for m in (1, 4, 16) for c in (128, 1024)])
     cal = fit_efficiency(rows, fit=("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s"))
     host = {"step_s": 1.5e-4, "cycle_s": 6e-4, "draft_token_s": 2e-4, "k": 4, "accepted": 2, "repeats": 3}
@@ -250,7 +250,7 @@ def test_validate_on_the_tiny_model(tiny, tmp_path):
     from specsim.specs.models import load_model
     from specsim.specs.stacks import load_stack
     pred = float(step_cost(load_model(str(d / "tiny-model.toml")), load_hardware(str(d / "cpu.toml")), batch_size=1,
-                           q_len=1, ctx_len=REFERENCE_CTX, efficiency=load_stack(str(d / "stack.toml")).efficiency).time_s)
+                           q_len=1, context_len=REFERENCE_CTX, efficiency=load_stack(str(d / "stack.toml")).efficiency).time_s)
     for r in ref:
         assert r["measured_s"] > 0 and r["predicted_s"] == pytest.approx(pred, rel=1e-9)
         assert r["drift"] == pytest.approx(r["measured_s"] / pred - 1, rel=1e-12)
@@ -297,7 +297,7 @@ def test_attention_overlap_fit_recovers_a_known_exponent():
 
     from specsim.calibration.machine import attention_bytes, fit_attention_overlap
 
-    rows = [dict(threads=1, m=m, ctx_len=c, flops=4.0 * m * 9 * (c + m) * 64) for m in (1, 2, 3, 4, 5, 8, 16, 64)
+    rows = [dict(threads=1, m=m, context_len=c, flops=4.0 * m * 9 * (c + m) * 64) for m in (1, 2, 3, 4, 5, 8, 16, 64)
             for c in (128, 512, 2048)]
     att = pd.DataFrame(rows)
     mem = np.array([attention_bytes(r) for r in att.itertuples()]) / 12e9

@@ -93,7 +93,7 @@ def test_cli_bench(tiny_path, tmp_path, capsys):
                 "--repeats", "1", "--json", str(tmp_path / "b.json")])
     assert rc == 0
     rows = json.loads((tmp_path / "b.json").read_text())["rows"]
-    assert [(r["ctx_len"], r["m"]) for r in rows] == [(16, 1), (16, 4), (64, 1), (64, 4)]
+    assert [(r["context_len"], r["m"]) for r in rows] == [(16, 1), (16, 4), (64, 1), (64, 4)]
 
 
 def test_cli_draft_model_path_missing(tiny_path, tmp_path):

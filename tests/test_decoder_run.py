@@ -50,7 +50,7 @@ def test_run_returns_a_frozen_result_with_strict_json(tiny_path, tmp_path):
 def test_bench_returns_rows(tiny_path):
     result = bench(BenchConfig(model=tiny_path, m_values=(2, 1, 4), contexts=(16,), repeats=1))
     rows = result.rows
-    assert [(r["ctx_len"], r["m"]) for r in rows] == [(16, 2), (16, 1), (16, 4)]
+    assert [(r["context_len"], r["m"]) for r in rows] == [(16, 2), (16, 1), (16, 4)]
     assert rows[0]["ratio_to_m1"] is None and rows[2]["ratio_to_m1"] == pytest.approx(rows[2]["verify_s"] / rows[1]["verify_s"])
     json.loads(result.to_json(), parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
     no_m1 = bench(BenchConfig(model=tiny_path, m_values=(2,), contexts=(16,), repeats=1))

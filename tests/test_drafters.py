@@ -24,7 +24,7 @@ def test_seed_1b_drafter_costs_about_1_ms_on_2_tbs():
     # seed article: "1B drafter, fp16 = 2 GB → ~1 ms/step" = 2e9 B / 2.0e12 B/s; 3 %: the roofline also
     # counts the LM head's logits and the small KV cache
     cfg = make_config("draft_model", T70, drafter="seed-1b")
-    c = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=1, k=5, ctx_len=256)
+    c = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=1, k=5, context_len=256)
     assert float(c.draft_step_time_s) == pytest.approx(2e9 / 2.0e12, rel=0.03)
     assert float(c.draft_time_s) == pytest.approx(5 * 2e9 / 2.0e12, rel=0.03)  # K sequential steps
     assert float(c.verify_q_len) == 6  # K + 1 positions verified
@@ -34,7 +34,7 @@ def test_seed_half_b_drafter_costs_about_4_ms_on_ddr5():
     # seed article: "a 0.5B drafter at ~350 MB costs about 4 ms a step" = 0.35e9 / 90e9 = 3.9 ms
     target = load_model("seed-7b-q4")
     cfg = make_config("draft_model", target, drafter="seed-0.5b")
-    c = draft_cost(cfg, target, Deployment(hardware=DDR5), batch_size=1, k=4, ctx_len=256)
+    c = draft_cost(cfg, target, Deployment(hardware=DDR5), batch_size=1, k=4, context_len=256)
     assert float(c.draft_step_time_s) == pytest.approx(0.35e9 / 90e9, rel=0.03)
 
 
@@ -43,7 +43,7 @@ def test_eagle_step_is_one_layer_plus_the_lm_head_by_hand():
     d, h, kv, hd, f, v = 8192, 64, 8, 128, 29184, 32000
     layer = d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f
     params = layer + v * d + 2 * d * d
-    c = draft_cost(DrafterConfig(method="eagle"), T70, Deployment(hardware=HBM), batch_size=1, k=4, ctx_len=16)
+    c = draft_cost(DrafterConfig(method="eagle"), T70, Deployment(hardware=HBM), batch_size=1, k=4, context_len=16)
     # 2 %: norms, the logits written in fp32 and activations are extra
     assert float(c.draft_step_time_s) == pytest.approx(params * 2 / 2e12, rel=0.02)
     assert float(c.draft_time_s) == pytest.approx(4 * params * 2 / 2e12, rel=0.02)
@@ -62,14 +62,14 @@ def test_eagle3_head_by_hand_llama_3_1_8b():
     norms = 2 * d                                     # the layer's two RMSNorm weights
     target = load_model("llama-3.1-8b")
     cfg = make_config("eagle", target, options={"eagle_version": 3})
-    fp = footprint(cfg, target, batch_size=1, ctx_len=0, k=4)
+    fp = footprint(cfg, target, batch_size=1, context_len=0, k=4)
     assert float(fp["eagle-3 head weights"]) == pytest.approx((attn + mlp + fc + lm + norms) * 2, rel=1e-6)
     # a drafting step streams all of it once (bf16 at 2 TB/s); 2 %: the fp32 logits and the tiny cache
-    c = draft_cost(cfg, target, Deployment(hardware=HBM), batch_size=1, k=4, ctx_len=16)
+    c = draft_cost(cfg, target, Deployment(hardware=HBM), batch_size=1, k=4, context_len=16)
     assert float(c.draft_step_time_s) == pytest.approx((attn + mlp + fc + lm + norms) * 2 / 2e12, rel=0.02)
     # EAGLE-1/2's head on the same target: the standard layer, the 2d -> d projection, the target's
     # 128,256-token LM head; EAGLE-3's step is cheaper by the LM head it no longer streams
-    c1 = draft_cost(make_config("eagle", target), target, Deployment(hardware=HBM), batch_size=1, k=4, ctx_len=16)
+    c1 = draft_cost(make_config("eagle", target), target, Deployment(hardware=HBM), batch_size=1, k=4, context_len=16)
     eagle1 = (2 * d * kv + 2 * q * d) + mlp + 2 * d * d + 128256 * d + norms
     assert float(c1.draft_step_time_s) == pytest.approx(eagle1 * 2 / 2e12, rel=0.02)
 
@@ -89,7 +89,7 @@ def test_eagle3_options_are_checked():
 def test_medusa_heads_run_inside_the_verify_pass():
     d, v = 8192, 32000
     heads = 5 * (d * d + d + d * v)  # Cai et al. 2024: ResBlock(d) + Linear(d, V) per head
-    c = draft_cost(DrafterConfig(method="medusa"), T70, Deployment(hardware=HBM), batch_size=1, k=4, tree_size=64, ctx_len=16)
+    c = draft_cost(DrafterConfig(method="medusa"), T70, Deployment(hardware=HBM), batch_size=1, k=4, tree_size=64, context_len=16)
     assert float(c.draft_time_s) == 0.0
     assert float(c.verify_q_len) == 64
     # bytes-bound at B·M = 64 < ridge 156: weights + 5 heads' fp32 logits for 64 positions
@@ -98,10 +98,10 @@ def test_medusa_heads_run_inside_the_verify_pass():
 
 def test_prompt_lookup_has_no_weights_and_a_cpu_cost_per_sequence():
     cfg = DrafterConfig(method="prompt_lookup")
-    c = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=np.array([1, 8]), k=5, ctx_len=2000)
+    c = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=np.array([1, 8]), k=5, context_len=2000)
     # by hand: B × 5 µs per 1000 context tokens (the figure derived from vLLM PR #13365)
     assert np.allclose(c.draft_time_s, np.array([1, 8]) * 5e-6 * 2.0)
-    fp = footprint(cfg, T70, batch_size=4, ctx_len=1000, k=5)
+    fp = footprint(cfg, T70, batch_size=4, context_len=1000, k=5)
     assert set(fp) == {"speculative slots"}
     # 4 sequences × 5 speculative slots (K; the real token sits in the target's own cache of L + 1)
     # × 80 layers × 2 × 8 heads × 128 × 2 bytes
@@ -109,22 +109,22 @@ def test_prompt_lookup_has_no_weights_and_a_cpu_cost_per_sequence():
 
 
 def test_lookahead_scores_window_and_guesses_every_step():
-    c = draft_cost(DrafterConfig(method="lookahead"), T70, Deployment(hardware=HBM), batch_size=1, k=1, ctx_len=0)
+    c = draft_cost(DrafterConfig(method="lookahead"), T70, Deployment(hardware=HBM), batch_size=1, k=1, context_len=0)
     # Fu et al. 2024: lookahead branch W·(N−1) + verification branch G·(N−1) + the current token
     assert float(c.verify_q_len) == 1 + (15 + 15) * 4
     c = draft_cost(DrafterConfig(method="lookahead", lookahead_window=7, lookahead_guesses=7), T70, Deployment(hardware=HBM),
-                   batch_size=1, k=1, ctx_len=0)
+                   batch_size=1, k=1, context_len=0)
     assert float(c.verify_q_len) == 1 + 14 * 4
 
 
 def test_layer_skip_drafts_with_the_first_layers():
     target = load_model("llama-2-7b")
     cfg = DrafterConfig(method="layer_skip", skip_layers=8)
-    c = draft_cost(cfg, target, Deployment(hardware=HBM), batch_size=1, k=3, ctx_len=0)
+    c = draft_cost(cfg, target, Deployment(hardware=HBM), batch_size=1, k=3, context_len=0)
     d, f, v = 4096, 11008, 32000
     per_layer = 4 * d * d + 3 * d * f
     assert float(c.draft_step_time_s) == pytest.approx((8 * per_layer + v * d) * 2 / 2e12, rel=0.02)
-    assert "drafter weights" not in footprint(cfg, target, batch_size=1, ctx_len=100, k=3)
+    assert "drafter weights" not in footprint(cfg, target, batch_size=1, context_len=100, k=3)
 
 
 def test_sparse_kv_self_speculation_gains_with_batch_at_long_context():
@@ -136,7 +136,7 @@ def test_sparse_kv_self_speculation_gains_with_batch_at_long_context():
     def speedup(method, ctx, batch=b):
         cfg = make_config(method, target)
         tau = tokens_per_cycle(cfg, alpha=0.8, k=3)
-        return speculative_cycle(cfg, target, dep, batch_size=batch, k=3, ctx_len=ctx, tokens_per_cycle=tau).speedup
+        return speculative_cycle(cfg, target, dep, batch_size=batch, k=3, context_len=ctx, tokens_per_cycle=tau).speedup
     sparse = speedup("sparse_kv", 32768)
     assert np.all(np.diff(sparse) > 0), sparse
     assert sparse[-1] > 1.5
@@ -150,9 +150,9 @@ def test_mtp_needs_a_target_with_mtp_layers():
         make_config("mtp", T70)
     ds = load_model("deepseek-v3")
     cfg = make_config("mtp", ds)
-    c = draft_cost(cfg, ds, Deployment(hardware=load_hardware("h200-sxm"), n_devices=8), batch_size=1, k=2, ctx_len=1024)
+    c = draft_cost(cfg, ds, Deployment(hardware=load_hardware("h200-sxm"), n_devices=8), batch_size=1, k=2, context_len=1024)
     # one MoE block (like the last layer) + the shared head: far below a full step, well above zero
-    full = step_cost(ds, load_hardware("h200-sxm"), batch_size=1, q_len=1, ctx_len=1024, tp=8).time_s
+    full = step_cost(ds, load_hardware("h200-sxm"), batch_size=1, q_len=1, context_len=1024, tp=8).time_s
     assert 0.005 * float(full) < float(c.draft_step_time_s) < 0.2 * float(full)
 
 
@@ -170,13 +170,13 @@ def test_bad_config_is_refused_with_the_field():
     with pytest.raises(SpecError, match=r"\[drafter_options\].*unknown key 'heads'"):
         make_config("medusa", T70, options={"heads": 4})
     with pytest.raises(SpecError, match="tree_size"):
-        draft_cost(DrafterConfig(method="prompt_lookup"), T70, Deployment(hardware=HBM), batch_size=1, k=4, tree_size=9, ctx_len=0)
+        draft_cost(DrafterConfig(method="prompt_lookup"), T70, Deployment(hardware=HBM), batch_size=1, k=4, tree_size=9, context_len=0)
 
 
 def test_draft_model_tree_expands_one_level_per_step():
     cfg = make_config("draft_model", T70, drafter="seed-1b")
-    chain = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=1, k=4, ctx_len=0)
-    tree = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=1, k=4, tree_size=33, ctx_len=0)
+    chain = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=1, k=4, context_len=0)
+    tree = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=1, k=4, tree_size=33, context_len=0)
     # 32 drafted nodes over 4 levels: 8 per step, still bandwidth bound on the 1B → same time per step
     assert float(tree.verify_q_len) == 33
     assert float(tree.draft_step_time_s) == pytest.approx(float(chain.draft_step_time_s), rel=0.01)
@@ -193,12 +193,12 @@ SEED_CFGS = {m: (make_config(m, T70, drafter="seed-1b") if m == "draft_model" el
 @given(st.sampled_from(sorted(SEED_CFGS)), st.integers(1, 256), st.integers(1, 8), st.integers(0, 65536))
 def test_drafting_costs_are_positive_and_grow_with_batch_and_depth(method, b, k, ctx):
     cfg = SEED_CFGS[method]
-    c = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=np.array([b, 2 * b]), k=k, ctx_len=ctx)
+    c = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=np.array([b, 2 * b]), k=k, context_len=ctx)
     assert np.all(c.draft_time_s >= 0) and np.all(c.verify_extra_s >= 0)
     assert c.draft_time_s[1] >= c.draft_time_s[0]  # twice the sequences never drafts faster
-    deeper = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=b, k=k + 1, ctx_len=ctx)
+    deeper = draft_cost(cfg, T70, Deployment(hardware=HBM), batch_size=b, k=k + 1, context_len=ctx)
     assert float(deeper.draft_time_s) >= float(c.draft_time_s[0])
     if method != "lookahead":
         assert np.all(c.verify_q_len == k + 1)
-    fp = footprint(cfg, T70, batch_size=b, ctx_len=ctx, k=k)
+    fp = footprint(cfg, T70, batch_size=b, context_len=ctx, k=k)
     assert all(np.all(np.asarray(v) >= 0) for v in fp.values())

@@ -580,7 +580,7 @@ def test_damaged_replay_tables(tmp_path, content, names):
     assert_clean(rc, out, err, refuse=True, names=names)
 
 
-CAL_HEADER = "hardware,target,tp,batch_size,q_len,ctx_len,logit_len,measured_time_s"
+CAL_HEADER = "hardware,target,tp,batch_size,q_len,context_len,logit_len,measured_time_s"
 
 
 def calibration_rows(tmp_path: Path, bad: tuple | None = None) -> Path:
@@ -593,7 +593,7 @@ def calibration_rows(tmp_path: Path, bad: tuple | None = None) -> Path:
 
 
 CAL_COLUMNS = {"tp": ("int", 1, 8), "batch_size": ("int", 1, None), "q_len": ("int", 1, None),
-               "ctx_len": ("int", 0, 131072 - 5), "logit_len": ("int", 0, None),
+               "context_len": ("int", 0, 131072 - 5), "logit_len": ("int", 0, None),
                "measured_time_s": ("float", 0.0, None)}
 
 

@@ -253,7 +253,7 @@ def test_step_attention_uses_the_parts_overlap_and_the_fast_serving_cost_agrees(
     model = load_model("smollm2-135m-q4_1")
     q = 2.0
     part = replace(hw, kernels=replace(hw.kernels, attention_overlap_exponent=q))
-    sc = step_cost(model, part, batch_size=1, q_len=4, ctx_len=1000)
+    sc = step_cost(model, part, batch_size=1, q_len=4, context_len=1000)
     eff = part.efficiency
     mem = float(sc.attention.bytes) / (part.mem_bandwidth_bytes_per_s * eff.bandwidth_frac)
     comp = float(sc.attention.flops) / (part.peak_flops_per_s[sc.attention_dtype] * eff.compute_frac)

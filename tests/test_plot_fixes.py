@@ -128,7 +128,7 @@ def test_validate_figure_draws_only_the_parts_that_were_run():
 
     from specsim.presentation.validate_plots import close, validate_figure
 
-    verify = pd.DataFrame({"ctx_len": [128, 128], "m": [1, 8], "predicted_s": [0.016, 0.043],
+    verify = pd.DataFrame({"context_len": [128, 128], "m": [1, 8], "predicted_s": [0.016, 0.043],
                            "measured_s": [0.015, 0.031], "measured_min_s": [0.014, 0.029], "measured_max_s": [0.016, 0.033]})
     spec = pd.DataFrame({"drafter": ["prompt-lookup"], "layers": [float("nan")], "k": [4], "workload": ["code-edit"],
                          "predicted_tokens_per_s": [95.1], "predicted_tokens_per_s_low": [67.8],

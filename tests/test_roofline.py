@@ -26,7 +26,7 @@ def _tiny(**over):
 
 
 def test_weight_bytes_at_batch_one_are_the_linear_weights():
-    c = step_cost(SEED_70B, HBM, batch_size=1, q_len=1, ctx_len=0)
+    c = step_cost(SEED_70B, HBM, batch_size=1, q_len=1, context_len=0)
     assert float(c.weights.bytes) == 80 * LAYER_LINEAR_PARAMS * 2
     assert float(c.weights.flops) == 2 * 80 * LAYER_LINEAR_PARAMS
     # bandwidth bound: bytes / 2.0e12
@@ -34,43 +34,43 @@ def test_weight_bytes_at_batch_one_are_the_linear_weights():
 
 
 def test_lm_head_streams_the_vocabulary_projection_and_writes_fp32_logits():
-    c = step_cost(SEED_70B, HBM, batch_size=2, q_len=3, ctx_len=0)
+    c = step_cost(SEED_70B, HBM, batch_size=2, q_len=3, context_len=0)
     assert float(c.lm_head.bytes) == 32000 * 8192 * 2 + 6 * 32000 * 4
     assert float(c.lm_head.flops) == 2 * 6 * 32000 * 8192
 
 
 def test_fused_attention_reads_each_cache_once_per_step():
-    c = step_cost(SEED_70B, HBM, batch_size=3, q_len=1, ctx_len=256)
+    c = step_cost(SEED_70B, HBM, batch_size=3, q_len=1, context_len=256)
     assert float(c.attention.bytes) == 3 * 257 * KV_BYTES_PER_TOKEN
     assert float(c.kv_write.bytes) == 3 * 1 * KV_BYTES_PER_TOKEN
 
 
 def test_naive_attention_rereads_the_cache_per_query_token():
     L, M = 131072, 8
-    fused = step_cost(SEED_70B, HBM, q_len=M, ctx_len=L, attention="fused")
-    naive = step_cost(SEED_70B, HBM, q_len=M, ctx_len=L, attention="naive")
+    fused = step_cost(SEED_70B, HBM, q_len=M, context_len=L, attention="fused")
+    naive = step_cost(SEED_70B, HBM, q_len=M, context_len=L, attention="naive")
     # causal block: M·L + M(M+1)/2 query-key pairs against L + M cached rows read once
     assert float(naive.attention.bytes / fused.attention.bytes) == pytest.approx((M * L + 36) / (L + M), rel=1e-12)
     assert float(naive.time_s) > float(fused.time_s)
 
 
 def test_attention_flops_per_pair_by_hand():
-    c = step_cost(SEED_70B, HBM, batch_size=1, q_len=1, ctx_len=99)
+    c = step_cost(SEED_70B, HBM, batch_size=1, q_len=1, context_len=99)
     # 100 pairs × 80 layers × 4 × 64 heads × 128
     assert float(c.attention.flops) == 100 * 80 * 4 * 64 * 128
 
 
 def test_compute_bound_at_large_batch():
-    c = step_cost(SEED_70B, HBM, batch_size=4096, q_len=1, ctx_len=0)
+    c = step_cost(SEED_70B, HBM, batch_size=4096, q_len=1, context_len=0)
     flops = 2 * 80 * LAYER_LINEAR_PARAMS * 4096
     assert float(c.weights.time_s) == pytest.approx(flops / 312e12, rel=1e-12)
 
 
 def test_verify_stays_on_the_bandwidth_plateau_until_tokens_pass_the_ridge():
     # ridge of the idealised part: 312e12 / 2e12 = 156 FLOP/byte; fp16 weights give 1 FLOP/byte per token
-    plain = float(step_cost(SEED_70B, HBM, q_len=1, ctx_len=0).weights.time_s)
-    below = float(step_cost(SEED_70B, HBM, q_len=64, ctx_len=0).weights.time_s)
-    above = float(step_cost(SEED_70B, HBM, q_len=312, ctx_len=0).weights.time_s)
+    plain = float(step_cost(SEED_70B, HBM, q_len=1, context_len=0).weights.time_s)
+    below = float(step_cost(SEED_70B, HBM, q_len=64, context_len=0).weights.time_s)
+    above = float(step_cost(SEED_70B, HBM, q_len=312, context_len=0).weights.time_s)
     assert below == pytest.approx(plain, rel=1e-12)
     assert above == pytest.approx(2 * plain, rel=1e-12)  # 312 tokens = twice the ridge
 
@@ -85,7 +85,7 @@ def test_moe_expected_experts_matches_monte_carlo():
                     for _ in range(4000)]
         mc = np.mean(distinct)
         se = np.std(distinct) / np.sqrt(len(distinct))
-        c = step_cost(moe, HBM, batch_size=tokens, q_len=1, ctx_len=0)
+        c = step_cost(moe, HBM, batch_size=tokens, q_len=1, context_len=0)
         touched = (float(c.weights.bytes) / 2 / 4 - attn - 256 * 8) / expert
         assert abs(touched - mc) < 5 * se + 1e-9, (tokens, touched, mc)
 
@@ -97,8 +97,8 @@ def test_tensor_parallel_splits_weights_and_adds_allreduce():
             "memory_gb": "test", "mem_bandwidth_gb_s": "test", "interconnect_gb_s": "test",
             "interconnect_latency_us": "test", "peak_tflops": "test"}})
     m = _tiny()
-    one = step_cost(m, hw, batch_size=4, q_len=2, ctx_len=10, tp=1)
-    two = step_cost(m, hw, batch_size=4, q_len=2, ctx_len=10, tp=2)
+    one = step_cost(m, hw, batch_size=4, q_len=2, context_len=10, tp=1)
+    two = step_cost(m, hw, batch_size=4, q_len=2, context_len=10, tp=2)
     assert float(two.weights.bytes) == float(one.weights.bytes) / 2
     assert float(one.communication_s) == 0.0
     # 4 layers × 2 all-reduces (after attention, after the FFN) × (5 µs + 2·(1/2)·8 tokens·256·2 B / 100 GB/s)
@@ -112,23 +112,23 @@ def test_tensor_parallel_needs_an_interconnect():
 
 def test_sliding_window_caps_attention():
     m = _tiny(sliding_window=64)
-    a = step_cost(m, HBM, ctx_len=64)
-    b = step_cost(m, HBM, ctx_len=10_000)
+    a = step_cost(m, HBM, context_len=64)
+    b = step_cost(m, HBM, context_len=10_000)
     assert float(a.attention.bytes) == float(b.attention.bytes)
-    assert float(kv_bytes_per_device(m, batch_size=1, ctx_len=10_000)) == 64 * m.kv_bytes_per_token
+    assert float(kv_bytes_per_device(m, batch_size=1, context_len=10_000)) == 64 * m.kv_bytes_per_token
 
 
 def test_mla_cache_holds_the_latent_only():
     m = _tiny(n_heads=8, n_kv_heads=8, mla={"q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
                                             "qk_rope_head_dim": 8, "v_head_dim": 16})
-    c = step_cost(m, HBM, ctx_len=99, tp=1)
+    c = step_cost(m, HBM, context_len=99, tp=1)
     assert float(c.attention.bytes) == 100 * 4 * (32 + 8) * 2  # tokens × layers × latent × bf16
 
 
 def test_mixed_batch_equals_uniform_batch():
     # a second path through the accounting: per-sequence arrays summed vs closed-form B·(...)
-    u = step_cost(SEED_70B, HBM, batch_size=5, q_len=4, ctx_len=300)
-    m = mixed_step_cost(SEED_70B, HBM, q_lens=np.full(5, 4), ctx_lens=np.full(5, 300))
+    u = step_cost(SEED_70B, HBM, batch_size=5, q_len=4, context_len=300)
+    m = mixed_step_cost(SEED_70B, HBM, q_lens=np.full(5, 4), context_lens=np.full(5, 300))
     assert float(m.time_s) == pytest.approx(float(u.time_s), rel=1e-12)
 
 
@@ -138,7 +138,7 @@ def test_order_of_magnitude_cpu_step():
     assert 0.02 < t < 0.1
 
 
-@pytest.mark.parametrize("field,value", [("batch_size", 0), ("q_len", 0), ("ctx_len", -1), ("batch_size", 2.5)])
+@pytest.mark.parametrize("field,value", [("batch_size", 0), ("q_len", 0), ("context_len", -1), ("batch_size", 2.5)])
 def test_bad_shapes_are_refused(field, value):
     with pytest.raises(SpecError, match=field):
         step_cost(SEED_70B, HBM, **{field: value})
@@ -153,9 +153,9 @@ def test_vectorised_over_a_grid():
     b = np.array([1, 8, 64])[:, None, None]
     m = np.array([1, 4, 16])[None, :, None]
     l = np.array([0, 4096])[None, None, :]
-    c = step_cost(SEED_70B, HBM, batch_size=b, q_len=m, ctx_len=l)
+    c = step_cost(SEED_70B, HBM, batch_size=b, q_len=m, context_len=l)
     assert c.time_s.shape == (3, 3, 2)
-    assert float(c.time_s[1, 2, 1]) == float(step_cost(SEED_70B, HBM, batch_size=8, q_len=16, ctx_len=4096).time_s)
+    assert float(c.time_s[1, 2, 1]) == float(step_cost(SEED_70B, HBM, batch_size=8, q_len=16, context_len=4096).time_s)
 
 
 MODELS = [SEED_70B, _tiny(), _tiny(moe={"n_experts": 8, "n_experts_per_token": 2, "expert_ffn_size": 128}),
@@ -165,9 +165,9 @@ MODELS = [SEED_70B, _tiny(), _tiny(moe={"n_experts": 8, "n_experts_per_token": 2
 
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(range(len(MODELS))), st.integers(1, 512), st.integers(1, 64), st.integers(0, 200_000),
-       st.sampled_from(["fused", "naive"]), st.sampled_from(["batch_size", "q_len", "ctx_len"]), st.integers(1, 1000))
+       st.sampled_from(["fused", "naive"]), st.sampled_from(["batch_size", "q_len", "context_len"]), st.integers(1, 1000))
 def test_step_time_never_decreases_with_b_m_or_l(mi, b, m, l, kernel, axis, step):
-    args = {"batch_size": b, "q_len": m, "ctx_len": l}
+    args = {"batch_size": b, "q_len": m, "context_len": l}
     base = float(step_cost(MODELS[mi], HBM, attention=kernel, **args).time_s)
     args[axis] += step
     assert float(step_cost(MODELS[mi], HBM, attention=kernel, **args).time_s) >= base
@@ -184,9 +184,9 @@ LLAMA_70B = load_model("llama-2-70b")
 
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(range(len(MODELS))), st.integers(1, 512), st.integers(1, 64), st.integers(0, 200_000),
-       st.sampled_from(["batch_size", "q_len", "ctx_len"]), st.integers(1, 1000), st.sampled_from([1, 2]))
+       st.sampled_from(["batch_size", "q_len", "context_len"]), st.integers(1, 1000), st.sampled_from([1, 2]))
 def test_step_time_never_decreases_on_a_measured_curve(mi, b, m, l, axis, step, tp):
-    args = {"batch_size": b, "q_len": m, "ctx_len": l}
+    args = {"batch_size": b, "q_len": m, "context_len": l}
     base = float(step_cost(MODELS[mi], H100, tp=tp, **args).time_s)
     args[axis] += step
     assert float(step_cost(MODELS[mi], H100, tp=tp, **args).time_s) >= base
@@ -202,7 +202,7 @@ def test_step_splits_into_token_logit_attention_and_fixed_parts(hw_id):
         q, l = rng.integers(1, 300, n), rng.integers(0, 5000, n)
         g = np.minimum(q, rng.integers(0, 3, n))
         for kernel in ("fused", "naive"):
-            exact = float(mixed_step_cost(model, hw, q_lens=q, ctx_lens=l, logit_lens=g, tp=2, attention=kernel).time_s)
+            exact = float(mixed_step_cost(model, hw, q_lens=q, context_lens=l, logit_lens=g, tp=2, attention=kernel).time_s)
             pairs = float(np.sum(q * l + q * (q + 1) / 2))
             kv = float(np.sum(l + q)) if kernel == "fused" else pairs
             parts = (token_time_s(model, hw, q.sum(), tp=2) + logits_time_s(model, hw, g.sum(), tp=2)
@@ -234,8 +234,8 @@ def test_a_stack_efficiency_leaves_the_measured_curve_alone_and_prices_attention
     # leaves the weights, LM head and activations as measured and doubles attention and the KV write
     half = replace(H100.efficiency, bandwidth_frac=H100.efficiency.bandwidth_frac / 2,
                    compute_frac=H100.efficiency.compute_frac / 2)
-    own = step_cost(LLAMA_70B, H100, batch_size=4, ctx_len=2000)
-    slow = step_cost(LLAMA_70B, H100, batch_size=4, ctx_len=2000, efficiency=half)
+    own = step_cost(LLAMA_70B, H100, batch_size=4, context_len=2000)
+    slow = step_cost(LLAMA_70B, H100, batch_size=4, context_len=2000, efficiency=half)
     for c in ("weights", "lm_head", "activations"):
         assert float(getattr(slow, c).time_s) == float(getattr(own, c).time_s), c
     for c in ("attention", "kv_write"):
@@ -270,5 +270,5 @@ def test_parts_without_a_fitted_curve_stay_on_the_pure_roofline():
 def test_h100_decode_step_order_of_magnitude():
     # Llama-2-70B at tp 8, batch 1: at least the weights (138 GB / 8 / 3.35 TB/s = 5.1 ms), well under
     # Splitwise's measured 29.8 ms whole step (host and fixed costs are not in the device model)
-    c = step_cost(LLAMA_70B, H100, batch_size=1, ctx_len=512, tp=8)
+    c = step_cost(LLAMA_70B, H100, batch_size=1, context_len=512, tp=8)
     assert 5.1e-3 < float(c.time_s - c.overhead_s) < 29.8e-3

@@ -68,12 +68,12 @@ def test_closed_loop_reaches_the_analytical_throughput(seed_pair, batch, k):
     assert r.summary["n_done"] == batch * n_rounds
 
     ctx = PROMPT + OUTPUT / 2  # mean cached context over a request's decode steps
-    plain = step_cost(target, hw, batch_size=batch, q_len=1, ctx_len=ctx).time_s
+    plain = step_cost(target, hw, batch_size=batch, q_len=1, context_len=ctx).time_s
     if k == 0:
         analytic = batch / float(plain)
     else:
-        draft = step_cost(drafter, hw, batch_size=batch, q_len=1, ctx_len=ctx).time_s
-        verify = step_cost(target, hw, batch_size=batch, q_len=k + 1, ctx_len=ctx).time_s
+        draft = step_cost(drafter, hw, batch_size=batch, q_len=1, context_len=ctx).time_s
+        verify = step_cost(target, hw, batch_size=batch, q_len=k + 1, context_len=ctx).time_s
         tau = float(tokens_per_cycle_iid(alpha, k))
         analytic = float(cycle_times(target_step_time_s=plain, draft_time_s=k * draft, verify_time_s=verify,
                                      tokens_per_cycle=tau, batch_size=batch).tokens_per_s)
@@ -102,14 +102,14 @@ def test_fitted_cost_twin_equals_mixed_step_cost(hw_id, target_id, drafter_id, t
     rng = np.random.default_rng(5)
     for n in (1, 3, 17, 200):
         mix = _random_mix(rng, n, 6)
-        ref = float(mixed_step_cost(target, hw, q_lens=mix.q_lens, ctx_lens=mix.ctx_lens, logit_lens=mix.logit_lens,
+        ref = float(mixed_step_cost(target, hw, q_lens=mix.q_lens, context_lens=mix.context_lens, logit_lens=mix.logit_lens,
                                     tp=tp).time_s)
         assert fast.target_time_s(mix) == pytest.approx(ref, rel=1e-9)
         assert fast.draft_time_s(mix) == pytest.approx(exact.draft_time_s(mix), rel=1e-9)
     # the drafter's K passes by hand for a uniform decode batch: pass j at context ctx + j
     ctx = np.array([100, 2000, 50], dtype=np.int64)
     mix = IterationMix(np.full(3, 4), ctx, np.full(3, 4), np.full(3, 3), np.zeros(3, dtype=bool))
-    by_hand = sum(float(mixed_step_cost(drafter, hw, q_lens=np.ones(3, dtype=np.int64), ctx_lens=ctx + j).time_s)
+    by_hand = sum(float(mixed_step_cost(drafter, hw, q_lens=np.ones(3, dtype=np.int64), context_lens=ctx + j).time_s)
                   for j in range(3))
     assert fast.draft_time_s(mix) == pytest.approx(by_hand, rel=1e-9)
 
@@ -130,8 +130,8 @@ def test_kv_capacity_by_hand():
     assert target.n_layers == 80 and target.n_kv_heads == 8 and target.head_dim == 128
     per_block = 16 * (80 * 2 * 8 * 128 * 2 / 4 + 16 * 2 * 8 * 64 * 2)
     assert cap.bytes_per_block == pytest.approx(per_block)
-    assert cap.bytes_per_block == pytest.approx(16 * (float(kv_bytes_per_device(target, batch_size=1, ctx_len=1, tp=4))
-                                                       + float(kv_bytes_per_device(drafter, batch_size=1, ctx_len=1))))
+    assert cap.bytes_per_block == pytest.approx(16 * (float(kv_bytes_per_device(target, batch_size=1, context_len=1, tp=4))
+                                                       + float(kv_bytes_per_device(drafter, batch_size=1, context_len=1))))
     free = 0.9 * 80 * 2**30 - target.weight_bytes / 4 - drafter.weight_bytes
     assert cap.n_blocks == int(free // per_block)
     assert 150_000 < cap.capacity_tokens < 500_000  # ~40 GB of ~115 kB tokens: a few hundred thousand
@@ -153,7 +153,7 @@ def test_other_drafter_families_cost_what_specsim_drafters_says(method):
     cost = ServingCost(op)
     ctx = np.array([496, 512, 528, 512], dtype=np.int64)
     mix = IterationMix(np.full(4, 5), ctx, np.full(4, 5), np.full(4, 4), np.zeros(4, dtype=bool))
-    dc = drafters.draft_cost(op.drafter, op.target, op.deployment, batch_size=4, k=4, ctx_len=512)
+    dc = drafters.draft_cost(op.drafter, op.target, op.deployment, batch_size=4, k=4, context_len=512)
     assert cost.draft_time_s(mix) + cost.verify_extra_s(mix) == pytest.approx(
         float(dc.draft_time_s + dc.verify_extra_s), rel=1e-9)
     plain = IterationMix(np.ones(4, dtype=np.int64), ctx, np.ones(4, dtype=np.int64), np.zeros(4, dtype=np.int64),
@@ -176,7 +176,7 @@ def test_tree_drafting_passes_by_hand():
     ctx = np.array([300, 700], dtype=np.int64)
     # M = 7 nodes, depth 3: 2 nodes a level; pass j scores 2 tokens per sequence at ctx + 2j
     mix = IterationMix(np.full(2, 7), ctx, np.full(2, 7), np.full(2, 3), np.zeros(2, dtype=bool), tree_size=7)
-    by_hand = sum(float(mixed_step_cost(drafter, hw, q_lens=np.full(2, 2), ctx_lens=ctx + 2 * j).time_s)
+    by_hand = sum(float(mixed_step_cost(drafter, hw, q_lens=np.full(2, 2), context_lens=ctx + 2 * j).time_s)
                   for j in range(3))
     assert fast.draft_time_s(mix) == pytest.approx(by_hand, rel=1e-9)
     assert exact.draft_time_s(mix) == pytest.approx(by_hand, rel=1e-12)

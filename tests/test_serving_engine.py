@@ -70,7 +70,7 @@ def test_cost_callable_sees_the_iteration_mix():
     seen = []
 
     def cost(mix):
-        seen.append((mix.q_lens.tolist(), mix.ctx_lens.tolist(), mix.logit_lens.tolist(), mix.draft_k.tolist(),
+        seen.append((mix.q_lens.tolist(), mix.context_lens.tolist(), mix.logit_lens.tolist(), mix.draft_k.tolist(),
                      mix.is_prefill.tolist()))
         return TICK
 

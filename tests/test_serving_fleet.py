@@ -333,7 +333,7 @@ def test_catchup_is_priced_as_a_longer_first_drafting_pass():
     with_c = IterationMix(q, ctx, q, dk, np.zeros(4, bool), drafter_on=True, catchup=c)
     work_ = op.drafter.family.work(op.drafter, op.target, op.deployment.tp)
     kw = dict(tp=work_.pass_tp, attention=op.deployment.attention, efficiency=op.deployment.eff)
-    step = lambda qq, ll: float(mixed_step_cost(work_.pass_model, op.hardware, q_lens=qq, ctx_lens=ll,  # noqa: E731
+    step = lambda qq, ll: float(mixed_step_cost(work_.pass_model, op.hardware, q_lens=qq, context_lens=ll,  # noqa: E731
                                                 logit_lens=np.ones(4, dtype=np.int64), **kw).time_s)
     expected = step(1 + c, ctx - c) - step(np.ones(4, dtype=np.int64), ctx)
     assert cost.catchup_time_s(with_c) == pytest.approx(expected, rel=1e-9)

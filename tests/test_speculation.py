@@ -98,7 +98,7 @@ def test_a_chain_shaped_tree_gives_the_chain_closed_form(alpha, k):
 
 def test_seed_cycle_by_hand():
     # 5 × 1 ms + 70 ms = 75 ms; 3.5 tokens → 46.7 tok/s against 14.3 (seed article)
-    c = speculative_cycle(SEED, T70, DEP, batch_size=1, k=5, ctx_len=256, tokens_per_cycle=3.5)
+    c = speculative_cycle(SEED, T70, DEP, batch_size=1, k=5, context_len=256, tokens_per_cycle=3.5)
     assert float(c.cycle_time_s) == pytest.approx(0.075, rel=0.01)
     assert float(c.tokens_per_s) == pytest.approx(3.5 / 0.075, rel=0.01)
     assert float(c.speedup) == pytest.approx(3.5 * 0.070 / 0.075, rel=0.01)
@@ -115,10 +115,10 @@ def test_speedup_decays_from_about_tau_to_a_regression_under_load():
 def test_verify_pass_stays_near_one_token_until_b_m_passes_the_ridge():
     ridge = HBM.ridge_flops_per_byte("fp16")  # 312e12 / 2e12 = 156
     assert ridge == pytest.approx(156)
-    one = target_step_time(T70, DEP, batch_size=1, q_len=1, ctx_len=256)
-    assert float(target_step_time(T70, DEP, batch_size=1, q_len=64, ctx_len=256) / one) < 1.05  # 64 < 156
+    one = target_step_time(T70, DEP, batch_size=1, q_len=1, context_len=256)
+    assert float(target_step_time(T70, DEP, batch_size=1, q_len=64, context_len=256) / one) < 1.05  # 64 < 156
     # B·M = 64 × 8 = 512 > 156: compute bound, 2 × 70e9 × 512 / 312e12 = 0.23 s against 0.07 s by hand
-    big = target_step_time(T70, DEP, batch_size=64, q_len=8, ctx_len=256)
+    big = target_step_time(T70, DEP, batch_size=64, q_len=8, context_len=256)
     assert float(big) == pytest.approx(2 * 70e9 * 512 / 312e12, rel=0.05)
 
 
@@ -144,7 +144,7 @@ def test_grid_equals_pointwise_evaluation(method):
         k, m, b, l, a = (g.k[idx], g.tree_size[idx], g.batch_size[idx], g.context_len[idx], g.alpha[idx])
         tm = int(m) if g.is_tree else None
         tau = tokens_per_cycle(cfg, alpha=a, k=int(k), tree_size=tm)
-        c = speculative_cycle(cfg, T70, DEP, batch_size=int(b), k=int(k), ctx_len=int(l), tokens_per_cycle=tau,
+        c = speculative_cycle(cfg, T70, DEP, batch_size=int(b), k=int(k), context_len=int(l), tokens_per_cycle=tau,
                               tree_size=tm)
         assert g.speedup[idx] == pytest.approx(float(c.speedup), rel=1e-12)
 
@@ -184,21 +184,21 @@ def test_best_config_and_thresholds():
 
 
 def test_hardware_aware_tree_is_wide_on_hbm_and_narrow_on_a_cpu():
-    m_hbm, s_hbm = hardware_best_tree_size(SEED, T70, DEP, alpha=0.78, k=6, batch_size=1, ctx_len=256)
+    m_hbm, s_hbm = hardware_best_tree_size(SEED, T70, DEP, alpha=0.78, k=6, batch_size=1, context_len=256)
     assert m_hbm >= 32 and s_hbm > 3
     t7 = load_model("seed-7b-q4")
     cfg = make_config("draft_model", t7, drafter="seed-0.5b")
     cpu = Deployment.from_stack(DDR5, load_stack("llama.cpp"))
-    m_cpu, _ = hardware_best_tree_size(cfg, t7, cpu, alpha=0.7, k=4, batch_size=1, ctx_len=256)
+    m_cpu, _ = hardware_best_tree_size(cfg, t7, cpu, alpha=0.7, k=4, batch_size=1, context_len=256)
     assert 4 <= m_cpu <= 8  # seed article: "think M of 4 to 8, not 64"
     # the same search at a large batch shrinks the tree on HBM too
-    m_busy, _ = hardware_best_tree_size(SEED, T70, DEP, alpha=0.78, k=6, batch_size=64, ctx_len=256)
+    m_busy, _ = hardware_best_tree_size(SEED, T70, DEP, alpha=0.78, k=6, batch_size=64, context_len=256)
     assert m_busy < m_hbm
 
 
 def test_trees_need_a_stack_that_verifies_them():
     dep = Deployment.from_stack(HBM, load_stack("vllm"))
     with pytest.raises(Exception, match="tree"):
-        speculative_cycle(SEED, T70, dep, batch_size=1, k=4, ctx_len=0, tokens_per_cycle=3.0, tree_size=16)
+        speculative_cycle(SEED, T70, dep, batch_size=1, k=4, context_len=0, tokens_per_cycle=3.0, tree_size=16)
     with pytest.raises(Exception, match="tree"):  # refused, not silently run as a chain
         evaluate_grid(SEED, T70, dep, k=[4], tree_size=[16], batch_size=[1], context_len=[0], alpha=[0.8])

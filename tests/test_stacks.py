@@ -40,14 +40,14 @@ def test_gpt_fast_reproduces_its_readme_llama2_7b_rate():
     # gpt-fast README: Llama-2-7B fp16 on an A100-80GB at batch 1 runs 104.9 tok/s. 10 %: the README's
     # prompt is 5 tokens (we use 16) and its bandwidth figure counts weights only.
     dep = Deployment.from_stack(load_hardware("a100-sxm-80gb"), load_stack("gpt-fast"))
-    t = float(target_step_time(load_model("llama-2-7b"), dep, batch_size=1, q_len=1, ctx_len=16))
+    t = float(target_step_time(load_model("llama-2-7b"), dep, batch_size=1, q_len=1, context_len=16))
     assert 1.0 / t == pytest.approx(104.9, rel=0.10)
 
 
 def test_hf_eager_reproduces_the_pytorch_blog_baseline():
     # PyTorch blog 'GPT, Fast': the plain eager Llama-7B runs at 25.5 tok/s on an A100-80GB
     dep = Deployment.from_stack(load_hardware("a100-sxm-80gb"), load_stack("hf-eager"))
-    t = float(target_step_time(load_model("llama-2-7b"), dep, batch_size=1, q_len=1, ctx_len=16))
+    t = float(target_step_time(load_model("llama-2-7b"), dep, batch_size=1, q_len=1, context_len=16))
     assert 1.0 / t == pytest.approx(25.5, rel=0.10)
 
 
@@ -58,14 +58,14 @@ def test_layer_split_adds_memory_not_bandwidth():
     two = Deployment.from_stack(hw, stack, n_devices=2)
     assert two.tp == 1 and two.memory_split == 2
     m = load_model("llama-2-13b")
-    t1 = float(target_step_time(m, one, batch_size=1, q_len=1, ctx_len=100))
-    t2 = float(target_step_time(m, two, batch_size=1, q_len=1, ctx_len=100))
+    t1 = float(target_step_time(m, one, batch_size=1, q_len=1, context_len=100))
+    t2 = float(target_step_time(m, two, batch_size=1, q_len=1, context_len=100))
     assert t2 == pytest.approx(t1 + stack.layer_split_hop_s, rel=1e-12)
     # a tensor-parallel stack on two devices is faster than one device
     tp = Deployment.from_stack(hw, load_stack("vllm"), n_devices=2)
     assert tp.tp == 2
-    assert float(target_step_time(m, tp, batch_size=1, q_len=1, ctx_len=100)) < float(
-        step_cost(m, hw, batch_size=1, q_len=1, ctx_len=100, efficiency=tp.eff).time_s)
+    assert float(target_step_time(m, tp, batch_size=1, q_len=1, context_len=100)) < float(
+        step_cost(m, hw, batch_size=1, q_len=1, context_len=100, efficiency=tp.eff).time_s)
 
 
 def test_loader_refuses_unknown_keys_and_modes():

@@ -3,7 +3,7 @@
 
 `bench_rows` reads what `specsim decoder bench --out DIR` (or `--json FILE`) writes — one verify pass of
 M query tokens at context L per row — as the rows `calibration.fit` fits (hardware, target, tp,
-batch_size, q_len, ctx_len, logit_len, measured_time_s): tp 1, batch 1, q_len M, ctx_len L, and
+batch_size, q_len, context_len, logit_len, measured_time_s): tp 1, batch 1, q_len M, context_len L, and
 logit_len M (the decoder computes logits for every row of a pass). The fit (`fit.fit_efficiency`)
 finds the stack's bandwidth and compute fractions (which, on a part with a `[kernels]` table, apply to
 attention and the KV write only: the matrix products follow the measured curve) and its fixed costs
@@ -64,10 +64,10 @@ def bench_rows(path, *, hardware: str = "local", target: str | None = None) -> p
     rows = []
     for i, r in enumerate(data["rows"]):
         try:
-            m, ctx, t = int(r["m"]), int(r["ctx_len"]), float(r["verify_s"])
+            m, ctx, t = int(r["m"]), int(r["context_len"]), float(r["verify_s"])
         except (KeyError, TypeError, ValueError):
-            raise InputError(f"{where}: row {i}: expected m, ctx_len and verify_s") from None
-        rows.append(dict(hardware=hardware, target=target, tp=1, batch_size=1, q_len=m, ctx_len=ctx, logit_len=m,
+            raise InputError(f"{where}: row {i}: expected m, context_len and verify_s") from None
+        rows.append(dict(hardware=hardware, target=target, tp=1, batch_size=1, q_len=m, context_len=ctx, logit_len=m,
                          measured_time_s=t))
     if not rows:
         raise InputError(f"{where}: no rows")

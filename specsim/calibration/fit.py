@@ -14,7 +14,7 @@ soft-L1 loss, so one odd measurement does not drag the fit. The result is a froz
 (like scipy's OptimizeResult) carrying the fitted `Efficiency`, the per-row predictions before and
 after, and the errors — ready to save as a stack profile.
 
-Input rows: `hardware, target, tp, batch_size, q_len, ctx_len, logit_len, measured_time_s` (one
+Input rows: `hardware, target, tp, batch_size, q_len, context_len, logit_len, measured_time_s` (one
 forward pass each). `splitwise_rows` turns the Splitwise simulator's published profile
 (`perf_model.csv`: per-token decode time and prompt time, in ms, of Llama-2-70B and BLOOM-176B on
 DGX-A100/H100, tp 2–8) into such rows.
@@ -33,7 +33,7 @@ from ..specs.models import load_model
 from ..specs.tables import numeric_column, read_csv_table, require_columns, text_column
 from ..cost.roofline import kv_bytes_per_device, mixed_step_cost
 
-ROW_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "ctx_len", "logit_len", "measured_time_s")
+ROW_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "context_len", "logit_len", "measured_time_s")
 PARAMETERS = ("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s", "interconnect_latency_s")
 # Splitwise names → catalog ids. The power-capped H100 rows are left out: no catalog part models the cap.
 SPLITWISE_HARDWARE = {"a100-80gb": "a100-sxm-80gb", "h100-80gb": "h100-sxm"}
@@ -68,8 +68,10 @@ class Calibration:
 def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.DataFrame:
     """The rows with their columns as numbers, or a SpecError naming the line, the column, the value
     and what was expected: ids that are not in the catalogs, counts that are not whole numbers >= 1
-    (tp, batch_size, q_len) or >= 0 (ctx_len, logit_len), a time that is not a finite number > 0, and
-    a context that runs past the target's maximum (ctx_len + q_len <= max_context)."""
+    (tp, batch_size, q_len) or >= 0 (context_len, logit_len), a time that is not a finite number > 0, and
+    a context that runs past the target's maximum (context_len + q_len <= max_context)."""
+    if "ctx_len" in rows.columns and "context_len" not in rows.columns:
+        rows = rows.rename(columns={"ctx_len": "context_len"})  # the column's name in files written before 0.1
     require_columns(rows, ROW_COLUMNS, where=where, what="one measured forward pass per row")
     if rows.empty:
         raise InputError(f"{where}: no rows to fit")
@@ -79,7 +81,7 @@ def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.Dat
         out[col] = text_column(rows, col, where=where)
     for col in ("tp", "batch_size", "q_len"):
         out[col] = numeric_column(rows, col, where=where, integer=True, minimum=1)
-    for col in ("ctx_len", "logit_len"):
+    for col in ("context_len", "logit_len"):
         out[col] = numeric_column(rows, col, where=where, integer=True, minimum=0)
     out["measured_time_s"] = numeric_column(rows, "measured_time_s", where=where, minimum=0.0, exclusive_minimum=True,
                                             expected="a time in seconds > 0 (finite)")
@@ -93,11 +95,11 @@ def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.Dat
         m = load_model(target)
         if not m.max_context:
             continue
-        span = out.loc[idx, "ctx_len"] + out.loc[idx, "q_len"]
+        span = out.loc[idx, "context_len"] + out.loc[idx, "q_len"]
         over = span[span > m.max_context]
         if len(over):
             i = int(over.index[0])
-            raise field_error(f"{where}: line {i + 2}", "ctx_len", int(out.loc[i, "ctx_len"]),
+            raise field_error(f"{where}: line {i + 2}", "context_len", int(out.loc[i, "context_len"]),
                               f"<= {m.max_context - int(out.loc[i, 'q_len'])}: {target!r} holds at most {m.max_context} "
                               f"tokens and the pass adds q_len = {int(out.loc[i, 'q_len'])}")
     # a measured pass ran: its batch's cache (context and the pass's own tokens) fitted in the device's memory
@@ -105,14 +107,14 @@ def check_rows(rows: pd.DataFrame, *, where: str = "calibration rows") -> pd.Dat
         hw, m = load_hardware(hw_id), load_model(target)
         d = out.loc[idx]
         kv = kv_bytes_per_device(m, batch_size=d["batch_size"].to_numpy(float),
-                                 ctx_len=(d["ctx_len"] + d["q_len"]).to_numpy(float), tp=1)
+                                 context_len=(d["context_len"] + d["q_len"]).to_numpy(float), tp=1)
         kv = kv / d["tp"].to_numpy(float)  # the least one device of the group can hold: a 1/tp share
         over = np.flatnonzero(kv > hw.memory_bytes)
         if len(over):
             i = int(d.index[over[0]])
             raise field_error(f"{where}: line {i + 2}", "batch_size", int(out.loc[i, "batch_size"]),
                               f"a batch whose KV cache fits on {hw_id!r} ({hw.memory_bytes / 1e9:.1f} GB a device): "
-                              f"{int(out.loc[i, 'batch_size'])} sequences of {int(out.loc[i, 'ctx_len'] + out.loc[i, 'q_len'])} "
+                              f"{int(out.loc[i, 'batch_size'])} sequences of {int(out.loc[i, 'context_len'] + out.loc[i, 'q_len'])} "
                               f"tokens need {float(kv[over[0]]) / 1e9:.4g} GB a device at tp {int(out.loc[i, 'tp'])}")
     return out
 
@@ -130,7 +132,7 @@ def predict_rows(rows: pd.DataFrame, efficiency: Efficiency | None = None,
         if interconnect_latency_s is not None:
             hw = _with_latency(hw, interconnect_latency_s)
         b = int(r.batch_size)
-        out[i] = float(mixed_step_cost(model, hw, q_lens=np.full(b, int(r.q_len)), ctx_lens=np.full(b, int(r.ctx_len)),
+        out[i] = float(mixed_step_cost(model, hw, q_lens=np.full(b, int(r.q_len)), context_lens=np.full(b, int(r.context_len)),
                                        logit_lens=np.full(b, int(r.logit_len)), tp=int(r.tp),
                                        efficiency=efficiency).time_s)
     return out
@@ -220,18 +222,18 @@ def splitwise_rows(path, *, hardware: str | None = None) -> tuple[pd.DataFrame, 
     common = {"hardware": med["hardware"].map(SPLITWISE_HARDWARE), "target": med["model"].map(SPLITWISE_MODELS),
               "tp": med["tensor_parallel"].astype(int), "batch_size": med["batch_size"].astype(int)}
     decode = pd.DataFrame({**common, "phase": "decode", "q_len": 1,
-                           "ctx_len": (med["prompt_size"] + med["token_size"] // 2).astype(int), "logit_len": 1,
+                           "context_len": (med["prompt_size"] + med["token_size"] // 2).astype(int), "logit_len": 1,
                            "measured_time_s": med["token_time"] / 1e3})
     # the prefill of a configuration is measured once per (prompt, batch); keep one row of each
     pre = med.drop_duplicates(["hardware", "tensor_parallel", "prompt_size", "batch_size"])
     prefill = pd.DataFrame({"hardware": pre["hardware"].map(SPLITWISE_HARDWARE), "target": pre["model"].map(SPLITWISE_MODELS),
                             "tp": pre["tensor_parallel"].astype(int), "batch_size": pre["batch_size"].astype(int),
-                            "phase": "prefill", "q_len": pre["prompt_size"].astype(int), "ctx_len": 0, "logit_len": 1,
+                            "phase": "prefill", "q_len": pre["prompt_size"].astype(int), "context_len": 0, "logit_len": 1,
                             "measured_time_s": pre["prompt_time"] / 1e3})
     rows = pd.concat([decode, prefill], ignore_index=True)
     # Splitwise profiled some configurations past the model's trained context (the timing is real,
     # but the catalog refuses such a context everywhere else): leave them out and say so
-    span = rows["ctx_len"] + rows["q_len"]
+    span = rows["context_len"] + rows["q_len"]
     limit = rows["target"].map(lambda t: load_model(t).max_context or np.inf)
     over = rows[span > limit]
     if len(over):

@@ -154,8 +154,8 @@ class MachineProfile:
             big = d[(d["m"] == d["m"].max()) & (d["shape"] == "head")]
             per_fmt[fmt] = {"matvec_gb_s": float(one["bytes"].iloc[0] / one["time_s"].iloc[0] / 1e9) if len(one) else None,
                             "matmat_tops": float(big["flops"].iloc[0] / big["time_s"].iloc[0] / 1e12) if len(big) else None}
-        att = self.attention[(self.attention["threads"] == t) & (self.attention["m"] == 1)].sort_values("ctx_len")
-        per_token = (float(np.polyfit(att["ctx_len"], att["time_s"], 1)[0]) if len(att) >= 2 else None)
+        att = self.attention[(self.attention["threads"] == t) & (self.attention["m"] == 1)].sort_values("context_len")
+        per_token = (float(np.polyfit(att["context_len"], att["time_s"], 1)[0]) if len(att) >= 2 else None)
         return {"cpu": self.cpu, "threads": t, "mem_bandwidth_gb_s": self.mem_bandwidth_bytes_per_s / 1e9,
                 "peak_int8_tops": self.peak_int8_ops_per_s / 1e12, "peak_fp32_tflops": self.peak_fp32_flops_per_s / 1e12,
                 "formats": per_fmt, "attention_s_per_cached_token_per_layer": per_token, "floors_s": dict(self.floors),
@@ -240,7 +240,7 @@ class MachineProfile:
                          f"({r.size_bytes / r.time_max_s / 1e9:.2f}-{r.size_bytes / r.time_min_s / 1e9:.2f})")
         lines.append("# attention per layer (9 query heads, 3 kv heads of 64), us median")
         for r in self.attention.itertuples():
-            lines.append(f"#   threads {r.threads} M={r.m} context {r.ctx_len}: {r.time_s * 1e6:.1f}")
+            lines.append(f"#   threads {r.threads} M={r.m} context {r.context_len}: {r.time_s * 1e6:.1f}")
         if s["attention_s_per_cached_token_per_layer"] is not None:
             lines.append(f"#   M = 1: {s['attention_s_per_cached_token_per_layer'] * 1e9:.2f} ns per cached token per layer")
         lines.append("# floors (us): " + ", ".join(f"{k2} {v * 1e6:.2f}" for k2, v in self.floors.items()))
@@ -345,7 +345,7 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
                     out = np.zeros_like(q)
                     scores = np.zeros((g, m * h // g, ctx + m + 2), np.float32)
                     mask = np.tril(np.ones((m, m), np.bool_))
-                    att_rows.append(_row(threads=t, m=m, ctx_len=ctx,
+                    att_rows.append(_row(threads=t, m=m, context_len=ctx,
                                          # scores and values: 2 FLOP a multiply-add, each query head over every key
                                          flops=4.0 * m * h * (ctx + m) * e,
                                          t=_time(lambda: K.attention(out, scores, q, kc, vc, ctx, mask), reps)))
@@ -396,7 +396,7 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
 def attention_bytes(row) -> float:
     """Bytes of the KV cache one attention call of the machine's table reads: keys and values of the
     3 key/value heads of 64, float32, over context + M positions (the cost model's KV read)."""
-    return 2.0 * 3 * (row.ctx_len + row.m) * 64 * 4.0
+    return 2.0 * 3 * (row.context_len + row.m) * 64 * 4.0
 
 
 def fit_attention_overlap(att: pd.DataFrame, bandwidth_bytes_per_s: float) -> float:
@@ -449,11 +449,11 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
     att = attention[(attention["threads"] == t)] if "flops" in attention else attention.iloc[0:0]
     if len(att):
         big_att = att[(att["m"] == att["m"].max())]
-        big_att = big_att[big_att["ctx_len"] == big_att["ctx_len"].max()]
+        big_att = big_att[big_att["context_len"] == big_att["context_len"].max()]
         att_rate = float((big_att["flops"] / big_att["time_s"]).iloc[0])
         if att_rate > peak_fp32:
             peak_fp32, fp32_source = att_rate, (f"attention at M = {int(big_att['m'].iloc[0])}, context "
-                                                f"{int(big_att['ctx_len'].iloc[0])}")
+                                                f"{int(big_att['context_len'].iloc[0])}")
     floors = {}
     for kind in ("gemm_floor", "parallel_floor"):
         d = elementwise[(elementwise["kind"] == kind) & (elementwise["threads"] == t)]

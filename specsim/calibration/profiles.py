@@ -420,7 +420,7 @@ def splitwise_decode_breakdown(path, hardware: HardwareProfile, model: ModelSpec
     rows = []
     for r in med.itertuples(index=False):
         tp, b = int(r.tensor_parallel), int(r.batch_size)
-        c = step_cost(model, hardware, batch_size=b, q_len=1, ctx_len=prompt_size + token_size // 2, tp=tp,
+        c = step_cost(model, hardware, batch_size=b, q_len=1, context_len=prompt_size + token_size // 2, tp=tp,
                       efficiency=no_overhead)
         device = float(c.time_s)
         measured = float(r.token_time) * 1e-3

@@ -216,14 +216,14 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
                     refs.append(timer() - t1)
             med, lo, hi = _spread(ts)
             ref_med = float(np.median(refs))
-            sc = step_cost(op.target, op.hardware, batch_size=1, q_len=m, ctx_len=ctx, tp=dep.tp, attention=dep.attention,
+            sc = step_cost(op.target, op.hardware, batch_size=1, q_len=m, context_len=ctx, tp=dep.tp, attention=dep.attention,
                            efficiency=dep.eff)
             b = sc.breakdown()
             pred_cls = {cls: float(sum(b[f"{k}_time_s"] if k not in ("overhead",) else b["overhead_s"] for k in ks))
                         for cls, ks in CLASSES.items()}
             pred = float(sc.time_s)
             ratio_meas = float(np.median(np.asarray(ts) / np.asarray(refs)))
-            row = dict(ctx_len=ctx, m=m, predicted_s=pred, measured_s=med, measured_min_s=lo, measured_max_s=hi,
+            row = dict(context_len=ctx, m=m, predicted_s=pred, measured_s=med, measured_min_s=lo, measured_max_s=hi,
                        relative_error=pred / med - 1.0, reference_measured_s=ref_med, reference_predicted_s=ref_pred,
                        reference_drift=ref_med / ref_pred - 1.0, measured_ratio_to_reference=ratio_meas,
                        predicted_ratio_to_reference=pred / ref_pred,
@@ -236,10 +236,10 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
                 row["term"] = _blame(pred_cls, meas_cls) if abs(row["relative_error"]) > 0.10 else ""
             rows.append(row)
     df = pd.DataFrame(rows)
-    base = df[df["m"] == df["m"].min()].set_index("ctx_len")["measured_s"]
-    df["measured_ratio_to_m1"] = df["measured_s"] / df["ctx_len"].map(base)
-    pbase = df[df["m"] == df["m"].min()].set_index("ctx_len")["predicted_s"]
-    df["predicted_ratio_to_m1"] = df["predicted_s"] / df["ctx_len"].map(pbase)
+    base = df[df["m"] == df["m"].min()].set_index("context_len")["measured_s"]
+    df["measured_ratio_to_m1"] = df["measured_s"] / df["context_len"].map(base)
+    pbase = df[df["m"] == df["m"].min()].set_index("context_len")["predicted_s"]
+    df["predicted_ratio_to_m1"] = df["predicted_s"] / df["context_len"].map(pbase)
     return df
 
 
@@ -286,7 +286,7 @@ def predicted_reference_s(op) -> float:
     from ..cost.roofline import step_cost
 
     dep = op.deployment
-    return float(step_cost(op.target, op.hardware, batch_size=1, q_len=REFERENCE_M, ctx_len=REFERENCE_CTX, tp=dep.tp,
+    return float(step_cost(op.target, op.hardware, batch_size=1, q_len=REFERENCE_M, context_len=REFERENCE_CTX, tp=dep.tp,
                            attention=dep.attention, efficiency=dep.eff).time_s)
 
 
@@ -533,7 +533,7 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
         summary["verify_worst_abs_ratio_error"] = float(verify["ratio_error"].abs().max())
         summary["verify_reference_drift_range"] = [float(verify["reference_drift"].min()),
                                                    float(verify["reference_drift"].max())]
-        v8 = verify[verify["m"] == 8].set_index("ctx_len")["measured_ratio_to_m1"].to_dict()
+        v8 = verify[verify["m"] == 8].set_index("context_len")["measured_ratio_to_m1"].to_dict()
         summary["verify_m8_ratio_to_m1_by_context"] = {int(k): float(v) for k, v in v8.items()}
     if len(spec) and "relative_error" in spec:
         e = spec["relative_error"].dropna().abs()
@@ -575,7 +575,7 @@ def format_report(res: ValidateResult) -> str:
                   f"  {'L':>5} {'M':>3} {'predicted':>10} {'measured median [min–max]':>30} {'error':>7}  "
                   f"{'x ref meas/pred':>16} {'error':>7}  ref drift"]
         for r in v.itertuples():
-            lines.append(f"  {r.ctx_len:>5} {r.m:>3} {r.predicted_s * 1e3:>8.2f}ms {r.measured_s * 1e3:>9.2f}ms "
+            lines.append(f"  {r.context_len:>5} {r.m:>3} {r.predicted_s * 1e3:>8.2f}ms {r.measured_s * 1e3:>9.2f}ms "
                          f"[{r.measured_min_s * 1e3:.2f}–{r.measured_max_s * 1e3:.2f}] {r.relative_error:>+7.1%}  "
                          f"{r.measured_ratio_to_reference:>7.2f}/{r.predicted_ratio_to_reference:<7.2f} "
                          f"{r.ratio_error:>+7.1%}  {r.reference_drift:+.0%}"

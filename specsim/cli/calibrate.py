@@ -45,7 +45,7 @@ def _register_steps(sub) -> None:
         description="Fit how close to the roofline a serving stack gets (bandwidth and compute fractions, "
         "per-step and per-layer overhead, all-reduce latency) from measured forward-pass times, and report "
         "the roofline's error before and after. FILE is a CSV of rows (hardware, target, tp, batch_size, q_len, "
-        "ctx_len, logit_len, measured_time_s) or, with --format splitwise, the Splitwise simulator's perf_model.csv.",
+        "context_len, logit_len, measured_time_s) or, with --format splitwise, the Splitwise simulator's perf_model.csv.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("file", help="CSV of measured forward passes (or, with --format bench, the folder or bench.json "
                                 "that `specsim decoder bench --out/--json` wrote)")

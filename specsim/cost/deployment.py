@@ -105,10 +105,10 @@ class Deployment:
         return 0.0
 
 
-def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, ctx_len) -> np.ndarray:
+def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> np.ndarray:
     """One forward pass of the target (B sequences × M query tokens after L cached), seconds: the
     roofline step on one device of the group, plus the layer-split hops."""
-    t = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, ctx_len=ctx_len, tp=dep.tp,
+    t = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
                   attention=dep.attention, efficiency=dep.eff).time_s
     return t + dep.hop_s if dep.hop_s else t
 

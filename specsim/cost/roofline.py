@@ -336,16 +336,16 @@ def overhead_time_s(model: ModelSpec, hw: HardwareProfile, *, efficiency: Effici
     return float(_overhead(model, hw, efficiency))
 
 
-def _visible_context(model: ModelSpec, ctx_len: np.ndarray) -> np.ndarray:
-    return np.minimum(ctx_len, model.sliding_window) if model.sliding_window else ctx_len
+def _visible_context(model: ModelSpec, context_len: np.ndarray) -> np.ndarray:
+    return np.minimum(context_len, model.sliding_window) if model.sliding_window else context_len
 
 
-def step_cost(model: ModelSpec, hw: HardwareProfile, *, batch_size=1, q_len=1, ctx_len=0, tp: int = 1,
+def step_cost(model: ModelSpec, hw: HardwareProfile, *, batch_size=1, q_len=1, context_len=0, tp: int = 1,
               attention: str = "fused", efficiency: Efficiency | None = None) -> StepCost:
     """Cost of one forward pass of B sequences, each with M new query tokens after L cached ones.
 
     batch_size: B, sequences (≥ 1); q_len: M, new tokens per sequence (≥ 1): 1 for decode, K + 1 or
-    the tree size for verify, the chunk for prefill; ctx_len: L, tokens already in each sequence's
+    the tree size for verify, the chunk for prefill; context_len: L, tokens already in each sequence's
     cache (≥ 0). All three broadcast as numpy arrays. tp: tensor-parallel degree; the result is for
     one device of the group. attention: 'fused' or 'naive' (see the module docstring).
     """
@@ -354,7 +354,7 @@ def step_cost(model: ModelSpec, hw: HardwareProfile, *, batch_size=1, q_len=1, c
     _check_group(model, hw, tp)
     b = _as_array("batch_size", batch_size, 1)
     m = _as_array("q_len", q_len, 1)
-    l = _visible_context(model, _as_array("ctx_len", ctx_len, 0))
+    l = _visible_context(model, _as_array("context_len", context_len, 0))
     b, m, l = np.broadcast_arrays(b, m, l)
     pairs = b * (m * l + m * (m + 1) / 2.0)
     kv_read = b * (l + m) if attention == "fused" else pairs
@@ -362,19 +362,19 @@ def step_cost(model: ModelSpec, hw: HardwareProfile, *, batch_size=1, q_len=1, c
                  tp=tp, efficiency=efficiency)
 
 
-def mixed_step_cost(model: ModelSpec, hw: HardwareProfile, *, q_lens, ctx_lens, logit_lens=None, tp: int = 1,
+def mixed_step_cost(model: ModelSpec, hw: HardwareProfile, *, q_lens, context_lens, logit_lens=None, tp: int = 1,
                     attention: str = "fused", efficiency: Efficiency | None = None) -> StepCost:
     """Cost of one iteration over a heterogeneous batch (continuous batching): sequence i brings
-    q_lens[i] new tokens after ctx_lens[i] cached ones (decode: 1, verify: K + 1, prefill chunk: its
+    q_lens[i] new tokens after context_lens[i] cached ones (decode: 1, verify: K + 1, prefill chunk: its
     length). logit_lens[i] is how many of its positions need logits (default all; a prefill chunk
     that does not end its prompt needs none). Arrays of shape (n_seqs,); returns scalars."""
     if attention not in ATTENTION_KERNELS:
         raise field_error("step cost", "attention", attention, f"one of {ATTENTION_KERNELS}")
     _check_group(model, hw, tp)
     q = _as_array("q_lens", q_lens, 1)
-    l = _visible_context(model, _as_array("ctx_lens", ctx_lens, 0))
+    l = _visible_context(model, _as_array("context_lens", context_lens, 0))
     if q.shape != l.shape or q.ndim != 1:
-        raise field_error("mixed step cost", "ctx_lens", l.shape, f"a 1-D array shaped like q_lens {q.shape}")
+        raise field_error("mixed step cost", "context_lens", l.shape, f"a 1-D array shaped like q_lens {q.shape}")
     pairs = q * l + q * (q + 1) / 2.0
     kv_read = (l + q) if attention == "fused" else pairs
     logits = q if logit_lens is None else _as_array("logit_lens", logit_lens, 0)
@@ -389,12 +389,12 @@ def weight_bytes_per_device(model: ModelSpec, tp: int = 1) -> float:
     return model.weight_bytes / tp
 
 
-def kv_bytes_per_device(model: ModelSpec, *, batch_size, ctx_len, tp: int = 1):
+def kv_bytes_per_device(model: ModelSpec, *, batch_size, context_len, tp: int = 1):
     """KV cache one device holds for B sequences of L tokens (encoder-decoders: self + cross)."""
     blocks = _n_attention_blocks(model)
     per_token = blocks * model.kv_bytes_per_token * kv_shard_frac(model, tp)
     return np.asarray(batch_size, dtype=float) * np.minimum(
-        np.asarray(ctx_len, dtype=float), model.sliding_window or np.inf) * per_token
+        np.asarray(context_len, dtype=float), model.sliding_window or np.inf) * per_token
 
 
 def check_fits(hw: HardwareProfile, tp: int, parts: dict[str, float], *, what: str = "") -> float:

@@ -43,6 +43,6 @@ def verify_times(model, *, m_values=(1, 2, 4, 8, 16, 32, 64), contexts=(128, 512
                 times.append(timer() - t0)
             best = float(np.median(times))  # the typical pass (the name is kept for the row layout)
             base = best if m == 1 else base
-            rows.append(dict(ctx_len=ctx, m=m, verify_s=best, per_token_s=best / m,
+            rows.append(dict(context_len=ctx, m=m, verify_s=best, per_token_s=best / m,
                              ratio_to_m1=best / base if base else None))  # None: M = 1 not (yet) timed
     return rows

@@ -540,7 +540,7 @@ def _check_clock(clock: str, threads: int | None) -> None:
 class BenchResult:
     config: BenchConfig
     model_path: str
-    rows: tuple  # dicts: ctx_len, m, verify_s, per_token_s, ratio_to_m1 (None when M = 1 is not measured)
+    rows: tuple  # dicts: context_len, m, verify_s, per_token_s, ratio_to_m1 (None when M = 1 is not measured)
     undefined: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -554,7 +554,7 @@ class BenchResult:
         lines = [f"{'context':>8} {'M':>4} {'verify ms':>10} {'ms/token':>9} {'x M=1':>6}"]
         for r in self.rows:
             ratio = "—" if r["ratio_to_m1"] is None else f"{r['ratio_to_m1']:6.2f}"
-            lines.append(f"{r['ctx_len']:8d} {r['m']:4d} {r['verify_s'] * 1e3:10.2f} {r['per_token_s'] * 1e3:9.2f} {ratio:>6}")
+            lines.append(f"{r['context_len']:8d} {r['m']:4d} {r['verify_s'] * 1e3:10.2f} {r['per_token_s'] * 1e3:9.2f} {ratio:>6}")
         lines += [f"  — {k}: {v}" for k, v in self.undefined.items()]
         return "\n".join(lines)
 

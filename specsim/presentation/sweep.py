@@ -251,7 +251,7 @@ def _memory(point: OperatingPoint, g) -> np.ndarray:
     memory fit: target weights and cache of L + 1, plus the drafter's weights, cache and slots."""
     k, m = g.k[:, :, :1, :1, :1], g.tree_size[:, :, :1, :1, :1]
     parts = memory_parts(point.target, point.deployment, point.drafter, batch_size=g.batch_size,
-                         ctx_len=g.context_len, k=k, tree_size=m if g.is_tree else None)
+                         context_len=g.context_len, k=k, tree_size=m if g.is_tree else None)
     total = 0.0
     for v in parts.values():
         total = total + np.asarray(v, dtype=float)
@@ -339,7 +339,7 @@ def drafter_roofline_points(op: OperatingPoint, *, batch_sizes=(1, 4, 16, 64)) -
         return pd.DataFrame()
     hw = op.hardware
     b = np.asarray(list(batch_sizes), dtype=float)
-    c = step_cost(model, hw, batch_size=b, q_len=1, ctx_len=op.context_len, tp=work.pass_tp, attention=dep.attention,
+    c = step_cost(model, hw, batch_size=b, q_len=1, context_len=op.context_len, tp=work.pass_tp, attention=dep.attention,
                   efficiency=dep.eff)
     flops = np.broadcast_to(c.flops, c.time_s.shape)
     bytes_ = np.broadcast_to(c.bytes, c.time_s.shape)
@@ -364,7 +364,7 @@ def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch
     hw, target, dep = op.hardware, op.target, op.deployment
     m = np.asarray(list(tree_sizes), dtype=float)[None, :]
     b = np.asarray(list(batch_sizes), dtype=float)[:, None]
-    common = dict(ctx_len=op.context_len, tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
+    common = dict(context_len=op.context_len, tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
     c = step_cost(target, hw, batch_size=b, q_len=m, **common)
     one = step_cost(target, hw, batch_size=b, q_len=1, **common)
     flops = np.broadcast_to(c.flops, c.time_s.shape)

@@ -19,9 +19,9 @@ def verify_panel(ax, df: pd.DataFrame):
     median as dots with the min–max range as error bars."""
     artists = []
     cmap = plt.get_cmap("viridis")
-    ctxs = sorted(df["ctx_len"].unique())
+    ctxs = sorted(df["context_len"].unique())
     for i, ctx in enumerate(ctxs):
-        g = df[df["ctx_len"] == ctx].sort_values("m")
+        g = df[df["context_len"] == ctx].sort_values("m")
         c = cmap(i / max(1, len(ctxs) - 1) * 0.85)
         artists += ax.plot(g["m"], g["predicted_s"] * 1e3, color=c, lw=1.5, label=f"L = {ctx} predicted")
         err = np.vstack([(g["measured_s"] - g["measured_min_s"]) * 1e3, (g["measured_max_s"] - g["measured_s"]) * 1e3])

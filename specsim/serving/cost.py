@@ -127,7 +127,7 @@ class FastStep:
 
     def exact(self, q, l, g) -> float:
         return float(mixed_step_cost(self.model, self.hw, q_lens=np.asarray(q, dtype=np.int64),
-                                     ctx_lens=np.asarray(l, dtype=np.int64), logit_lens=np.asarray(g, dtype=np.int64),
+                                     context_lens=np.asarray(l, dtype=np.int64), logit_lens=np.asarray(g, dtype=np.int64),
                                      **self.kw).time_s)
 
     def __call__(self, q, l, g) -> float:
@@ -147,7 +147,7 @@ def _sum_ctx(mix: IterationMix) -> float:
     """Σ context over the mix, computed once per mix."""
     s = mix.sum_ctx
     if s is None:
-        s = mix.sum_ctx = float(np.add.reduce(mix.ctx_lens))
+        s = mix.sum_ctx = float(np.add.reduce(mix.context_lens))
     return s
 
 
@@ -198,7 +198,7 @@ class ServingCost:
             s = _sum_ctx(mix)
             t = n * uq
             return self.target.time(t, t, s + t, uq * s + n * (uq * uq + uq) / 2.0) + self.hop_s
-        return self.target(mix.q_lens, mix.ctx_lens, mix.logit_lens) + self.hop_s
+        return self.target(mix.q_lens, mix.context_lens, mix.logit_lens) + self.hop_s
 
     def draft_time_s(self, mix: IterationMix) -> float:
         """Drafting outside the verify pass: the family's passes and host search."""
@@ -235,7 +235,7 @@ class ServingCost:
         total = 0.0
         every = n == dk.size
         spec = None if every else dk > 0
-        ctx = mix.ctx_lens if every else mix.ctx_lens[spec]
+        ctx = mix.context_lens if every else mix.context_lens[spec]
         if n and w.host_s_per_seq_per_ktoken:
             total += w.host_s_per_seq_per_ktoken * float(np.maximum(ctx, 1).sum()) / 1000.0
         if self.drafter is None or w.n_passes != "k":
@@ -317,7 +317,7 @@ class ServingCost:
             # the drafter runs over the prefill chunks (and what it missed of them) in its first pass;
             # priced as the increment over pass 0 alone
             q_pf = mix.q_lens[pf]
-            l_pf = mix.ctx_lens[pf]
+            l_pf = mix.context_lens[pf]
             g_pf = mix.logit_lens[pf]
             c_pf = cu[pf] if cu is not None else None
             if c_pf is not None:
@@ -395,7 +395,7 @@ class ServingCost:
         """E[tokens per cycle] at depth K (a tree's compaction moves that many rows)."""
         ctx = self.op.context_len
         if self._context_dependent:
-            ctx = int(round(float(mix.ctx_lens[mix.draft_k > 0].mean())))
+            ctx = int(round(float(mix.context_lens[mix.draft_k > 0].mean())))
         key = (k, ctx)
         if key not in self._tau_cache:
             self._tau_cache[key] = tokens_per_cycle_at(self.op, k=k, tree_size=mix.tree_size or None, context_len=ctx)

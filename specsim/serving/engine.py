@@ -86,7 +86,7 @@ class IterationMix:
     """One iteration's work, what a cost callable is given. Arrays have shape (n_scheduled,).
 
     q_lens: target tokens per sequence (prefill chunk, or 1 + K for a decode: last token + drafts);
-    ctx_lens: tokens already in the sequence's cache; logit_lens: positions needing logits (a
+    context_lens: tokens already in the sequence's cache; logit_lens: positions needing logits (a
     prefill chunk that does not end its prompt needs none); draft_k: draft depth K per sequence
     (0 = not speculating; a chain drafts K tokens); is_prefill: bool. tree_size: M when the drafts
     form a tree of M nodes (root included) and depth K, verified as q_len = M; 0 for chains.
@@ -95,14 +95,14 @@ class IterationMix:
     row (ctx − its cached tokens), of a prefill row (chunk start − its cached tokens); None: none.
     """
 
-    __slots__ = ("q_lens", "ctx_lens", "logit_lens", "draft_k", "is_prefill", "tree_size", "drafter_on", "catchup",
+    __slots__ = ("q_lens", "context_lens", "logit_lens", "draft_k", "is_prefill", "tree_size", "drafter_on", "catchup",
                  "n_prefill", "n_spec", "uniform_q", "sum_ctx", "sum_catchup")
 
-    def __init__(self, q_lens, ctx_lens, logit_lens, draft_k, is_prefill, tree_size: int = 0, *,
+    def __init__(self, q_lens, context_lens, logit_lens, draft_k, is_prefill, tree_size: int = 0, *,
                  drafter_on: bool | None = None, catchup=None, n_prefill: int | None = None,
                  n_spec: int | None = None, uniform_q: int = 0):
         self.q_lens = q_lens
-        self.ctx_lens = ctx_lens
+        self.context_lens = context_lens
         self.logit_lens = logit_lens
         self.draft_k = draft_k
         self.is_prefill = is_prefill

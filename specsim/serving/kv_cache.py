@@ -55,10 +55,10 @@ def kv_capacity(target: ModelSpec, hw: HardwareProfile, *, tp: int = 1, drafter:
         raise field_error(where, "block_size", block_size_tokens, "an integer >= 1 (tokens per block)")
     budget = hw.memory_bytes * gpu_memory_utilization
     memory = {"target weights": weight_bytes_per_device(target, tp) / memory_split}
-    per_block = float(kv_bytes_per_device(target, batch_size=1, ctx_len=block_size_tokens, tp=tp)) / memory_split
+    per_block = float(kv_bytes_per_device(target, batch_size=1, context_len=block_size_tokens, tp=tp)) / memory_split
     if drafter is not None:
         memory["drafter weights"] = weight_bytes_per_device(drafter, drafter_tp)
-        per_block += float(kv_bytes_per_device(drafter, batch_size=1, ctx_len=block_size_tokens, tp=drafter_tp))
+        per_block += float(kv_bytes_per_device(drafter, batch_size=1, context_len=block_size_tokens, tp=drafter_tp))
     for label, nbytes in (extra_weight_bytes or {}).items():
         memory[label] = float(nbytes)
     per_block += float(extra_kv_bytes_per_token) * block_size_tokens
@@ -90,7 +90,7 @@ def kv_capacity_for(op, *, gpu_memory_utilization: float = 0.9, block_size_token
         if work.weight_bytes:
             extra_w[work.weight_label] = work.weight_bytes / split
         if work.cache_model is not None:
-            extra_kv = float(kv_bytes_per_device(work.cache_model, batch_size=1, ctx_len=1, tp=work.cache_tp)) / split
+            extra_kv = float(kv_bytes_per_device(work.cache_model, batch_size=1, context_len=1, tp=work.cache_tp)) / split
     return kv_capacity(op.target, op.hardware, tp=dep.tp, gpu_memory_utilization=gpu_memory_utilization,
                        block_size_tokens=block_size_tokens, activation_reserve_bytes=activation_reserve_bytes,
                        extra_weight_bytes=extra_w, extra_kv_bytes_per_token=extra_kv, memory_split=split)

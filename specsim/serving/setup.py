@@ -330,7 +330,7 @@ def build_fleet(op: OperatingPoint, cap: KVCapacity) -> FleetSpec:
         # bytes per token on one device: the block's bytes (target and, when it has one, the drafter's
         # cache) or the target's alone when the prefill pool does not run the drafter
         dep = op.deployment
-        target_only = float(kv_bytes_per_device(op.target, batch_size=1, ctx_len=1, tp=dep.tp)) / (dep.memory_split // dep.tp)
+        target_only = float(kv_bytes_per_device(op.target, batch_size=1, context_len=1, tp=dep.tp)) / (dep.memory_split // dep.tp)
         per_tok_bytes = cap.bytes_per_block / cap.block_size_tokens if runs_drafter else target_only
         per_token = per_tok_bytes / bw
     return FleetSpec(layout=layout, n_replicas=raw.get("n_replicas", 1), n_prefill=raw.get("n_prefill", 0),

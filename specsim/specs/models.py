@@ -29,7 +29,7 @@ How the non-standard architectures are modelled:
   step runs the decoder stack, whose layers hold self-attention, cross-attention and the FFN. The
   step streams every decoder weight and reads two caches per layer: self-attention keys/values of
   the tokens so far and cross-attention keys/values of the encoded prompt (both taken to be
-  `ctx_len` long, an upper bound for the self-attention part). Encoder layers hold self-attention,
+  `context_len` long, an upper bound for the self-attention part). Encoder layers hold self-attention,
   the FFN and two norms; each stack ends in its own final norm. T5's LayerNorm has a scale and no
   bias, and its attention and FFN matrices have no biases.
 

@@ -175,20 +175,20 @@ def device_cycle_overhead_s(target: ModelSpec, dep: Deployment, *, batch_size, v
     return over
 
 
-def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, ctx_len, device_time_s=None):
+def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context_len, device_time_s=None):
     """One plain decoding iteration of B sequences: the target's step and the engine's host work
     (overlapped if the stack hides it), seconds. device_time_s: the step if already computed."""
     b = np.asarray(batch_size, dtype=float)
-    dev = target_step_time(target, dep, batch_size=b, q_len=1, ctx_len=ctx_len) if device_time_s is None \
+    dev = target_step_time(target, dep, batch_size=b, q_len=1, context_len=context_len) if device_time_s is None \
         else device_time_s
     return dep.iteration_time_s(dev, dep.host_time_s(n_seqs=b, n_tokens=b), speculative=False)
 
 
-def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, ctx_len,
+def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, context_len,
                       tokens_per_cycle, tree_size=None, plain_step_time_s=None) -> CycleTimes:
     """One speculative cycle of family `cfg` against plain decoding at the same B and L.
 
-    batch_size B, k K, tree_size M (None: chain of K + 1), ctx_len L, tokens_per_cycle τ (from
+    batch_size B, k K, tree_size M (None: chain of K + 1), context_len L, tokens_per_cycle τ (from
     `tokens_per_cycle` or measured): arrays that broadcast. plain_step_time_s: the target's plain
     step (device) when already computed. Both sides include the engine's host work per iteration
     (the stack's [host] model; overlapped with the device where the stack does that). Returns
@@ -198,10 +198,10 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
         raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
                           "a stack that verifies trees (use a chain: tree_size = None)")
     dc = draft_cost(cfg, target, dep, batch_size=batch_size, k=k, tree_size=tree_size if tree else None,
-                    ctx_len=ctx_len)
+                    context_len=context_len)
     b = np.asarray(batch_size, dtype=float)
-    plain = plain_iteration_s(target, dep, batch_size=b, ctx_len=ctx_len, device_time_s=plain_step_time_s)
-    verify = target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, ctx_len=ctx_len) + dc.verify_extra_s
+    plain = plain_iteration_s(target, dep, batch_size=b, context_len=context_len, device_time_s=plain_step_time_s)
+    verify = target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len) + dc.verify_extra_s
     device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
                                                                 tokens_per_cycle=tokens_per_cycle, tree=tree)
     q = np.asarray(dc.verify_q_len, dtype=float)
@@ -296,8 +296,8 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     else:
         tau = tokens_per_cycle(cfg, alpha=A_eff, k=K, tree_size=M if tree else None, n_ranks=n_ranks,
                                rank_decay=rank_decay)
-    plain = target_step_time(target, dep, batch_size=B, q_len=1, ctx_len=L)
-    cyc = speculative_cycle(cfg, target, dep, batch_size=B, k=K, ctx_len=L, tokens_per_cycle=tau,
+    plain = target_step_time(target, dep, batch_size=B, q_len=1, context_len=L)
+    cyc = speculative_cycle(cfg, target, dep, batch_size=B, k=K, context_len=L, tokens_per_cycle=tau,
                             tree_size=M if tree else None, plain_step_time_s=plain)
     shape = np.broadcast_shapes(K.shape, M.shape, B.shape, L.shape, A.shape)
     full = lambda x: np.broadcast_to(np.asarray(x, dtype=float), shape)  # noqa: E731
@@ -357,12 +357,12 @@ def acceptance_threshold(alphas, best_speedup, *, margin: float = 0.0):
 
 
 def hardware_best_tree_size(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, alpha: float, k: int,
-                            batch_size: int, ctx_len: int, max_nodes: int = 64) -> tuple[int, float]:
+                            batch_size: int, context_len: int, max_nodes: int = 64) -> tuple[int, float]:
     """Sequoia's hardware-aware tree size: the M in 1..max_nodes maximising tokens/s, using the
     best M-node tree's E[tokens] (trees.optimal_tree_values) and the cost of a cycle verifying M
     tokens at this B and L. Returns (M, speedup at that M)."""
     ms = np.arange(1, max_nodes + 1)
-    g = evaluate_grid(cfg, target, dep, k=[k], tree_size=ms, batch_size=[batch_size], context_len=[ctx_len],
+    g = evaluate_grid(cfg, target, dep, k=[k], tree_size=ms, batch_size=[batch_size], context_len=[context_len],
                       alpha=[alpha])
     s = g.speedup[0, :, 0, 0, 0]
     i = int(np.argmax(s))

@@ -568,17 +568,17 @@ def pass_width(work: DrafterWork, k, tree_size=None) -> np.ndarray:
     return tree_level_width(k, tree_size)
 
 
-def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, ctx_len) -> DraftCost:
+def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, context_len) -> DraftCost:
     """Drafting cost per cycle and the verify pass's query length for one family on a deployment.
 
     batch_size B, k K (draft depth: tokens for a chain, levels for a tree), tree_size M (nodes of the
-    verified tree including the root; None for a chain), ctx_len L (cached tokens): arrays that
+    verified tree including the root; None for a chain), context_len L (cached tokens): arrays that
     broadcast together. dep: a `speculation.cycle.Deployment` (hardware, efficiency, tp, attention).
     Drafting pass j (0-based) of a cycle sees min(L + j·w, cap) cached tokens, w the pass width."""
     work = cfg.family.work(cfg, target, dep.tp)
     b = np.asarray(batch_size, dtype=float)
     kk = np.asarray(k, dtype=float)
-    l = np.asarray(ctx_len, dtype=float)
+    l = np.asarray(context_len, dtype=float)
     m = kk + 1.0 if tree_size is None else np.asarray(tree_size, dtype=float)
     b, kk, m, l = np.broadcast_arrays(b, kk, m, l)
     if tree_size is not None and not cfg.supports_tree and work.verify_q_len is None and np.any(m != kk + 1):
@@ -595,7 +595,7 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
             ctx = l + j * w
             if work.context_cap is not None:
                 ctx = np.minimum(ctx, float(work.context_cap))
-            t = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=w, ctx_len=ctx, tp=work.pass_tp,
+            t = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=w, context_len=ctx, tp=work.pass_tp,
                           attention=dep.attention, efficiency=eff).time_s
             if work.projection_params:
                 t = t + dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
@@ -617,7 +617,7 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
 
 # ---- memory -----------------------------------------------------------------------------------------
 
-def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, ctx_len, k, tree_size=None, tp: int = 1) -> dict:
+def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, context_len, k, tree_size=None, tp: int = 1) -> dict:
     """Per-device bytes the drafting adds on top of the target's weights and its KV cache of L + 1
     tokens: the drafter's weights, its own KV cache, and the speculative slots (the positions per
     sequence beyond its real token that the verify pass writes into the target's cache before the
@@ -625,14 +625,14 @@ def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, ctx_len, k, 
     broadcast like the inputs."""
     work = cfg.family.work(cfg, target, tp)
     b = np.asarray(batch_size, dtype=float)
-    l = np.asarray(ctx_len, dtype=float)
+    l = np.asarray(context_len, dtype=float)
     kk = np.asarray(k, dtype=float)
     q = verify_q_len(cfg, work, kk, tree_size)
-    out = {"speculative slots": kv_bytes_per_device(target, batch_size=b, ctx_len=q - 1.0, tp=tp)}
+    out = {"speculative slots": kv_bytes_per_device(target, batch_size=b, context_len=q - 1.0, tp=tp)}
     if work.weight_label:
         out[work.weight_label] = work.weight_bytes
     if work.cache_model is not None:
-        out[work.cache_label] = kv_bytes_per_device(work.cache_model, batch_size=b, ctx_len=l + q, tp=work.cache_tp)
+        out[work.cache_label] = kv_bytes_per_device(work.cache_model, batch_size=b, context_len=l + q, tp=work.cache_tp)
     return out
 
 

@@ -412,7 +412,7 @@ def _calibrated(scenario: Scenario, raw: dict, where: str, n_ranks: int, rank_de
     return acc
 
 
-def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size, ctx_len, k,
+def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size, context_len, k,
                  tree_size=None) -> dict:
     """Per-device bytes on the fullest device, by part (arrays broadcast over B, L, K, M).
 
@@ -422,24 +422,24 @@ def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | No
     otherwise)."""
     split = dep.memory_split // dep.tp
     b = np.asarray(batch_size, dtype=float)
-    l = np.asarray(ctx_len, dtype=float)
+    l = np.asarray(context_len, dtype=float)
     out = {"target weights": weight_bytes_per_device(target, dep.tp) / split,
-           "target KV cache": kv_bytes_per_device(target, batch_size=b, ctx_len=l + 1.0, tp=dep.tp) / split}
+           "target KV cache": kv_bytes_per_device(target, batch_size=b, context_len=l + 1.0, tp=dep.tp) / split}
     if drafter is not None:
-        extra = footprint(drafter, target, batch_size=b, ctx_len=l, k=k,
+        extra = footprint(drafter, target, batch_size=b, context_len=l, k=k,
                           tree_size=tree_size if drafter.supports_tree else None, tp=dep.tp)
         out.update({label: np.asarray(v, dtype=float) / split for label, v in extra.items()})
     return out
 
 
-def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size: int, ctx_len: int,
+def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size: int, context_len: int,
                k: int, tree_size: int | None, what: str) -> MemoryFit:
     """Per-device bytes at (B, L) (`memory_parts`) and the largest batch that fits, from the model
     shapes: the parts are affine in B, so the largest batch is (capacity − fixed) // per-sequence."""
     capacity = dep.hardware.memory_bytes
 
     def total(b: float, speculative: bool) -> float:
-        parts = memory_parts(target, dep, drafter if speculative else None, batch_size=b, ctx_len=ctx_len, k=k,
+        parts = memory_parts(target, dep, drafter if speculative else None, batch_size=b, context_len=context_len, k=k,
                              tree_size=tree_size)
         return float(sum(float(v) for v in parts.values()))
 
@@ -450,7 +450,7 @@ def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None
             return 0
         return int((capacity - fixed) // per_seq) if per_seq > 0 else 2 ** 31
 
-    parts = memory_parts(target, dep, drafter, batch_size=batch_size, ctx_len=ctx_len, k=k, tree_size=tree_size)
+    parts = memory_parts(target, dep, drafter, batch_size=batch_size, context_len=context_len, k=k, tree_size=tree_size)
     return MemoryFit(parts_bytes={key: float(v) for key, v in parts.items()}, capacity_bytes=capacity,
                      max_batch_plain=max_batch(False),
                      max_batch_speculative=max_batch(True) if drafter is not None else None, what=what)
@@ -535,13 +535,13 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
     if s.baseline_tokens_per_s is not None or s.baseline_step_time_s is not None:
         given_as = "baseline_step_time_s" if s.baseline_step_time_s is not None else "baseline_tokens_per_s"
         measured = s.baseline_step_time_s if s.baseline_step_time_s is not None else s.batch_size / s.baseline_tokens_per_s
-        dep, anchor = anchor_deployment(target, dep, batch_size=s.batch_size, ctx_len=s.context_len,
+        dep, anchor = anchor_deployment(target, dep, batch_size=s.batch_size, context_len=s.context_len,
                                         measured_step_time_s=float(measured), where=where, given_as=given_as,
                                         given_value=getattr(s, given_as))
     drafter_id = cfg.drafter.id if cfg is not None and cfg.drafter is not None else None
     what = (f"{target.id}{' + ' + drafter_id if drafter_id else ''} on {s.tp}× {hw.id} at batch {s.batch_size}, "
             f"context {s.context_len}")
-    mem = memory_fit(target, dep, cfg, batch_size=s.batch_size, ctx_len=s.context_len, k=s.k, tree_size=tree_size,
+    mem = memory_fit(target, dep, cfg, batch_size=s.batch_size, context_len=s.context_len, k=s.k, tree_size=tree_size,
                      what=what)
     sections = {k: v for k, v in s.sections.items() if k not in ("drafter_options", "acceptance")}
     return OperatingPoint(name=s.name, description=s.description, hardware=hw, target=target, stack=stack,
@@ -573,7 +573,7 @@ def _scaled_deployment(dep: Deployment, scale: float, add_step_s: float = 0.0) -
 MAX_FIXED_COST_SCALE = 1e6  # a measured baseline may scale a stack's fixed costs by at most this
 
 
-def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, ctx_len: int,
+def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, context_len: int,
                       measured_step_time_s: float, where: str,
                       given_as: str = "baseline_tokens_per_s",
                       given_value: float | None = None) -> tuple[Deployment, dict]:
@@ -592,7 +592,7 @@ def anchor_deployment(target: ModelSpec, dep: Deployment, *, batch_size: int, ct
     from .cycle import plain_iteration_s
 
     def step(d: Deployment) -> float:
-        return float(plain_iteration_s(target, d, batch_size=batch_size, ctx_len=ctx_len))
+        return float(plain_iteration_s(target, d, batch_size=batch_size, context_len=context_len))
 
     def refuse(bound_step_s: float, relation: str, why: str):
         if given_as == "baseline_step_time_s":

@@ -85,9 +85,9 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
     dep, target = op.deployment, op.target
     b, l = op.batch_size, op.context_len
     common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
-    plain = step_cost(target, op.hardware, batch_size=b, q_len=1, ctx_len=l, **common)
+    plain = step_cost(target, op.hardware, batch_size=b, q_len=1, context_len=l, **common)
     if not op.speculative:
-        t = plain_iteration_s(target, dep, batch_size=b, ctx_len=l)
+        t = plain_iteration_s(target, dep, batch_size=b, context_len=l)
         cyc = cycle_times(target_step_time_s=t, draft_time_s=0.0, verify_time_s=t, tokens_per_cycle=1.0, batch_size=b,
                           draft_step_time_s=0.0)
         _check_finite(op, cyc)
@@ -98,14 +98,14 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
         q = op.k + 1
     else:
         tau = tokens_per_cycle_at(op)
-        cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, ctx_len=l, tokens_per_cycle=tau,
+        cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, context_len=l, tokens_per_cycle=tau,
                                 tree_size=tree)
         q = int(np.asarray(cyc.verify_q_len))
-    verify = step_cost(target, op.hardware, batch_size=b, q_len=q, ctx_len=l, **common)
+    verify = step_cost(target, op.hardware, batch_size=b, q_len=q, context_len=l, **common)
     work = op.drafter.family.work(op.drafter, target, dep.tp)
     draft = None
     if work.pass_model is not None:
-        draft = step_cost(work.pass_model, op.hardware, batch_size=b, q_len=1, ctx_len=l, tp=work.pass_tp,
+        draft = step_cost(work.pass_model, op.hardware, batch_size=b, q_len=1, context_len=l, tp=work.pass_tp,
                           attention=dep.attention, efficiency=dep.eff)
     _check_finite(op, cyc)
     return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
@@ -159,7 +159,7 @@ def _scheduled_cycle(op: OperatingPoint) -> CycleTimes:
     keep = pi > 1e-12
     ks, pi = ks[keep], pi[keep] / pi[keep].sum()
     tau = tokens_per_cycle_iid(alpha, ks)
-    c = speculative_cycle(op.drafter, op.target, op.deployment, batch_size=op.batch_size, k=ks, ctx_len=op.context_len,
+    c = speculative_cycle(op.drafter, op.target, op.deployment, batch_size=op.batch_size, k=ks, context_len=op.context_len,
                           tokens_per_cycle=tau)
     mean = lambda x: float(pi @ np.broadcast_to(np.asarray(x, dtype=float), ks.shape))  # noqa: E731
     return cycle_times(target_step_time_s=mean(c.target_step_time_s), draft_time_s=mean(c.draft_time_s),

@@ -138,10 +138,10 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     chunk = int(round(prefill_tokens / n_p)) if n_p else 0
     chunk_ctx = int(round(max(prompt_len - chunk, 0.0) / 2.0))
     q_lens = np.concatenate([np.full(b, q), np.full(n_p, chunk)]).astype(np.int64)
-    ctx_lens = np.concatenate([np.full(b, ctx_i), np.full(n_p, chunk_ctx)]).astype(np.int64)
+    context_lens = np.concatenate([np.full(b, ctx_i), np.full(n_p, chunk_ctx)]).astype(np.int64)
     logit = np.concatenate([np.full(b, q), np.ones(n_p)]).astype(np.int64)
     common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
-    t = float(mixed_step_cost(target, op.hardware, q_lens=q_lens, ctx_lens=ctx_lens, logit_lens=logit, **common).time_s)
+    t = float(mixed_step_cost(target, op.hardware, q_lens=q_lens, context_lens=context_lens, logit_lens=logit, **common).time_s)
     t += dep.hop_s
     n_tokens = int(q_lens.sum())
     if not draft:
@@ -160,7 +160,7 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
                 ql, cl, gl = (np.concatenate([ql, np.full(n_p, chunk)]), np.concatenate([cl, np.full(n_p, chunk_ctx)]),
                               np.concatenate([gl, np.ones(n_p)]))
             t += float(mixed_step_cost(work.pass_model, op.hardware, q_lens=ql.astype(np.int64),
-                                       ctx_lens=cl.astype(np.int64), logit_lens=gl.astype(np.int64), tp=work.pass_tp,
+                                       context_lens=cl.astype(np.int64), logit_lens=gl.astype(np.int64), tp=work.pass_tp,
                                        attention=dep.attention, efficiency=dep.eff).time_s)
             if work.projection_params:
                 t += float(dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
