@@ -8,7 +8,8 @@ A fleet of replicas behind a router, or a disaggregated prefill/decode layout, i
 (fleet.py, router.py); prefix caching is prefix_cache.py. simpy is imported by `engine` only.
 """
 from .cost import ServingCost
-from .engine import EngineConfig, IterationMix
+from .config import EngineConfig
+from .mix import IterationMix
 from .fleet import FleetSpec
 from .metrics import SLO
 from .rates import crossover_rate, sweep

@@ -37,7 +37,7 @@ from ..specs.models import ModelSpec
 from ..speculation.families import dense_time_s, tree_level_width
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import tokens_per_cycle_at
-from .engine import IterationMix
+from .mix import IterationMix
 
 _CLASSES = ("weights", "attention", "kv_write", "lm_head", "activations")
 

@@ -66,8 +66,10 @@ import simpy
 
 from ..errors import SpecError
 from ..speculation.acceptance import accepted_from_uniforms
+from .config import EngineConfig
 from .fleet import FleetSpec
 from .kv_cache import blocks_for
+from .mix import IterationMix
 from .policies import Never, Observation, StaticK
 from .prefix_cache import PrefixCache, hit_units, unit_blocks
 from .router import Router
@@ -77,107 +79,7 @@ STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED = 0, 1, 2
 STATUS_NAMES = ("done", "rejected", "unfinished")
 REJECT_REASONS = ("", "larger than the whole KV cache", "longer than max_model_len",
                   "prompt + output longer than the token budget without chunked prefill")
-PREEMPTION_MODES = ("recompute", "swap")
-SCHEDULING = ("fcfs", "priority")
 DRAFTER_CACHE = ("none", "keep", "refeed")
-
-
-class IterationMix:
-    """One iteration's work, what a cost callable is given. Arrays have shape (n_scheduled,).
-
-    q_lens: target tokens per sequence (prefill chunk, or 1 + K for a decode: last token + drafts);
-    context_lens: tokens already in the sequence's cache; logit_lens: positions needing logits (a
-    prefill chunk that does not end its prompt needs none); draft_k: draft depth K per sequence
-    (0 = not speculating; a chain drafts K tokens); is_prefill: bool. tree_size: M when the drafts
-    form a tree of M nodes (root included) and depth K, verified as q_len = M; 0 for chains.
-    drafter_on: whether the drafter runs this iteration (None: when anybody drafts). catchup: tokens
-    per row the drafter must run over before its first pass — what it has not cached of a drafting
-    row (ctx − its cached tokens), of a prefill row (chunk start − its cached tokens); None: none.
-    """
-
-    __slots__ = ("q_lens", "context_lens", "logit_lens", "draft_k", "is_prefill", "tree_size", "drafter_on", "catchup",
-                 "n_prefill", "n_spec", "uniform_q", "sum_ctx", "sum_catchup")
-
-    def __init__(self, q_lens, context_lens, logit_lens, draft_k, is_prefill, tree_size: int = 0, *,
-                 drafter_on: bool | None = None, catchup=None, n_prefill: int | None = None,
-                 n_spec: int | None = None, uniform_q: int = 0):
-        self.q_lens = q_lens
-        self.context_lens = context_lens
-        self.logit_lens = logit_lens
-        self.draft_k = draft_k
-        self.is_prefill = is_prefill
-        self.tree_size = tree_size
-        self.drafter_on = drafter_on
-        self.catchup = catchup
-        self.n_prefill = int(np.count_nonzero(is_prefill)) if n_prefill is None else n_prefill
-        # hints the engine knows for free (a cost may ignore them): rows drafting, and the query length
-        # every row shares when there is one (0: not uniform)
-        self.n_spec = n_spec
-        self.uniform_q = uniform_q
-        self.sum_ctx = None
-        self.sum_catchup = None
-
-    @property
-    def n_seqs(self) -> int:
-        return int(self.q_lens.size)
-
-    def __repr__(self) -> str:
-        return (f"IterationMix(n_seqs={self.n_seqs}, tokens={int(self.q_lens.sum())}, "
-                f"prefills={int(self.is_prefill.sum())}, draft_tokens={int(self.draft_k.sum())})")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineConfig:
-    """Scheduler limits (vLLM names). n_blocks: KV blocks available (see kv_cache.kv_capacity).
-
-    preemption_mode: "recompute" or "swap"; swap_space_blocks: host blocks for swapped sequences
-    (vLLM's swap_space, in blocks); swap_s_per_block: copy time of one block over the host link.
-    scheduling: "fcfs" or "priority" (vLLM's scheduling_policy). prefix_caching: reuse cached prefix
-    blocks (needs a workload with block chains). drafter_catchup: charge the drafter's catch-up
-    (see the module docstring)."""
-
-    n_blocks: int
-    block_size_tokens: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    chunked_prefill: bool = True
-    watermark_frac: float = 0.01
-    max_model_len: int = 0
-    acceptance_window_steps: int = 64
-    preemption_mode: str = "recompute"
-    swap_space_blocks: int = 0
-    swap_s_per_block: float = 0.0
-    scheduling: str = "fcfs"
-    prefix_caching: bool = False
-    drafter_catchup: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("n_blocks", "block_size_tokens", "max_num_seqs", "max_num_batched_tokens", "acceptance_window_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise SpecError(f"[engine]: field '{name}' = {v!r}: expected an integer >= 1")
-        if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, (int, np.integer)) or self.max_model_len < 0:
-            raise SpecError(f"[engine]: field 'max_model_len' = {self.max_model_len!r}: expected an integer >= 0 (0: no limit)")
-        if not (0.0 <= self.watermark_frac < 1.0):
-            raise SpecError(f"[engine]: field 'watermark_frac' = {self.watermark_frac!r}: expected a fraction in [0, 1)")
-        if self.preemption_mode not in PREEMPTION_MODES:
-            raise SpecError(f"[engine]: field 'preemption_mode' = {self.preemption_mode!r}: expected one of "
-                            f"{', '.join(PREEMPTION_MODES)}")
-        if self.scheduling not in SCHEDULING:
-            raise SpecError(f"[engine]: field 'scheduling' = {self.scheduling!r}: expected one of {', '.join(SCHEDULING)}")
-        if isinstance(self.swap_space_blocks, bool) or not isinstance(self.swap_space_blocks, (int, np.integer)) \
-                or self.swap_space_blocks < 0:
-            raise SpecError(f"[engine]: swap_space_blocks = {self.swap_space_blocks!r}: expected an integer >= 0")
-        if not (isinstance(self.swap_s_per_block, (int, float)) and self.swap_s_per_block >= 0
-                and math.isfinite(self.swap_s_per_block)):
-            raise SpecError(f"[engine]: swap_s_per_block = {self.swap_s_per_block!r}: expected a duration >= 0")
-        for name in ("prefix_caching", "drafter_catchup", "chunked_prefill"):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecError(f"[engine]: field {name!r} = {getattr(self, name)!r}: expected true or false")
-
-    @property
-    def watermark_blocks(self) -> int:
-        return int(self.watermark_frac * self.n_blocks)
 
 
 # ---- per-request random streams -------------------------------------------------------------------

@@ -51,7 +51,7 @@ from ..speculation.switch_off import WorkloadMix
 from . import workloads as wl
 from ..cost.roofline import kv_bytes_per_device
 from .cost import ServingCost
-from .engine import EngineConfig
+from .config import EngineConfig
 from .fleet import FleetSpec
 from .kv_cache import KVCapacity, kv_capacity_for
 from .router import RouterConfig
