@@ -202,3 +202,55 @@ def test_a_baseline_slower_than_any_fixed_cost_could_explain_is_refused():
                       ({"baseline_tokens_per_s": 1e-300}, "baseline_tokens_per_s")):
         with pytest.raises(SpecError, match=field + ".*fixed costs"):
             resolve(load_scenario("seed-70b-hbm"), stack="vllm", **kw)
+
+
+# ---- drafting facts resolved once (issue 27) -----------------------------------------------------
+
+def _hf_eager_eagle_tp2(k=3):
+    return resolve(Scenario(name="hf-eagle-tp2", hardware="a100-sxm-80gb", target="vicuna-7b", method="eagle", k=k,
+                            alpha=0.7, batch_size=1, context_len=512, tp=2, stack="hf-eager"))
+
+
+def test_verify_step_and_cycle_verify_agree_with_the_layer_split_hop():
+    """hf-eager splits layers over the 2 devices: one boundary, so a pass pays 1 × layer_split_hop_us
+    = 50 µs (stacks/hf-eager.toml) on top of the one-device roofline. The Prediction's verify step
+    and the cycle's verify time are the same figure, hop included."""
+    from specsim.cost.roofline import step_cost
+
+    op = _hf_eager_eagle_tp2()
+    p = predict(op)
+    assert op.deployment.multi_gpu == "layer_split" and op.deployment.tp == 1
+    one_device = step_cost(op.target, op.hardware, batch_size=1, q_len=4, context_len=512, tp=1,
+                           attention=op.deployment.attention, efficiency=op.deployment.eff).time_s
+    hop_s = (2 - 1) * 50e-6
+    assert float(p.verify_step.time_s) == pytest.approx(float(one_device) + hop_s, rel=1e-12)
+    assert float(p.verify_step.time_s) + p.verify_extra_s == pytest.approx(float(p.cycle.verify_time_s), rel=1e-12)
+    assert float(p.plain_step.time_s) - float(step_cost(op.target, op.hardware, batch_size=1, q_len=1, context_len=512,
+                                                        tp=1, attention=op.deployment.attention,
+                                                        efficiency=op.deployment.eff).time_s) == pytest.approx(hop_s, rel=1e-9)
+
+
+def test_predict_prices_each_distinct_pass_once(monkeypatch):
+    """A chain of K = 3 drafted by an EAGLE head: the plain step, the verify pass over K + 1 = 4 tokens
+    and the head's three passes (contexts L, L + 1, L + 2) are five distinct passes, each priced once."""
+    import specsim.cost.deployment as deployment
+    import specsim.cost.roofline as roofline
+    import specsim.speculation.families as families
+    import specsim.speculation.predict as predict_mod
+
+    calls = []
+    real = roofline.step_cost
+
+    def counting(model, hw, **kw):
+        calls.append((model.id, float(kw.get("q_len", 1)), float(kw.get("context_len", 0)),
+                      float(kw.get("batch_size", 1))))
+        return real(model, hw, **kw)
+
+    for mod in (deployment, families, predict_mod):
+        monkeypatch.setattr(mod, "step_cost", counting)
+    op = _hf_eager_eagle_tp2(k=3)
+    predict(op)
+    assert len(calls) == 5
+    assert len(set(calls)) == 5
+    head = [c for c in calls if c[0] != op.target.id]
+    assert sorted(c[2] for c in head) == [512.0, 513.0, 514.0]

@@ -323,7 +323,7 @@ def predict_decoder(op, *, draft_frac: float | None) -> dict:
         plain = float(c.target_step_time_s)
         tau, cyc = float(c.tokens_per_cycle), float(c.cycle_time_s)
         if draft_frac is not None and draft_frac < 1.0:
-            work = point.drafter.family.work(point.drafter, point.target, point.deployment.tp)
+            work = point.work
             search = work.host_s_per_seq_per_ktoken * point.context_len / 1000.0
             empty = plain + point.deployment.cycle_overhead_s + search
             tau = draft_frac * tau + (1.0 - draft_frac)

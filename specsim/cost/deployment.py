@@ -9,7 +9,7 @@ per-cycle host overhead for speculation, and whether it verifies trees.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
 from ..specs.stacks import HostCost
-from .roofline import ATTENTION_KERNELS, step_cost
+from .roofline import ATTENTION_KERNELS, StepCost, step_cost
 
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
 
@@ -105,12 +105,20 @@ class Deployment:
         return 0.0
 
 
+def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> StepCost:
+    """One forward pass of the target (B sequences × M query tokens after L cached) on the deployment:
+    the roofline step on one device of the group, with the layer-split hops (`Deployment.hop_s`)
+    counted as communication, so `time_s` is what the pass takes on this deployment."""
+    c = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
+                  attention=dep.attention, efficiency=dep.eff)
+    if not dep.hop_s:
+        return c
+    return replace(c, communication_s=c.communication_s + dep.hop_s, time_s=c.time_s + dep.hop_s)
+
+
 def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> np.ndarray:
-    """One forward pass of the target (B sequences × M query tokens after L cached), seconds: the
-    roofline step on one device of the group, plus the layer-split hops."""
-    t = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
-                  attention=dep.attention, efficiency=dep.eff).time_s
-    return t + dep.hop_s if dep.hop_s else t
+    """`target_step_cost(...).time_s`: one pass of the target on the deployment, seconds."""
+    return target_step_cost(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len).time_s
 
 
-__all__ = ["Deployment", "target_step_time", "MULTI_GPU_MODES"]
+__all__ = ["Deployment", "target_step_cost", "target_step_time", "MULTI_GPU_MODES"]

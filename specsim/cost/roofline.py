@@ -51,7 +51,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..errors import DoesNotFitError, field_error
+from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ACTIVATION_BYTES, ModelSpec
 from . import kernels
@@ -395,22 +395,3 @@ def kv_bytes_per_device(model: ModelSpec, *, batch_size, context_len, tp: int = 
     per_token = blocks * model.kv_bytes_per_token * kv_shard_frac(model, tp)
     return np.asarray(batch_size, dtype=float) * np.minimum(
         np.asarray(context_len, dtype=float), model.sliding_window or np.inf) * per_token
-
-
-def check_fits(hw: HardwareProfile, tp: int, parts: dict[str, float], *, what: str = "") -> float:
-    """Raise DoesNotFitError unless the per-device byte counts in `parts` fit one device's memory.
-    Returns the bytes left over."""
-    need = float(sum(np.max(v) for v in parts.values()))
-    have = hw.memory_bytes
-    if need > have:
-        detail = ", ".join(f"{k} {_gb(np.max(v))}" for k, v in parts.items())
-        raise DoesNotFitError(
-            f"{what or 'the configuration'} does not fit: needs {_gb(need)} per device ({detail}) "
-            f"but {hw.id} has {_gb(have)} with tp = {tp}; short by {_gb(need - have)}. "
-            f"Use a larger tensor-parallel group, a smaller batch or context, or a quantised format."
-        )
-    return have - need
-
-
-def _gb(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:.2f} GB" if n_bytes >= 1e8 else f"{n_bytes / 1e6:.3f} MB"

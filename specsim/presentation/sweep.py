@@ -333,7 +333,7 @@ def drafter_roofline_points(op: OperatingPoint, *, batch_sizes=(1, 4, 16, 64)) -
     if not op.speculative:
         return pd.DataFrame()
     dep = op.deployment
-    work = op.drafter.family.work(op.drafter, op.target, dep.tp)
+    work = op.work
     model = work.pass_model
     if model is None:
         return pd.DataFrame()

@@ -162,7 +162,7 @@ class ServingCost:
         self.hw, self.target_model, self.dep = op.hardware, op.target, dep
         self.target = FastStep(op.target, op.hardware, tp=dep.tp, attention=dep.attention, efficiency=dep.eff,
                                exact=exact)
-        self.work = op.drafter.family.work(op.drafter, op.target, dep.tp) if op.speculative else None
+        self.work = op.work if op.speculative else None
         w = self.work
         self.drafter = (FastStep(w.pass_model, op.hardware, tp=w.pass_tp, attention=dep.attention, efficiency=dep.eff,
                                  exact=exact) if w is not None and w.pass_model is not None else None)

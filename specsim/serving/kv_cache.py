@@ -86,7 +86,7 @@ def kv_capacity_for(op, *, gpu_memory_utilization: float = 0.9, block_size_token
     split = dep.memory_split // dep.tp
     extra_w, extra_kv = {}, 0.0
     if op.speculative:
-        work = op.drafter.family.work(op.drafter, op.target, dep.tp)
+        work = op.work
         if work.weight_bytes:
             extra_w[work.weight_label] = work.weight_bytes / split
         if work.cache_model is not None:

@@ -376,7 +376,7 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     fleet = build_fleet(op, cap)
     drafter_cache = "none"
     if op.speculative:
-        work = op.drafter.family.work(op.drafter, op.target, op.deployment.tp)
+        work = op.work
         if work.cache_model is not None and work.drafts_prompt:
             drafter_cache = "refeed" if work.refeeds_accepted else "keep"
     pol_raw = dict(op.section("policies"))

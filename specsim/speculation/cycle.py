@@ -23,7 +23,7 @@ from ..errors import field_error
 from ..specs.models import ModelSpec
 from .acceptance import (alpha_from_tau, rank_acceptance_from_conditional, shaped_conditional,  # noqa: F401
                          tokens_per_cycle_iid)
-from .families import DrafterConfig, draft_cost
+from .families import DraftCost, DrafterConfig, DrafterWork, draft_cost
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,27 +185,34 @@ def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context
 
 
 def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, context_len,
-                      tokens_per_cycle, tree_size=None, plain_step_time_s=None) -> CycleTimes:
+                      tokens_per_cycle, tree_size=None, plain_step_time_s=None, verify_step_time_s=None,
+                      work: DrafterWork | None = None, draft: DraftCost | None = None) -> CycleTimes:
     """One speculative cycle of family `cfg` against plain decoding at the same B and L.
 
     batch_size B, k K, tree_size M (None: chain of K + 1), context_len L, tokens_per_cycle τ (from
-    `tokens_per_cycle` or measured): arrays that broadcast. plain_step_time_s: the target's plain
-    step (device) when already computed. Both sides include the engine's host work per iteration
-    (the stack's [host] model; overlapped with the device where the stack does that). Returns
-    CycleTimes (aggregate tokens/s; target_step_time_s is the plain iteration)."""
+    `tokens_per_cycle` or measured): arrays that broadcast. plain_step_time_s / verify_step_time_s:
+    the target's plain and verify passes on the deployment (`cost.deployment.target_step_cost`, hops
+    included) when already computed; work / draft: the family's resolved DrafterWork and this cycle's
+    DraftCost when already computed (an OperatingPoint holds the work). Both sides include the
+    engine's host work per iteration (the stack's [host] model; overlapped with the device where the
+    stack does that). Returns CycleTimes (aggregate tokens/s; target_step_time_s is the plain
+    iteration; verify_time_s the verify pass plus the work a family adds inside it)."""
     tree = tree_size is not None and cfg.supports_tree
     if tree and not dep.supports_tree:
         raise field_error(f"stack {dep.stack_id!r}", "tree_verification", "none",
                           "a stack that verifies trees (use a chain: tree_size = None)")
-    dc = draft_cost(cfg, target, dep, batch_size=batch_size, k=k, tree_size=tree_size if tree else None,
-                    context_len=context_len)
+    work = cfg.family.work(cfg, target, dep.tp) if work is None else work
+    dc = draft if draft is not None else draft_cost(cfg, target, dep, batch_size=batch_size, k=k,
+                                                    tree_size=tree_size if tree else None, context_len=context_len,
+                                                    work=work)
     b = np.asarray(batch_size, dtype=float)
     plain = plain_iteration_s(target, dep, batch_size=b, context_len=context_len, device_time_s=plain_step_time_s)
-    verify = target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len) + dc.verify_extra_s
+    verify_pass = (target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len)
+                   if verify_step_time_s is None else np.asarray(verify_step_time_s, dtype=float))
+    verify = verify_pass + dc.verify_extra_s
     device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
                                                                 tokens_per_cycle=tokens_per_cycle, tree=tree)
     q = np.asarray(dc.verify_q_len, dtype=float)
-    work = cfg.family.work(cfg, target, dep.tp)
     passes = np.asarray(k, dtype=float) if (work.pass_model is not None and work.n_passes == "k") else 0.0
     host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0),
                            n_draft_passes=passes)
@@ -248,7 +255,8 @@ class GridResult:
 
 def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, batch_size, context_len, alpha,
                   tree_size=None, n_ranks: int = DEFAULT_N_RANKS, rank_decay: float = DEFAULT_RANK_DECAY,
-                  alpha_factor=None, conditional=None, position_ratios=None) -> GridResult:
+                  alpha_factor=None, conditional=None, position_ratios=None,
+                  work: DrafterWork | None = None) -> GridResult:
     """Evaluate a family on the outer product of 1-D grids K × M × B × L × α, fully vectorised:
     the step costs are computed once per (K or M, B, L) and the acceptance once per (K, M, L, α).
 
@@ -258,7 +266,8 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
     instead of an i.i.d. α (then `alpha` must hold one value, c_1, shown in the α column): a chain of
     K emits τ = 1 + Σ_{j≤K} Π_{i≤j} c_i; a tree uses c_1 as its α. position_ratios: a chain's
     measured shape r_j relative to α: its rates are clip(α_eff·r_j, 0, 1) at every α of the grid
-    (`acceptance.shaped_conditional`; a tree ignores it)."""
+    (`acceptance.shaped_conditional`; a tree ignores it). work: the family's resolved DrafterWork
+    (`OperatingPoint.work`), if known."""
     ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
     bs = np.atleast_1d(np.asarray(batch_size, dtype=np.int64))
     ls = np.atleast_1d(np.asarray(context_len, dtype=np.int64))
@@ -298,7 +307,7 @@ def evaluate_grid(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, k, 
                                rank_decay=rank_decay)
     plain = target_step_time(target, dep, batch_size=B, q_len=1, context_len=L)
     cyc = speculative_cycle(cfg, target, dep, batch_size=B, k=K, context_len=L, tokens_per_cycle=tau,
-                            tree_size=M if tree else None, plain_step_time_s=plain)
+                            tree_size=M if tree else None, plain_step_time_s=plain, work=work)
     shape = np.broadcast_shapes(K.shape, M.shape, B.shape, L.shape, A.shape)
     full = lambda x: np.broadcast_to(np.asarray(x, dtype=float), shape)  # noqa: E731
     return GridResult(k=full(K), tree_size=full(M), batch_size=full(B),

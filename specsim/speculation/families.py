@@ -52,7 +52,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..cost.roofline import kv_bytes_per_device, step_cost, weight_bytes_per_device
+from ..cost.roofline import StepCost, kv_bytes_per_device, step_cost, weight_bytes_per_device
 from ..errors import SpecError, field_error, reject_unknown_keys
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
@@ -531,13 +531,15 @@ class DraftCost:
     draft_time_s: all drafting passes and host work of a cycle (outside the verify pass);
     draft_step_time_s: their mean per pass (the one host search for prompt lookup); n_draft_steps:
     sequential passes per cycle; verify_q_len: query tokens per sequence the verify pass scores;
-    verify_extra_s: extra time inside the verify pass (Medusa heads)."""
+    verify_extra_s: extra time inside the verify pass (Medusa heads); first_pass: the roofline cost
+    of the cycle's first drafting pass (None when the family runs no drafting model)."""
 
     draft_step_time_s: np.ndarray
     draft_time_s: np.ndarray
     n_draft_steps: np.ndarray
     verify_q_len: np.ndarray
     verify_extra_s: np.ndarray
+    first_pass: StepCost | None = None
 
 
 def dense_time_s(n_params: float, n_tokens, *, weight_bytes_per_param: float, hw: HardwareProfile, eff: Efficiency,
@@ -568,14 +570,16 @@ def pass_width(work: DrafterWork, k, tree_size=None) -> np.ndarray:
     return tree_level_width(k, tree_size)
 
 
-def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, context_len) -> DraftCost:
+def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, context_len,
+               work: DrafterWork | None = None) -> DraftCost:
     """Drafting cost per cycle and the verify pass's query length for one family on a deployment.
 
     batch_size B, k K (draft depth: tokens for a chain, levels for a tree), tree_size M (nodes of the
     verified tree including the root; None for a chain), context_len L (cached tokens): arrays that
     broadcast together. dep: a `speculation.cycle.Deployment` (hardware, efficiency, tp, attention).
-    Drafting pass j (0-based) of a cycle sees min(L + j·w, cap) cached tokens, w the pass width."""
-    work = cfg.family.work(cfg, target, dep.tp)
+    Drafting pass j (0-based) of a cycle sees min(L + j·w, cap) cached tokens, w the pass width.
+    work: the family's DrafterWork when already resolved (`OperatingPoint.work`); else derived here."""
+    work = cfg.family.work(cfg, target, dep.tp) if work is None else work
     b = np.asarray(batch_size, dtype=float)
     kk = np.asarray(k, dtype=float)
     l = np.asarray(context_len, dtype=float)
@@ -588,19 +592,23 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
     eff = dep.eff
     draft = zero.copy()
     n_steps = zero.copy()
+    first = None
     if work.pass_model is not None and work.n_passes == "k":
         w = pass_width(work, kk, None if tree_size is None else m)
         kmax = int(kk.max()) if kk.size else 0
+        proj = 0.0
+        if work.projection_params:  # the same b·w tokens every pass: one roofline evaluation
+            proj = dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
+                                hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=work.pass_tp)
         for j in range(kmax):
             ctx = l + j * w
             if work.context_cap is not None:
                 ctx = np.minimum(ctx, float(work.context_cap))
-            t = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=w, context_len=ctx, tp=work.pass_tp,
-                          attention=dep.attention, efficiency=eff).time_s
-            if work.projection_params:
-                t = t + dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
-                                     hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=work.pass_tp)
-            draft = draft + np.where(j < kk, t, 0.0)
+            c = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=w, context_len=ctx, tp=work.pass_tp,
+                          attention=dep.attention, efficiency=eff)
+            if j == 0:
+                first = c
+            draft = draft + np.where(j < kk, c.time_s + proj, 0.0)
         n_steps = kk.copy()
     if work.host_s_per_seq_per_ktoken:
         draft = draft + b * work.host_s_per_seq_per_ktoken * np.maximum(l, 1.0) / 1000.0
@@ -612,18 +620,19 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
         extra = dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
                              hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=dep.tp, extra_bytes=logits)
     return DraftCost(draft_step_time_s=step, draft_time_s=draft, n_draft_steps=n_steps, verify_q_len=q,
-                     verify_extra_s=extra)
+                     verify_extra_s=extra, first_pass=first)
 
 
 # ---- memory -----------------------------------------------------------------------------------------
 
-def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, context_len, k, tree_size=None, tp: int = 1) -> dict:
+def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, context_len, k, tree_size=None, tp: int = 1,
+              work: DrafterWork | None = None) -> dict:
     """Per-device bytes the drafting adds on top of the target's weights and its KV cache of L + 1
     tokens: the drafter's weights, its own KV cache, and the speculative slots (the positions per
     sequence beyond its real token that the verify pass writes into the target's cache before the
     rejected ones are discarded: K for a chain, M − 1 for a tree). Keys are readable labels; values
-    broadcast like the inputs."""
-    work = cfg.family.work(cfg, target, tp)
+    broadcast like the inputs. work: the resolved DrafterWork at tp (`OperatingPoint.work`), if known."""
+    work = cfg.family.work(cfg, target, tp) if work is None else work
     b = np.asarray(batch_size, dtype=float)
     l = np.asarray(context_len, dtype=float)
     kk = np.asarray(k, dtype=float)

@@ -30,7 +30,7 @@ from ..specs.scenario import DEFAULTS, Scenario
 from ..specs.stacks import StackProfile, load_stack
 from .acceptance import AcceptanceModel, alpha_from_tau
 from .cycle import DEFAULT_N_RANKS, DEFAULT_RANK_DECAY
-from .families import FAMILIES, METHODS, DrafterConfig, footprint, make_config, verify_q_len
+from .families import FAMILIES, METHODS, DrafterConfig, DrafterWork, footprint, make_config, verify_q_len
 
 ACCEPTANCE_KEYS = ("by_position", "context_decay_per_token", "reference_context_len", "temperature_slope",
                    "reference_temperature", "n_ranks", "rank_decay")
@@ -121,7 +121,12 @@ def _gb(n_bytes: float) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperatingPoint:
-    """A scenario resolved: every input of every analysis, immutable, with where each came from."""
+    """A scenario resolved: every input of every analysis, immutable, with where each came from.
+
+    work: what the drafter family does at this deployment (`families.DrafterWork`: its passes, their
+    model and width rules, its memory), resolved once; None when nothing drafts. verify_q_len: query
+    tokens per sequence of the verify pass (K + 1, the tree's M, or the family's fixed width; 1 when
+    nothing drafts). Every consumer reads these two instead of asking the family again."""
 
     name: str
     description: str
@@ -138,6 +143,8 @@ class OperatingPoint:
     temperature: float
     acceptance: Acceptance
     memory: MemoryFit
+    work: DrafterWork | None = None
+    verify_q_len: int = 1
     allow_cross_tokenizer: bool = False
     anchor: Mapping | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -159,19 +166,9 @@ class OperatingPoint:
         return None if a is None else float(a)
 
     @property
-    def verify_q_len(self) -> int:
-        if not self.speculative:
-            return 1
-        work = self.drafter.family.work(self.drafter, self.target, self.deployment.tp)
-        return int(verify_q_len(self.drafter, work, self.k, self.tree_size if self.is_tree else None))
-
-    @property
     def reserved_slots(self) -> int:
         """Speculative positions per sequence beyond its real token (K, M − 1, or Lookahead's)."""
-        if not self.speculative:
-            return 0
-        return self.drafter.family.reserved_slots(self.drafter, self.target, self.k,
-                                                  self.tree_size if self.is_tree else None)
+        return self.verify_q_len - 1 if self.speculative else 0
 
     def section(self, name: str) -> Mapping:
         return self.sections.get(name, MappingProxyType({}))
@@ -413,7 +410,7 @@ def _calibrated(scenario: Scenario, raw: dict, where: str, n_ranks: int, rank_de
 
 
 def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size, context_len, k,
-                 tree_size=None) -> dict:
+                 tree_size=None, work: DrafterWork | None = None) -> dict:
     """Per-device bytes on the fullest device, by part (arrays broadcast over B, L, K, M).
 
     It holds 1/tp of the target's weights and of its cache of L + 1 tokens per sequence (1/n under a
@@ -427,20 +424,20 @@ def memory_parts(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | No
            "target KV cache": kv_bytes_per_device(target, batch_size=b, context_len=l + 1.0, tp=dep.tp) / split}
     if drafter is not None:
         extra = footprint(drafter, target, batch_size=b, context_len=l, k=k,
-                          tree_size=tree_size if drafter.supports_tree else None, tp=dep.tp)
+                          tree_size=tree_size if drafter.supports_tree else None, tp=dep.tp, work=work)
         out.update({label: np.asarray(v, dtype=float) / split for label, v in extra.items()})
     return out
 
 
 def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None, *, batch_size: int, context_len: int,
-               k: int, tree_size: int | None, what: str) -> MemoryFit:
+               k: int, tree_size: int | None, what: str, work: DrafterWork | None = None) -> MemoryFit:
     """Per-device bytes at (B, L) (`memory_parts`) and the largest batch that fits, from the model
     shapes: the parts are affine in B, so the largest batch is (capacity − fixed) // per-sequence."""
     capacity = dep.hardware.memory_bytes
 
     def total(b: float, speculative: bool) -> float:
         parts = memory_parts(target, dep, drafter if speculative else None, batch_size=b, context_len=context_len, k=k,
-                             tree_size=tree_size)
+                             tree_size=tree_size, work=work)
         return float(sum(float(v) for v in parts.values()))
 
     def max_batch(speculative: bool) -> int:
@@ -450,7 +447,8 @@ def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None
             return 0
         return int((capacity - fixed) // per_seq) if per_seq > 0 else 2 ** 31
 
-    parts = memory_parts(target, dep, drafter, batch_size=batch_size, context_len=context_len, k=k, tree_size=tree_size)
+    parts = memory_parts(target, dep, drafter, batch_size=batch_size, context_len=context_len, k=k, tree_size=tree_size,
+                         work=work)
     return MemoryFit(parts_bytes={key: float(v) for key, v in parts.items()}, capacity_bytes=capacity,
                      max_batch_plain=max_batch(False),
                      max_batch_speculative=max_batch(True) if drafter is not None else None, what=what)
@@ -524,8 +522,8 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         src = s if "tau" in given else scenario
         src_tree = src.tree_size if (src.tree_size is not None and src.tree_size != src.k + 1) else None
         acceptance = replace(acceptance, tau_point=(src.k, src_tree, src.context_len, float(src.temperature)))
-    q = 1
-    if cfg is not None:
+    q, work = 1, None
+    if cfg is not None:  # the drafter's work and the verify width, resolved once for every consumer
         work = cfg.family.work(cfg, target, dep.tp)
         q = int(verify_q_len(cfg, work, s.k, tree_size))
     check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
@@ -542,12 +540,13 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
     what = (f"{target.id}{' + ' + drafter_id if drafter_id else ''} on {s.tp}× {hw.id} at batch {s.batch_size}, "
             f"context {s.context_len}")
     mem = memory_fit(target, dep, cfg, batch_size=s.batch_size, context_len=s.context_len, k=s.k, tree_size=tree_size,
-                     what=what)
+                     what=what, work=work)
     sections = {k: v for k, v in s.sections.items() if k not in ("drafter_options", "acceptance")}
     return OperatingPoint(name=s.name, description=s.description, hardware=hw, target=target, stack=stack,
                           deployment=dep, method=method, drafter=cfg, k=s.k, tree_size=tree_size,
                           batch_size=s.batch_size, context_len=s.context_len, temperature=float(s.temperature),
-                          acceptance=acceptance, memory=mem, allow_cross_tokenizer=s.allow_cross_tokenizer,
+                          acceptance=acceptance, memory=mem, work=work if method != "none" else None,
+                          verify_q_len=q if method != "none" else 1, allow_cross_tokenizer=s.allow_cross_tokenizer,
                           anchor=None if anchor is None else MappingProxyType(anchor),
                           sources=MappingProxyType(_sources(scenario, given)),
                           sections=MappingProxyType(dict(sections)), scenario=s)

@@ -12,10 +12,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..cost.deployment import target_step_cost
 from ..cost.roofline import StepCost, step_cost
 from .acceptance import shaped_conditional, tau_from_conditional
 from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_iteration_s, speculative_cycle,
                     tokens_per_cycle)
+from .families import draft_cost
 from ..errors import SpecError
 from .operating_point import OperatingPoint
 
@@ -29,6 +31,7 @@ class Prediction:
     verify_step: StepCost
     cycle: CycleTimes
     verify_q_len: int = 1
+    verify_extra_s: float = 0.0  # work a family adds inside the verify pass (Medusa's heads)
     band: dict | None = None  # from a calibrated acceptance's interval: see `acceptance_band`
 
     def to_dict(self) -> dict:
@@ -79,37 +82,42 @@ def tokens_per_cycle_at(op: OperatingPoint, *, k=None, tree_size=None, context_l
 
 def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
     """Plain against speculative decoding at the operating point. Raises DoesNotFitError (naming
-    each part) when it does not fit, unless check_memory is False."""
+    each part) when it does not fit, unless check_memory is False.
+
+    Each distinct pass is priced once: the plain step, the verify pass, and each drafting pass of
+    the cycle (`families.draft_cost`); the cycle is built from those same figures, so
+    `verify_step.time_s + verify_extra_s == cycle.verify_time_s` (layer-split hops included in both)."""
     if check_memory:
         op.memory.check()
     dep, target = op.deployment, op.target
     b, l = op.batch_size, op.context_len
-    common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
-    plain = step_cost(target, op.hardware, batch_size=b, q_len=1, context_len=l, **common)
+    plain = target_step_cost(target, dep, batch_size=b, q_len=1, context_len=l)
     if not op.speculative:
-        t = plain_iteration_s(target, dep, batch_size=b, context_len=l)
+        t = plain_iteration_s(target, dep, batch_size=b, context_len=l, device_time_s=plain.time_s)
         cyc = cycle_times(target_step_time_s=t, draft_time_s=0.0, verify_time_s=t, tokens_per_cycle=1.0, batch_size=b,
                           draft_step_time_s=0.0)
         _check_finite(op, cyc)
         return Prediction(point=op, alpha=None, plain_step=plain, draft_step=None, verify_step=plain, cycle=cyc)
     tree = op.tree_size if op.is_tree else None
     if op.drafter.k_schedule == "hf-heuristic":
-        cyc = _scheduled_cycle(op)
-        q = op.k + 1
+        cyc = _scheduled_cycle(op, plain_step_time_s=plain.time_s)
+        q, first, extra = op.k + 1, None, 0.0
+        verify = target_step_cost(target, dep, batch_size=b, q_len=q, context_len=l)
     else:
         tau = tokens_per_cycle_at(op)
+        q = op.verify_q_len
+        dc = draft_cost(op.drafter, target, dep, batch_size=b, k=op.k, tree_size=tree, context_len=l, work=op.work)
+        verify = target_step_cost(target, dep, batch_size=b, q_len=q, context_len=l)
         cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, context_len=l, tokens_per_cycle=tau,
-                                tree_size=tree)
-        q = int(np.asarray(cyc.verify_q_len))
-    verify = step_cost(target, op.hardware, batch_size=b, q_len=q, context_len=l, **common)
-    work = op.drafter.family.work(op.drafter, target, dep.tp)
-    draft = None
-    if work.pass_model is not None:
-        draft = step_cost(work.pass_model, op.hardware, batch_size=b, q_len=1, context_len=l, tp=work.pass_tp,
+                                tree_size=tree, plain_step_time_s=plain.time_s, verify_step_time_s=verify.time_s,
+                                work=op.work, draft=dc)
+        first, extra = dc.first_pass, float(dc.verify_extra_s)
+    if first is None and op.work.pass_model is not None:  # the scheduled cycle: its first pass at one token
+        first = step_cost(op.work.pass_model, op.hardware, batch_size=b, q_len=1, context_len=l, tp=op.work.pass_tp,
                           attention=dep.attention, efficiency=dep.eff)
     _check_finite(op, cyc)
-    return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=draft, verify_step=verify, cycle=cyc,
-                      verify_q_len=q, band=acceptance_band(op))
+    return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=first, verify_step=verify, cycle=cyc,
+                      verify_q_len=q, verify_extra_s=extra, band=acceptance_band(op))
 
 
 def with_alpha(op: OperatingPoint, alpha: float) -> OperatingPoint:
@@ -147,7 +155,7 @@ def format_band(value: float, band: dict | None, key: str = "speedup", unit: str
     return f"{value:.2f}{unit} [{band[key + '_low']:.2f}, {band[key + '_high']:.2f}]"
 
 
-def _scheduled_cycle(op: OperatingPoint) -> CycleTimes:
+def _scheduled_cycle(op: OperatingPoint, *, plain_step_time_s=None) -> CycleTimes:
     """The long-run cycle under Hugging Face's heuristic draft-length schedule: each quantity the
     stationary-probability-weighted mean over the draft lengths K the schedule visits, so that
     tokens/s = Σ π_K τ_K / Σ π_K cycle_K (speculation.schedule)."""
@@ -160,7 +168,7 @@ def _scheduled_cycle(op: OperatingPoint) -> CycleTimes:
     ks, pi = ks[keep], pi[keep] / pi[keep].sum()
     tau = tokens_per_cycle_iid(alpha, ks)
     c = speculative_cycle(op.drafter, op.target, op.deployment, batch_size=op.batch_size, k=ks, context_len=op.context_len,
-                          tokens_per_cycle=tau)
+                          tokens_per_cycle=tau, plain_step_time_s=plain_step_time_s, work=op.work)
     mean = lambda x: float(pi @ np.broadcast_to(np.asarray(x, dtype=float), ks.shape))  # noqa: E731
     return cycle_times(target_step_time_s=mean(c.target_step_time_s), draft_time_s=mean(c.draft_time_s),
                        verify_time_s=mean(c.verify_time_s), tokens_per_cycle=mean(tau), batch_size=op.batch_size,
@@ -205,7 +213,7 @@ def grid(op: OperatingPoint, *, k=None, tree_size=None, batch_size=None, context
         trees = [op.tree_size]
     g = evaluate_grid(op.drafter, op.target, op.deployment, k=ks, tree_size=trees, batch_size=bs, context_len=ls,
                       alpha=alpha, n_ranks=acc.n_ranks, rank_decay=acc.rank_decay, alpha_factor=factor,
-                      conditional=conditional, position_ratios=acc.position_ratios)
+                      conditional=conditional, position_ratios=acc.position_ratios, work=op.work)
     _check_finite(op, g)
     return g
 

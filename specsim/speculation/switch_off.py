@@ -147,7 +147,7 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     if not draft:
         return float(dep.iteration_time_s(t, dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens), speculative=False))
     cfg = op.drafter
-    work = cfg.family.work(cfg, target, dep.tp)
+    work = op.work
     tree = op.tree_size if op.is_tree else None
     w = int(pass_width(work, k, tree))
     if work.pass_model is not None and work.n_passes == "k":
@@ -188,8 +188,7 @@ def workload_speedup(op: OperatingPoint, mix: WorkloadMix, *, b: int, k: int) ->
     ctx = mix.decode_context_len
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
     cfg = op.drafter
-    work = cfg.family.work(cfg, op.target, op.deployment.tp)
-    q = int(verify_q_len(cfg, work, k, op.tree_size if op.is_tree else None))
+    q = int(verify_q_len(cfg, op.work, k, op.tree_size if op.is_tree else None))
     r = mix.prompt_per_output
     plain = _mixed_iteration_s(op, b=b, q=1, ctx=ctx, prefill_tokens=b * r, prompt_len=mix.mean_prompt_tokens, k=0,
                                draft=False)
