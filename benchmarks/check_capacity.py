@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from specsim.presentation.capacity import capacity
-from specsim.presentation.gates import truncated
+from specsim.analyses.capacity import capacity
+from specsim.analyses.gates import truncated
 from specsim.serving import SLO, build_serving, simulate
 from specsim.serving.fleet import FleetSpec
 from specsim.serving.policies import DisableByBatchSize, Never, StaticK

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specsim.analyses.advise import _bands_with_gate, advise, paying_batches
+from specsim.analyses.gates import WatchedStaticK, gate_thresholds, regrets, truncated
 from specsim.cli import main
 from specsim.errors import DoesNotFitError
-from specsim.presentation.advise import _bands_with_gate, advise, band_rows, paying_batches
-from specsim.presentation.gates import WatchedStaticK, gate_thresholds, regrets, truncated
+from specsim.presentation.text import band_rows
 from specsim.serving import build_serving
 from specsim.serving.policies import DisableByBatchSize, StaticK
 from specsim.serving.rates import run_one
@@ -110,7 +111,7 @@ def test_off_when_it_never_pays_and_when_the_target_does_not_fit(capsys):
 
 def test_paying_batches_reads_the_curve():
     op = resolve_id("seed-70b-hbm")
-    from specsim.presentation.threshold import recommended_switch_off
+    from specsim.analyses.threshold import recommended_switch_off
     so = recommended_switch_off(op)
     on, off = paying_batches(so, 0.1)
     assert on == 1 and off == so.batch_off

@@ -269,7 +269,8 @@ def test_validate_on_the_tiny_model(tiny, tmp_path):
 
 def test_band_reaches_sweep_and_threshold(tmp_path):
     from specsim.presentation.sweep import run_sweep
-    from specsim.presentation.threshold import format_policy, threshold_policy
+    from specsim.analyses.threshold import threshold_policy
+    from specsim.presentation.text import format_policy
     from specsim.speculation.operating_point import resolve
     from specsim.speculation.predict import grid, with_alpha
 

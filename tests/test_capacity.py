@@ -15,8 +15,9 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecError
-from specsim.presentation.capacity import capacity, cost_per_million, parse_duration_s
-from specsim.presentation.gates import truncated
+from specsim.analyses.capacity import capacity, cost_per_million
+from specsim.analyses.gates import truncated
+from specsim.cli.capacity import parse_duration_s
 from specsim.serving import SLO, build_serving, simulate
 from specsim.serving.fleet import FleetSpec
 from specsim.serving.policies import DisableByBatchSize, Never, StaticK

@@ -3,7 +3,8 @@ analytical core imports without numba, simpy or matplotlib (STYLE.md); heavy pac
 few modules that need them.
 
 The layer of a module is the folder it sits in: specs (1) → cost (2) → speculation (3) → serving (4)
-→ decoder, calibration (5) → presentation (6) → cli (7). `errors` and the package root are layer 0.
+→ decoder, calibration (5) → analyses (6: the decisions) → presentation (7) → cli (8). `errors` and the
+package root are layer 0.
 Imports inside functions count: a lazy import is still an import.
 """
 import ast
@@ -15,7 +16,7 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "specsim"
 LAYERS = {"errors": 0, "__init__": 0, "specs": 1, "cost": 2, "speculation": 3, "serving": 4, "decoder": 5,
-          "calibration": 5, "presentation": 6, "cli": 7}
+          "calibration": 5, "analyses": 6, "presentation": 7, "cli": 8}
 CORE = ["specsim.specs.hardware", "specsim.specs.models", "specsim.specs.scenario", "specsim.cost.roofline",
         "specsim.speculation.cycle", "specsim.speculation.acceptance", "specsim.speculation.trees",
         "specsim.speculation.predict", "specsim.cli"]
@@ -97,6 +98,8 @@ def test_no_module_imports_from_a_layer_above_it():
     ("speculation/cycle.py", "def f():\n    from ..serving import engine\n"),
     ("serving/engine.py", "import specsim.presentation.plots\n"),
     ("specs/models.py", "from specsim.cli import main\n"),
+    ("analyses/advise.py", "from ..presentation.progress import Progress\n"),
+    ("analyses/threshold.py", "def f():\n    from specsim.presentation import plots\n"),
 ])
 def test_the_checker_catches_a_planted_upward_import(rel, line):
     # the checker itself must fail on an upward import, or the test above asserts nothing

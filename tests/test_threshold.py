@@ -8,7 +8,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.errors import SpecError
-from specsim.presentation.threshold import threshold_policy
+from specsim.analyses.threshold import threshold_policy
 from specsim.specs.scenario import load_scenario
 from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
@@ -155,7 +155,7 @@ def test_moved_threshold_keys_are_refused():
 
 
 def test_vllm_schedule_ranges_by_hand():
-    from specsim.presentation.threshold import vllm_schedule
+    from specsim.analyses.threshold import vllm_schedule
 
     # on at every batch below the gate, off from the gate to the limit
     assert vllm_schedule(4, gate=79, min_batch=None, limit=1024) == [[1, 78, 4], [79, 1024, 0]]

@@ -48,8 +48,9 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from ..presentation.advise import advise, format_advice
+    from ..analyses.advise import advise
     from ..presentation.progress import Progress
+    from ..presentation.text import format_advice
     from ..speculation.operating_point import resolve_id
     from .common import print_json
 

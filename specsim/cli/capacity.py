@@ -2,6 +2,22 @@
 speculation, and the cost per million output tokens."""
 from __future__ import annotations
 
+import math
+import re
+
+from ..errors import SpecError
+
+
+def parse_duration_s(text, flag: str) -> float:
+    """'50ms', '0.05s', '2s', '2' (seconds) → seconds; refused with the flag's name otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*", str(text))
+    if not m:
+        raise SpecError(f"{flag} {text!r}: expected a duration such as 50ms, 0.05s or 2 (seconds)")
+    v = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0)
+    if not (math.isfinite(v) and v > 0):
+        raise SpecError(f"{flag} {text!r}: expected a positive duration")
+    return v
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -29,9 +45,9 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from ..errors import SpecError
-    from ..presentation.capacity import capacity, format_capacity, parse_duration_s
+    from ..analyses.capacity import capacity
     from ..presentation.progress import Progress
+    from ..presentation.text import format_capacity
     from ..speculation.operating_point import resolve_id
     from .common import print_json
 

@@ -27,9 +27,10 @@ def register(sub) -> None:
 
 def _run(args) -> int:
     from ..errors import SpecError
-    from ..presentation.capacity import parse_duration_s
-    from ..presentation.compare import compare, format_comparison
+    from ..analyses.compare import compare
     from ..presentation.progress import Progress
+    from ..presentation.text import format_comparison
+    from .capacity import parse_duration_s
     from ..speculation.operating_point import resolve_id
     from .common import print_json
 

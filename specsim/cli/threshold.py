@@ -20,7 +20,8 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from ..presentation.threshold import format_policy, threshold_policy
+    from ..analyses.threshold import threshold_policy
+    from ..presentation.text import format_policy
     from ..serving import workload_mix
     from ..speculation.operating_point import resolve_id
     from .common import print_json

@@ -2,9 +2,10 @@
 
 `Progress(desc, quiet=...)` is handed to the library functions that take a while (advise, report,
 capacity, compare); each announces its phases (`phase("simulating")`), grows the bar when it learns
-how much work is ahead (`add(n)`) and steps it as each unit ends (`step()`), plotting included. With
-`quiet=True` (the commands' --quiet) or when stderr is not a terminal, nothing is printed.
-`Progress.null()` is the silent stand-in a function uses when it is given no bar.
+how much work is ahead (`add(n)`) and steps it as each unit ends (`step()`), plotting included — the
+sink `specsim.analyses.progress.ProgressSink` describes, whose `NullProgress` a function uses when
+it is given no bar. With `quiet=True` (the commands' --quiet) or when stderr is not a terminal,
+nothing is printed.
 """
 from __future__ import annotations
 
@@ -19,10 +20,6 @@ class Progress:
 
             # disable=None: tqdm stays silent when stderr is not a terminal (pipes, CI logs)
             self._bar = tqdm(total=total, desc=desc, unit="step", disable=None, leave=False, dynamic_ncols=True)
-
-    @classmethod
-    def null(cls) -> "Progress":
-        return cls("", quiet=True)
 
     def add(self, n: int) -> None:
         """There are n more units of work ahead."""
@@ -53,8 +50,4 @@ class Progress:
         return False
 
 
-def progress_or_null(progress: Progress | None) -> Progress:
-    return progress if progress is not None else Progress.null()
-
-
-__all__ = ["Progress", "progress_or_null"]
+__all__ = ["Progress"]

@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
+from ..analyses.advise import Advice, advise, describe_pays
+from ..analyses.progress import ProgressSink, progress_or_null
 from ..speculation.operating_point import OperatingPoint
-from .advise import STACK_TITLES, Advice, advise, band_rows, format_advice, serving_lines, tidy_paths
-from .progress import Progress, progress_or_null
+from .text import STACK_TITLES, band_rows, format_advice, serving_lines, tidy_paths
 
 REPORT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 REPORT_CONTEXTS = (256, 1024, 4096, 16384, 65536, 131072)
@@ -192,8 +193,6 @@ def _caption(name: str, data: pd.DataFrame, op: OperatingPoint, advice: Advice) 
         reg = best.index[best.values < 1.0]
         at_k = data[data["k"] == op.k].set_index("batch_size")["speedup"]
         s1 = float(at_k.iloc[0]) if len(at_k) else float("nan")
-        from .advise import describe_pays
-
         so = advice.analytic
         text = (f"K = {op.k}: {s1:.2f}× at B = {int(at_k.index[0]) if len(at_k) else 1}; the best K is below 1 at "
                 + (", ".join(f"B = {int(b)}" for b in reg[:3]) + ("…" if len(reg) > 3 else "") if len(reg)
@@ -233,7 +232,7 @@ def _caption(name: str, data: pd.DataFrame, op: OperatingPoint, advice: Advice) 
 
 def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alpha_delta: float = 0.05,
                  simulate: bool = True, seed: int = 0, margin: float | None = None, command: str = "",
-                 progress: Progress | None = None) -> ReportData:
+                 progress: ProgressSink | None = None) -> ReportData:
     """Everything the report shows, computed once (see the module docstring)."""
     from . import plots
     from .sweep import (drafter_roofline_points, heatmap_grid, measured_verify_points, run_sweep, sweep_axes,

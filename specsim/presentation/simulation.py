@@ -10,7 +10,7 @@ from ..errors import EmptyResultError
 from ..serving import ServingSetup, build_serving, crossover_rate, sweep
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import SwitchOff
-from .threshold import recommended_switch_off
+from ..analyses.threshold import recommended_switch_off
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

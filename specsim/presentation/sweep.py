@@ -285,7 +285,7 @@ def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress
     figures: list = []
     if plots and not df.empty:
         from . import plots as plotting  # matplotlib only when plotting
-        from .threshold import recommended_switch_off
+        from ..analyses.threshold import recommended_switch_off
 
         axes = sweep_axes(op)
         switch_off = recommended_switch_off(op) if op.speculative and op.acceptance.model is not None else None

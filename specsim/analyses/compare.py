@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from ..errors import SpecError
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import predict
-from .advise import Advice, advise
-from .capacity import CapacityPlan, capacity
-from .progress import Progress, progress_or_null
+from .advise import advise
+from .capacity import capacity
+from .progress import ProgressSink, progress_or_null
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,7 +87,7 @@ def _usd(x) -> str:
 
 def compare(a: OperatingPoint, b: OperatingPoint, *, rate_per_s: float | None = None, simulate: bool = False,
             n_requests: int | None = None, gpu_hour_usd: float | None = None, slo_tpot_s: float | None = None,
-            slo_ttft_s: float | None = None, seed: int = 0, progress: Progress | None = None) -> Comparison:
+            slo_ttft_s: float | None = None, seed: int = 0, progress: ProgressSink | None = None) -> Comparison:
     """Side by side (see the module docstring). simulate: choose each verdict's gate with the serving
     simulator (slower); rate_per_s: add capacity and cost at that rate."""
     prog = progress_or_null(progress)
@@ -113,20 +113,4 @@ def compare(a: OperatingPoint, b: OperatingPoint, *, rate_per_s: float | None = 
                       rows=_rows(points, adv, preds, plans, rate_per_s))
 
 
-def format_comparison(c: Comparison) -> str:
-    import textwrap
-
-    w0 = max(len(r[0]) for r in c.rows)
-    col = 44
-    lines = [f"specsim compare: {c.points[0].name} (A) vs {c.points[1].name} (B)", ""]
-    lines.append(f"{'':<{w0}}  {'A':<{col}}  B")
-    for label, va, vb in c.rows:
-        wa = textwrap.wrap(str(va), col) or [""]
-        wb = textwrap.wrap(str(vb), col) or [""]
-        for j in range(max(len(wa), len(wb))):
-            lines.append(f"{label if j == 0 else '':<{w0}}  {wa[j] if j < len(wa) else '':<{col}}  "
-                         f"{wb[j] if j < len(wb) else ''}")
-    return "\n".join(lines)
-
-
-__all__ = ["Comparison", "compare", "format_comparison"]
+__all__ = ["Comparison", "compare"]

@@ -36,7 +36,7 @@ from ..errors import EmptyResultError, SpecError
 from ..serving import ServingSetup
 from ..serving.policies import DisableByBatchSize, Never, StaticK
 from ..serving.rates import add_speedups, run_one
-from .progress import Progress, progress_or_null
+from .progress import ProgressSink, progress_or_null
 
 TOL_ATTAINMENT = 0.02
 TOL_TPOT = 0.05
@@ -118,10 +118,6 @@ class GateEvaluation:
     def worst_regret(self) -> float:
         return float(self.table.loc[self.table["policy"] == self.chosen, "regret"].max())
 
-    def regret_by_rate(self, policy: str | None = None) -> pd.DataFrame:
-        name = policy or self.chosen
-        return self.table[self.table["policy"] == name][["rate_per_s", "regret", "within_tolerance"]]
-
     def best_by_rate(self) -> pd.DataFrame:
         """At each rate the policy with the lowest regret (the best the simulator found)."""
         t = self.table.sort_values(["rate_per_s", "regret", "tpot_p50_s"])
@@ -173,7 +169,7 @@ def regrets(table: pd.DataFrame, *, tol_attainment: float = TOL_ATTAINMENT, tol_
 
 
 def evaluate_gates(setup: ServingSetup, *, analytic_batch_off: int | None, rates=None, n_requests: int | None = None,
-                   extra_thresholds=(), progress: Progress | None = None) -> GateEvaluation:
+                   extra_thresholds=(), progress: ProgressSink | None = None) -> GateEvaluation:
     """Simulate the gate candidates and the scenario's policies at every rate and rank them (see the
     module docstring). rates: requests/s (default: the scenario's [workload] rates, else the workload
     as given); n_requests: simulate only the first n requests of the workload."""

@@ -28,7 +28,7 @@ from ..errors import DoesNotFitError, SpecError, field_error
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import SwitchOff
 from .gates import GateEvaluation, evaluate_gates
-from .progress import Progress, progress_or_null
+from .progress import ProgressSink, progress_or_null
 from .threshold import ThresholdPolicy, recommended_switch_off, stack_configs, threshold_policy, threshold_settings
 
 DEFAULT_ALPHA_DELTA = 0.05
@@ -181,19 +181,6 @@ def describe_pays(so: SwitchOff, margin: float) -> str:
     return f"pays from batch {on}" + ("" if off is None else f", off at batch ≥ {off}{tail}")
 
 
-def band_rows(bands: list) -> list[tuple[str, str]]:
-    """(running-batch range, K) rows, ranges contiguous: a band starts after the previous one ends."""
-    rows, prev = [], 0
-    for b in bands:
-        lo = prev + 1 if prev else b["batch_min"]
-        hi = b["batch_max"]
-        rows.append((f"{lo}–{hi}" if lo != hi else f"{lo}", "off" if b["k"] == 0 else f"K = {b['k']}"))
-        prev = hi
-    if rows and bands[-1]["k"] == 0:
-        rows[-1] = (rows[-1][0].split("–")[0] + " and above", rows[-1][1])
-    return rows
-
-
 def _bands_with_gate(bands: list, gate: int | None) -> list:
     """The K-per-band schedule (K re-tuned, on the [threshold] batch grid) made consistent with the
     deployed gate: every batch at or above the gate off; every batch below it on, with the K of the
@@ -289,7 +276,7 @@ def _assumptions(op: OperatingPoint, policy: ThresholdPolicy, analytic: SwitchOf
 
 def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alpha_delta: float = DEFAULT_ALPHA_DELTA,
            simulate: bool = True, seed: int = 0, margin: float | None = None,
-           progress: Progress | None = None) -> Advice:
+           progress: ProgressSink | None = None) -> Advice:
     """The verdict for the operating point (see the module docstring). rates and n_requests limit the
     serving evaluation (the scenario's rates and whole workload by default); simulate=False decides
     analytically even when the scenario has a workload."""
@@ -397,93 +384,4 @@ def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alp
                   band=band, memory=_memory_summary(op), assumptions=assumptions, notes=notes + list(policy.notes))
 
 
-STACK_TITLES = {"vllm": "vLLM", "vllm-v0": "vLLM V0", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-
-def tidy_paths(text: str) -> str:
-    """Catalog paths as the repository names them (scenarios/x.toml), not where this copy is installed."""
-    from ..specs.catalog import KINDS, catalog_dir
-
-    for kind in KINDS:
-        try:
-            root = str(catalog_dir(kind))
-        except SpecError:
-            continue
-        text = text.replace(root + "/", f"{kind}/")
-    return text
-
-
-def _pct(x) -> str:
-    return "-" if x is None or not np.isfinite(x) else f"{100 * x:.0f}%"
-
-
-def _ms(x) -> str:
-    return "-" if x is None or not np.isfinite(x) else f"{x * 1e3:.1f}"
-
-
-def serving_lines(g: GateEvaluation, *, max_policies: int = 12) -> list[str]:
-    """The gate evaluation as a table: p50 TPOT (ms) / SLO attainment per policy and rate."""
-    t = g.table
-    names = list(dict.fromkeys(t["policy"]))[:max_policies]
-    rates = list(dict.fromkeys(t["rate_per_s"]))
-    head = ["rate/s"] + [n + ("*" if n == g.chosen else "") for n in names] + ["best"]
-    rows = []
-    best = g.best_by_rate().set_index("rate_per_s")["policy"] if len(t) else {}
-    for r in rates:
-        sub = t[t["rate_per_s"].astype(float).fillna(-1) == (-1 if r is None or r != r else float(r))]
-        row = ["as given" if r is None or r != r else f"{r:g}"]
-        for n in names:
-            x = sub[sub["policy"] == n]
-            row.append("-" if x.empty else f"{_ms(x['tpot_p50_s'].iloc[0])}/{_pct(x['slo_attainment_frac'].iloc[0])}")
-        row.append(str(best.get(r, "")) if hasattr(best, "get") else "")
-        rows.append(row)
-    widths = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return [fmt.format(*head)] + [fmt.format(*r) for r in rows]
-
-
-def format_advice(a: Advice) -> str:
-    op = a.point
-    lines = [f"specsim advise: {op.name}" + (f" — {op.description}" if op.description else ""), "",
-             f"VERDICT: {a.headline}", f"  why: {a.reason}", f"  decided by: {a.decided_by}"]
-    if a.on:
-        lines.append("  K per running-batch band (K re-tuned per band, for a stack with a schedule; vLLM and SGLang run "
-                     f"one K = {a.k}): " + ", ".join(f"{r}: {k}" for r, k in band_rows(a.bands)))
-    mem = a.memory
-    lines.append(f"  memory a device: {mem['total_bytes'] / 1e9:.1f} of {mem['capacity_bytes'] / 1e9:.1f} GB at batch "
-                 f"{op.batch_size}, context {mem['context_len']}; fits {mem['max_batch_plain']} sequences plain, "
-                 f"{mem['max_batch_speculative']} speculating")
-    lines.append(f"  uncertainty: {a.band.text()}" + ("" if a.band.verdict_holds else " — THE VERDICT FLIPS IN THIS BAND"))
-    lines += ["", "Paste into your serving stack:"]
-    for name, c in a.configs.items():
-        title = STACK_TITLES.get(name, name)
-        version = c["semantics"].replace(";", ":").split(":")[0]
-        lines.append(f"  {title} — {version}:")
-        if c.get("warning"):
-            lines.append(f"    NOTE: {c['warning']}")
-        if c.get("command_line"):
-            lines.append(f"    {c['command_line']}")
-        elif c.get("config") is not None:
-            lines.append(f"    speculative_config = {c['config']!r}")
-        else:
-            lines.append(f"    {c.get('note', '')}")
-        if c.get("caveat"):
-            lines.append(f"    caveat: {c['caveat']}")
-    if a.gates is not None:
-        g = a.gates
-        lines += ["", f"Serving check — p50 TPOT (ms) / share of requests within the SLO (TTFT ≤ {g.slo.ttft_s:g} s, "
-                      f"TPOT ≤ {g.slo.tpot_s * 1e3:g} ms); * = chosen; best = lowest regret at that rate:"]
-        lines += ["  " + x for x in serving_lines(g)]
-        lines.append(f"  the chosen policy's worst regret over the rates is {g.worst_regret:.2f} (≤ 1: within "
-                     f"{100 * g.tol_attainment:.0f} points of the best attainment and {100 * g.tol_tpot:.0f} % of "
-                     f"its p50 TPOT at every rate)")
-    lines += ["", "What would change the answer:"]
-    lines += [f"  - {x}" for x in a.assumptions]
-    if a.notes:
-        lines += ["", "Notes:"] + [f"  - {n}" for n in a.notes]
-    return tidy_paths("\n".join(lines))
-
-
-__all__ = ["Advice", "AlphaBand", "advise", "alpha_band", "format_advice", "serving_lines", "tidy_paths", "band_rows",
-           "describe_pays", "paying_batches",
-           "DEFAULT_ALPHA_DELTA"]
+__all__ = ["Advice", "AlphaBand", "advise", "alpha_band", "describe_pays", "paying_batches", "DEFAULT_ALPHA_DELTA"]

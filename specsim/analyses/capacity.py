@@ -22,7 +22,6 @@ for. The price is the --gpu-hour-usd flag, else DEFAULT_PRICES (cited), else not
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -35,7 +34,7 @@ from ..serving.policies import DisableByBatchSize, Never, StaticK
 from ..serving.router import RouterConfig
 from ..speculation.operating_point import OperatingPoint
 from .gates import truncated
-from .progress import Progress, progress_or_null
+from .progress import ProgressSink, progress_or_null
 from .threshold import recommended_switch_off
 
 DEFAULT_ATTAINMENT = 0.9
@@ -47,17 +46,6 @@ DEFAULT_PRICES = {
     "h200-sxm": (4.00, _PRICE_SOURCE.format(range="H200 SXM5 $3.50–4.50")),
     "a100-sxm-80gb": (1.30, _PRICE_SOURCE.format(range="A100 80GB $1.10–1.50")),
 }
-
-
-def parse_duration_s(text, flag: str) -> float:
-    """'50ms', '0.05s', '2s', '2' (seconds) → seconds; refused with the flag's name otherwise."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*", str(text))
-    if not m:
-        raise SpecError(f"{flag} {text!r}: expected a duration such as 50ms, 0.05s or 2 (seconds)")
-    v = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0)
-    if not (math.isfinite(v) and v > 0):
-        raise SpecError(f"{flag} {text!r}: expected a positive duration")
-    return v
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,7 +166,7 @@ def cost_per_million(replicas: int | None, devices: int, price: float | None, to
 
 
 def replicas_needed(setup: ServingSetup, policy, *, rate_per_s: float, slo: SLO, attainment: float = DEFAULT_ATTAINMENT,
-                    max_replicas: int = MAX_REPLICAS, progress: Progress | None = None, label: str = "") -> tuple:
+                    max_replicas: int = MAX_REPLICAS, progress: ProgressSink | None = None, label: str = "") -> tuple:
     """(smallest N meeting the SLO or None, {N: FleetRun}) by doubling from 1 then bisection."""
     prog = progress_or_null(progress)
     runs: dict = {}
@@ -209,7 +197,7 @@ def replicas_needed(setup: ServingSetup, policy, *, rate_per_s: float, slo: SLO,
 def capacity(op: OperatingPoint, *, rate_per_s: float, slo_tpot_s: float | None = None, slo_ttft_s: float | None = None,
              gpu_hour_usd: float | None = None, attainment: float = DEFAULT_ATTAINMENT, n_requests: int | None = None,
              seed: int = 0, max_replicas: int = MAX_REPLICAS, speculation: bool = True,
-             progress: Progress | None = None) -> CapacityPlan:
+             progress: ProgressSink | None = None) -> CapacityPlan:
     """Replicas, GPUs and cost per million output tokens at `rate_per_s` (see the module docstring).
     The SLO limits default to the scenario's [slo]; n_requests simulates only the first n requests of
     the workload."""
@@ -270,47 +258,5 @@ def capacity(op: OperatingPoint, *, rate_per_s: float, slo_tpot_s: float | None 
                         gate=gate, notes=tuple(notes))
 
 
-def format_capacity(p: CapacityPlan) -> str:
-    op = p.point
-    lines = [f"specsim capacity: {op.name} at {p.rate_per_s:g} req/s",
-             f"  SLO: TTFT ≤ {p.slo.ttft_s:g} s and TPOT ≤ {p.slo.tpot_s * 1e3:g} ms for at least "
-             f"{100 * p.attainment:g} % of requests; a replica = {op.deployment.n_devices}× {op.hardware.id} "
-             f"({op.target.id}); requests round-robin over the replicas", ""]
-    head = ("", "replicas", "GPUs", "$/M output tokens", "within SLO at N", "at N − 1")
-    rows = []
-    for a in (p.without, p.with_speculation):
-        if a is None:
-            continue
-        name = "without speculation" if not a.speculative else f"with speculation ({a.policy})"
-        run = a.runs.get(a.replicas) if a.replicas else None
-        below = a.below
-        rows.append((name, "not met" if a.replicas is None else str(a.replicas), "-" if a.gpus is None else str(a.gpus),
-                     "-" if a.cost_per_million_usd is None else f"{a.cost_per_million_usd:.3f}",
-                     "-" if run is None else f"{100 * run.attainment:.1f} %",
-                     "-" if below is None else f"{100 * below.attainment:.1f} %"))
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    lines += ["  " + fmt.format(*head)] + ["  " + fmt.format(*r) for r in rows]
-    if p.with_speculation is not None and p.with_speculation.replicas and p.without.replicas:
-        saved = p.without.replicas - p.with_speculation.replicas
-        lines.append("")
-        lines.append("  speculation does not change the replica count at this rate" if saved == 0 else
-                     f"  speculation {'saves' if saved > 0 else 'costs'} {abs(saved)} "
-                     f"replica{'s' if abs(saved) != 1 else ''} at this rate")
-    price = ("-" if p.price_usd_per_device_hour is None else f"${p.price_usd_per_device_hour:.2f} per GPU-hour")
-    lines += ["", f"  price: {price} ({p.price_source})",
-              f"  tokens: {p.rate_per_s:g} req/s × {p.mean_output_tokens:.0f} output tokens a request = "
-              f"{p.offered_tokens_per_s:.0f} tokens/s billed per hour"]
-    if p.gate is not None and p.with_speculation is not None:
-        lines.append(f"  with speculation: K = {op.k}, off at running batch ≥ {p.gate} (the analytic switch-off under "
-                     f"the workload, specsim threshold)")
-    for n in p.notes:
-        lines.append(f"  note: {n}")
-    lines.append("  fleets simulated: " + "; ".join(
-        f"{'with' if a.speculative else 'without'} {k} → {100 * r.attainment:.1f} %"
-        for a in (p.without, p.with_speculation) if a is not None for k, r in sorted(a.runs.items())))
-    return "\n".join(lines)
-
-
 __all__ = ["CapacityPlan", "CapacityAnswer", "FleetRun", "capacity", "simulate_fleet", "replicas_needed", "fleet_of",
-           "format_capacity", "parse_duration_s", "cost_per_million", "DEFAULT_PRICES", "DEFAULT_ATTAINMENT"]
+           "cost_per_million", "DEFAULT_PRICES", "DEFAULT_ATTAINMENT"]
