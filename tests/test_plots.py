@@ -1,5 +1,7 @@
-"""Plots: each function draws on the axes it is given, returns its artists, writes PNG and SVG."""
+"""Plots: each function draws on the axes it is given, returns its artists, writes PNG and SVG; the
+figure registry declares each figure once and refuses a plot name it does not know."""
 from dataclasses import replace
+from pathlib import Path
 
 import matplotlib
 
@@ -7,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from specsim.presentation import plots  # noqa: E402
+from specsim.presentation import figures, plots  # noqa: E402
 from specsim.presentation.sweep import run_sweep, verify_roofline_points  # noqa: E402
 from specsim.specs.scenario import load_scenario  # noqa: E402
 from specsim.speculation.operating_point import resolve  # noqa: E402
@@ -71,8 +73,52 @@ def test_sweep_figures_write_the_standard_set(df, tmp_path):
     pts = verify_roofline_points(SEED70)
     ref = {"hardware": "seed-hbm-2tbs", "target": "seed-70b", "method": "draft_model", "attention": "fused",
            "batch_size": 1, "context_len": 256, "alpha": 0.8}
-    paths = plots.sweep_figures(df, tmp_path, reference=ref, roofline=pts)
-    names = {p.stem for p in paths}
-    assert {"speedup_vs_batch", "speedup_vs_context", "heatmap_batch_alpha", "speedup_vs_k",
-            "speedup_vs_tree_size", "roofline", "verify_cost"} <= names
+    paths = figures.sweep_figures(figures.FigureInputs(point=SEED70, sweep=df, reference=ref, roofline=pts), tmp_path)
+    names = [p.stem for p in paths if p.suffix == ".png"]
+    assert names == ["roofline", "verify_cost", "speedup_vs_k", "speedup_vs_tree_size", "speedup_vs_batch",
+                     "speedup_vs_context", "heatmap_batch_alpha"]  # every figure `[sweep] plots` may name, in order
+    assert tuple(names) == figures.SWEEP_PLOTS
     assert plt.get_fignums() == []  # every figure closed, none shown
+    only = figures.sweep_figures(figures.FigureInputs(point=SEED70, sweep=df, reference=ref, roofline=pts),
+                                 tmp_path / "two", which=["verify_cost", "speedup_vs_k"])
+    assert sorted(p.stem for p in only if p.suffix == ".png") == ["speedup_vs_k", "verify_cost"]
+
+
+def test_the_registry_declares_each_figure_once():
+    names = [f.name for f in figures.FIGURES]
+    assert len(names) == len(set(names)) and figures.FIGURE_NAMES == tuple(names)
+    assert set(figures.SWEEP_PLOTS) < set(names) and "verdict_curve" not in figures.SWEEP_PLOTS
+    assert set(figures.SERVING_FIGURES) == {"latency_vs_rate", "throughput_vs_rate", "goodput_vs_rate", "speedup_vs_rate"}
+    # without a sweep grid, roofline points or a verdict nothing applies: no figure is drawn from nothing
+    assert [f.name for f in figures.FIGURES if f.applies(figures.FigureInputs(point=SEED70))] == []
+
+
+@pytest.mark.parametrize("plots_value, shown", [
+    ("speedup_vs_bacth", "'speedup_vs_bacth'"),
+    (["roofline", "latency_vs_rate"], "'latency_vs_rate'"),  # a report-only figure: `sweep` does not simulate
+    (3, "3"),
+    ([], "[]"),
+])
+def test_an_unknown_plot_name_is_refused_naming_the_field_and_the_known_names(tmp_path, plots_value, shown):
+    from specsim.errors import SpecError
+    from specsim.presentation.sweep import sweep_axes
+
+    s = load_scenario("seed-70b-hbm")
+    op = resolve(replace(s, sections={**s.sections, "sweep": {"k": [1, 2], "plots": plots_value}}))
+    with pytest.raises(SpecError) as e:
+        sweep_axes(op)
+    msg = str(e.value)
+    assert "[sweep]" in msg and "plots" in msg and shown in msg
+    assert all(n in msg for n in figures.SWEEP_PLOTS)
+
+
+def test_the_sweep_command_refuses_an_unknown_plot_name_before_any_work(tmp_path, capsys):
+    from specsim.cli import main
+
+    src = (Path(__file__).resolve().parents[1] / "scenarios" / "seed-70b-hbm.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(src.replace("[threshold]", 'plots = ["speedup_vs_batch", "speedup_vs_kk"]\n\n[threshold]'))
+    rc = main(["sweep", str(bad), "--out", str(tmp_path / "out"), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "plots" in err and "speedup_vs_kk" in err and "heatmap_batch_alpha" in err
+    assert not (tmp_path / "out" / "sweep.csv").exists()

@@ -59,17 +59,15 @@ def test_no_profile_no_measured_curve():
 def test_the_sweep_chart_draws_it(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
-    from specsim.presentation import plots
+    from specsim.presentation.figures import BY_NAME, FigureInputs
     from specsim.presentation.sweep import verify_roofline_points
 
     op = resolve(load_scenario("llama-70b-h100-chat"))
     roof = verify_roofline_points(op, batch_sizes=(1, 64))
-    data, _ = plots.figure_data(roof.assign(is_tree=False, attention="fused", context_len=op.context_len,
-                                            alpha=0.8, k=5, method="eagle", stack="", drafter="", speedup=1.0),
-                                reference={}, roofline=roof, which=("verify_cost",),
-                                measured_verify=measured_verify_points(op))["verify_cost"]
+    inputs = FigureInputs(point=op, roofline=roof, measured_verify=measured_verify_points(op))
+    data, title = BY_NAME["verify_cost"].rows(inputs)
     assert {"model", "measured", "specsim"} == set(data["series"])
-    fig = plots.draw("verify_cost", data)
+    fig = BY_NAME["verify_cost"].draw(data, title, inputs)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any(lab.startswith("measured: one layer") and "Llama-2-70b-hf, tp 4" in lab for lab in labels)
     assert "B = 1" in labels and "B = 64" in labels

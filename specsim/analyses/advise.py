@@ -36,13 +36,16 @@ DEFAULT_ALPHA_DELTA = 0.05
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlphaBand:
-    """The answer at α − δ and α + δ. rows: [{alpha, speedup_b1, batch_off, on}] (analytic)."""
+    """The answer at α − δ and α + δ. rows: [{alpha, speedup_b1, batch_off, on}] (analytic); curves:
+    the analytic speedup curve at each end, (batch sizes, speedup) as the switch-off search evaluated
+    it (the report's first figure shades between them; not part of to_dict)."""
 
     alpha: float
     delta: float
     calibrated: bool
     source: str
     rows: tuple
+    curves: tuple = ()
 
     @property
     def verdict_holds(self) -> bool:
@@ -135,16 +138,17 @@ def alpha_band(op: OperatingPoint, *, delta: float = DEFAULT_ALPHA_DELTA, margin
     lo, hi = getattr(cal, "alpha_low", None), getattr(cal, "alpha_high", None)
     calibrated = lo is not None and hi is not None and op.acceptance.model.alpha is not None
     ends = (float(lo), float(hi)) if calibrated else (alpha - delta, alpha + delta)
-    rows = []
+    rows, curves = [], []
     for a in ends:
         a = float(np.clip(a, 0.01, 0.99))
         so = recommended_switch_off(_alpha_variant(op, a), margin=margin)
         s1 = _speedup_b1(so)
         rows.append({"alpha": a, "speedup_b1": s1, "batch_off": so.batch_off, "pays": describe_pays(so, margin),
                      "on": paying_batches(so, margin) is not None})
+        curves.append((np.asarray(so.batch_sizes), np.asarray(so.speedup, dtype=float)))
     return AlphaBand(alpha=alpha, delta=float(delta), calibrated=bool(calibrated),
                      source=(str(getattr(cal, "source", "")) or "calibration") if calibrated else
-                     (op.acceptance.source or "the scenario"), rows=tuple(rows))
+                     (op.acceptance.source or "the scenario"), rows=tuple(rows), curves=tuple(curves))
 
 
 def paying_batches(so: SwitchOff, margin: float) -> tuple[int, int | None] | None:

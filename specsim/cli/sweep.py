@@ -27,6 +27,7 @@ def register(sub) -> None:
 def _run(args) -> int:
     from tqdm.auto import tqdm
 
+    from ..presentation.figures import SWEEP_PLOTS
     from ..presentation.output import OutputDir
     from ..presentation.parallel import check_workers
     from ..presentation.sweep import n_points, sweep_axes, write_sweep_outputs
@@ -35,7 +36,7 @@ def _run(args) -> int:
     out = OutputDir(args.out, force=args.force)
     op = resolve_id(args.scenario)
     axes = sweep_axes(op)
-    n_plots = 0 if args.no_plots else 7
+    n_plots = 0 if args.no_plots else (len(SWEEP_PLOTS) if "all" in axes["plots"] else len(set(axes["plots"])))
     with out, tqdm(total=n_plots, desc="plots", unit="figure", disable=True if args.quiet or not n_plots else None,
                    leave=False) as bar:
         df, paths, figures, skipped = write_sweep_outputs(op, out, plots=not args.no_plots, progress=not args.quiet,

@@ -1,9 +1,9 @@
 """Plots of sweep results (matplotlib lives here and nowhere else in the library).
 
 Every function takes `(ax, df, ...)`, draws on `ax`, returns the artists it made, and never calls
-`show`. They select and group rows of a tidy sweep DataFrame (`specsim.sweep.COLUMNS`) and draw;
-the numbers come from the sweep. `sweep_figures` makes the standard set for a sweep and writes PNG
-and SVG files.
+`show`. They select and group rows of a tidy sweep DataFrame (`presentation.sweep.COLUMNS`) and
+draw; the numbers come from the sweep. Which figures exist, the rows each draws and how they are
+laid out are declared once in `presentation.figures`.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ matplotlib.use("Agg")  # files only; never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from .figures import best_rows  # noqa: E402
 
 REGRESSION_COLOR = "#f4c7c3"
 NOFIT_LABEL = "does not fit in memory (×)"
@@ -59,10 +61,43 @@ def _log2_axis(ax, values) -> None:
         ax.set_xticklabels([str(t) for t in ticks])
 
 
-def _best(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Rows with the highest speedup within each group of `by` (the best K / tree size there)."""
-    idx = df.groupby(by, observed=True)["speedup"].idxmax()
-    return df.loc[idx.values].sort_values(by)
+def verdict_curve(ax, data: pd.DataFrame, *, title: str = ""):
+    """The verdict's curve (`figures` "verdict_curve" rows): speedup with the scenario's K against the
+    running batch, the speedup at the two ends of the acceptance band shaded around it, the
+    regression region (speedup < 1) shaded, the analytic switch-off, where it starts paying when it
+    does not at batch 1, and the serving simulation's gate when there is one, on one axis."""
+    b = data["batch_size"].to_numpy(dtype=float)
+    s = data["speedup"].to_numpy(dtype=float)
+    lo, hi = data["speedup_low"].to_numpy(dtype=float), data["speedup_high"].to_numpy(dtype=float)
+    top = np.nanmax(np.concatenate([s, hi[np.isfinite(hi)]])) if np.isfinite(s).any() else 2.0
+    artists = [ax.axhspan(0, 1.0, color=REGRESSION_COLOR, alpha=0.6, lw=0, label="regression (speedup < 1)"),
+               ax.axhline(1.0, color="k", lw=0.8)]
+    if np.isfinite(lo).any():
+        kind = "calibrated" if bool(data["band_calibrated"].iloc[0]) else "assumed"
+        artists.append(ax.fill_between(b, lo, hi, color="#7aa6d6", alpha=0.35, lw=0,
+                                       label=f"α {data['alpha_low'].iloc[0]:.2f}–{data['alpha_high'].iloc[0]:.2f} "
+                                             f"({kind} band)"))
+    artists += ax.plot(b, s, color="#1f4e8c", lw=2.0,
+                       label=f"K = {int(data['k'].iloc[0])}, α = {data['alpha'].iloc[0]:.2f} ({data['view'].iloc[0]})")
+    marks = (("min_batch", "seagreen", "--", "pays from B ≥ {}"),
+             ("switch_off_batch", "crimson", "--", "switch off at B ≥ {} (analytic)"),
+             ("gate_batch", "darkorange", "-.", "simulated gate: off at B ≥ {}"))
+    for col, color, ls, text in marks:
+        v = float(data[col].iloc[0])
+        if np.isfinite(v):
+            artists.append(ax.axvline(v, color=color, ls=ls, lw=1.5, label=text.format(int(v))))
+    ax.set_xscale("log", base=2)
+    ticks = [int(2 ** i) for i in range(0, int(np.log2(b.max())) + 1)]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlim(1, b.max())
+    ax.set_ylim(0, max(float(top) * 1.1, 1.3))
+    ax.set_xlabel("running batch B (sequences)")
+    ax.set_ylabel("speedup over plain decoding (×)")
+    ax.set_title(title or "Speedup against the running batch", fontsize=10)
+    ax.legend(fontsize=7.5, loc="upper right", framealpha=0.92)
+    ax.grid(alpha=0.3)
+    return artists
 
 
 def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: str = "", on_from: int | None = None,
@@ -75,7 +110,7 @@ def speedup_vs_batch(ax, df: pd.DataFrame, *, line="k", threshold=None, title: s
     does not at batch 1 (a long context); gate: (batch, label) of a deployed gate chosen elsewhere (the
     serving simulation), drawn beside the analytic switch-off."""
     artists = []
-    data = _best(df, [line, "batch_size"])
+    data = best_rows(df, [line, "batch_size"])
     for value, g in data.groupby(line, observed=True):
         artists += _line(ax, g["batch_size"], g["speedup"], _fits(g), label=f"{line} = {value}", marker="o", ms=3)
     best = data.groupby("batch_size")["speedup"].max()
@@ -125,7 +160,7 @@ def speedup_vs_context(ax, df: pd.DataFrame, *, line="attention", title: str = "
     (attention kernel by default: naive re-reads the cache per query token, fused reads it once);
     contexts whose cache does not fit in memory are drawn as ×."""
     artists = []
-    data = _best(df, [line, "context_len"])
+    data = best_rows(df, [line, "context_len"])
     for value, g in data.groupby(line, observed=True):
         artists += _line(ax, g["context_len"], g["speedup"], _fits(g), label=f"{line}: {value}", marker="o", ms=3)
     artists.append(ax.axhspan(0, 1.0, color=REGRESSION_COLOR, alpha=0.6, lw=0, label="regression"))
@@ -165,7 +200,7 @@ def speedup_heatmap(ax, df: pd.DataFrame, *, title: str = ""):
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    data = _best(df, ["batch_size", "alpha"])
+    data = best_rows(df, ["batch_size", "alpha"])
     grid = data.pivot(index="alpha", columns="batch_size", values="speedup")
     bs = np.asarray(grid.columns, dtype=float)
     al = np.asarray(grid.index, dtype=float)
@@ -206,7 +241,7 @@ def speedup_heatmap(ax, df: pd.DataFrame, *, title: str = ""):
 def speedup_vs_k(ax, df: pd.DataFrame, *, line="alpha", title: str = ""):
     """Speedup against draft length K, one line per acceptance rate (best tree size when trees)."""
     artists = []
-    data = _best(df, [line, "k"])
+    data = best_rows(df, [line, "k"])
     groups = list(data.groupby(line, observed=True))
     colors = plt.cm.viridis(np.linspace(0.0, 0.92, max(len(groups), 1)))
     for (value, g), color in zip(groups, colors):
@@ -228,7 +263,7 @@ def speedup_vs_tree_size(ax, df: pd.DataFrame, *, line="hardware", title: str = 
     line marked: where the verify pass leaves the bandwidth plateau, wider trees stop paying. A line
     whose configuration does not fit in memory is dashed with × markers and says so."""
     artists = []
-    data = _best(df, [line, "tree_size"])
+    data = best_rows(df, [line, "tree_size"])
     for value, g in data.groupby(line, observed=True):
         fits = _fits(g)
         label = str(value)
@@ -338,6 +373,19 @@ def verify_cost_vs_tokens(ax, points: pd.DataFrame, *, title: str = "", measured
     return artists
 
 
+def new_figure(name: str, draw, *, size=(7, 4.5)):
+    """A new figure of `size` inches with one axis, drawn by draw(ax); `name` labels it for a reader
+    of a traceback."""
+    fig, ax = plt.subplots(figsize=size)
+    try:
+        draw(ax)
+    except Exception:
+        plt.close(fig)
+        raise
+    fig.set_label(name)
+    return fig
+
+
 def save_figure(fig, path_without_suffix) -> list[Path]:
     """Save as PNG and SVG: `path_without_suffix` is a Path, or (OutputDir, name) to stage the files."""
     if isinstance(path_without_suffix, tuple):
@@ -378,144 +426,5 @@ def png_bytes(fig, *, dpi: int = 96) -> bytes:
     return out.getvalue()
 
 
-def _nearest(values, wanted):
-    values = np.asarray(sorted(set(values)))
-    return values[np.argmin(np.abs(values - wanted))]
-
-
-FIGURES = ("speedup_vs_batch", "speedup_vs_context", "heatmap_batch_alpha", "speedup_vs_k", "speedup_vs_tree_size",
-           "roofline", "verify_cost")
-
-
-def figure_data(df: pd.DataFrame, *, reference: dict, roofline: pd.DataFrame | None = None,
-                drafter_roofline: pd.DataFrame | None = None, heatmap: pd.DataFrame | None = None,
-                which=("all",), measured_verify: pd.DataFrame | None = None) -> dict:
-    """The rows each standard figure draws, by figure name: {name: (DataFrame, title)}.
-
-    reference: the operating point the slices go through (keys hardware, target, method, stack,
-    attention, batch_size, context_len, alpha); the nearest grid value is used for numeric keys.
-    heatmap: a finer (B, α) grid for the heatmap (same columns as the sweep), else the sweep's.
-    measured_verify: the measured layer curve for the verify-cost chart (sweep.measured_verify_points),
-    drawn beside the model and written with its rows (column `series`: model, measured, specsim).
-    The report writes each DataFrame as the CSV behind its figure; `draw` draws one."""
-    want = set(which)
-    ok = lambda name: "all" in want or name in want  # noqa: E731
-    out: dict = {}
-    base = df
-    for key in ("target", "method", "stack"):
-        if key in reference and reference[key] is not None and (df[key] == reference[key]).any():
-            base = base[base[key] == reference[key]]
-    hw0 = reference.get("hardware")
-    on_hw = base[base["hardware"] == hw0] if hw0 is not None and (base["hardware"] == hw0).any() else base
-    attn = reference.get("attention", "fused")
-    on = on_hw[on_hw["attention"] == attn] if (on_hw["attention"] == attn).any() else on_hw
-    b0 = _nearest(on["batch_size"], reference.get("batch_size", 1))
-    l0 = _nearest(on["context_len"], reference.get("context_len", 0))
-    a0 = _nearest(on["alpha"], reference.get("alpha", 0.8))
-    chains = on[~on["is_tree"]] if (~on["is_tree"]).any() else on  # one line per K: linear drafts
-    label = f"{on['target'].iloc[0]} on {on['hardware'].iloc[0]}, {on['method'].iloc[0]}"
-    if on["drafter"].iloc[0] and not str(on["drafter"].iloc[0]).startswith("("):
-        label += f" ({on['drafter'].iloc[0]})"
-
-    if ok("speedup_vs_batch") and on["batch_size"].nunique() > 1:
-        out["speedup_vs_batch"] = (chains[(chains["context_len"] == l0) & (chains["alpha"] == a0)],
-                                   f"Speedup vs batch size — {label}\nL = {l0}, α = {a0:.2f}")
-    if ok("speedup_vs_context") and on_hw["context_len"].nunique() > 1:
-        ch = on_hw[~on_hw["is_tree"]] if (~on_hw["is_tree"]).any() else on_hw
-        out["speedup_vs_context"] = (ch[(ch["batch_size"] == b0) & (ch["alpha"] == a0)],
-                                     f"Speedup vs context — {label}\nB = {b0}, α = {a0:.2f}, best K per point")
-    hm = heatmap if heatmap is not None and len(heatmap) else chains[chains["context_len"] == l0]
-    if len(hm):
-        hm = _best(hm, ["batch_size", "alpha"])  # what the heatmap draws: the best K in each cell
-    if ok("heatmap_batch_alpha") and hm["batch_size"].nunique() > 1 and hm["alpha"].nunique() > 1:
-        lh = int(hm["context_len"].iloc[0])
-        out["heatmap_batch_alpha"] = (hm, f"Best speedup over (B, α) — {label}, best K\nL = {lh}")
-    if ok("speedup_vs_k") and on["k"].nunique() > 1:
-        out["speedup_vs_k"] = (chains[(chains["batch_size"] == b0) & (chains["context_len"] == l0)],
-                               f"Speedup vs K — {label}\nB = {b0}, L = {l0}")
-    trees = df[df["is_tree"]]
-    for key in ("target", "method"):
-        if key in reference and (trees[key] == reference[key]).any():
-            trees = trees[trees[key] == reference[key]]
-    tree_line = "hardware" if trees["hardware"].nunique() > 1 or trees["stack"].nunique() < 2 else "stack"
-    if tree_line == "stack":
-        trees = trees.assign(stack=trees["stack"].astype(str).replace({"": "idealised part (no stack)"}))
-    if ok("speedup_vs_tree_size") and len(trees) and trees["tree_size"].nunique() > 1:
-        attn_t = trees[trees["attention"] == attn] if (trees["attention"] == attn).any() else trees
-        sub = attn_t[(attn_t["batch_size"] == _nearest(attn_t["batch_size"], b0))
-                     & (attn_t["context_len"] == _nearest(attn_t["context_len"], l0))
-                     & (attn_t["alpha"] == _nearest(attn_t["alpha"], a0))]
-        out["speedup_vs_tree_size"] = (sub.assign(line=tree_line),
-                                       f"Speedup vs tree size — {sub['target'].iloc[0]}, {sub['method'].iloc[0]}\n"
-                                       f"B = {b0}, L = {l0}, α = {a0:.2f}, best depth per M")
-    if roofline is not None and ok("roofline"):
-        roof = roofline.assign(model="target")
-        if drafter_roofline is not None and len(drafter_roofline):
-            roof = pd.concat([roof, drafter_roofline.assign(model="drafter")], ignore_index=True)
-        who = f"{roofline['target'].iloc[0]}" + (f" and drafter {drafter_roofline['target'].iloc[0]}"
-                                                  if drafter_roofline is not None and len(drafter_roofline) else "")
-        out["roofline"] = (roof, f"Roofline — {who} on {roofline['hardware'].iloc[0]}")
-    if roofline is not None and ok("verify_cost"):
-        verify = roofline.assign(series="model")
-        if measured_verify is not None and len(measured_verify):
-            verify = pd.concat([verify, measured_verify], ignore_index=True)
-        out["verify_cost"] = (verify, f"Verify cost vs B·M — {roofline['target'].iloc[0]} on "
-                                      f"{roofline['hardware'].iloc[0]}")
-    return out
-
-
-def draw(name: str, data: pd.DataFrame, *, title: str = "", switch_off=None, size=(7, 4.5), on_from: int | None = None,
-         gate: tuple[int, str] | None = None):
-    """A new figure of the standard figure `name` (FIGURES) drawn from `data` (figure_data's rows);
-    switch_off, on_from and gate go to the batch plot (see speedup_vs_batch)."""
-    fig, ax = plt.subplots(figsize=(size[0] + 2.0, size[1]) if name == "speedup_vs_batch" else size)
-    if name == "speedup_vs_batch":
-        speedup_vs_batch(ax, data, threshold=switch_off, title=title, on_from=on_from, gate=gate)
-    elif name == "speedup_vs_context":
-        speedup_vs_context(ax, data, title=title)
-    elif name == "heatmap_batch_alpha":
-        speedup_heatmap(ax, data, title=title)
-    elif name == "speedup_vs_k":
-        speedup_vs_k(ax, data, title=title)
-    elif name == "speedup_vs_tree_size":
-        line = str(data["line"].iloc[0]) if "line" in data else "hardware"
-        speedup_vs_tree_size(ax, data, line=line, title=title)
-    elif name == "roofline":
-        target = data[data["model"] == "target"] if "model" in data else data
-        drafter = data[data["model"] == "drafter"] if "model" in data else None
-        roofline_chart(ax, target, drafter=drafter if drafter is not None and len(drafter) else None, title=title)
-    elif name == "verify_cost":
-        if "series" in data:
-            model = data[data["series"] == "model"]
-            verify_cost_vs_tokens(ax, model, title=title, measured=data[data["series"] != "model"])
-        else:
-            verify_cost_vs_tokens(ax, data, title=title)
-    else:
-        plt.close(fig)
-        raise ValueError(f"unknown figure {name!r}; expected one of {', '.join(FIGURES)}")
-    return fig
-
-
-def sweep_figures(df: pd.DataFrame, out_dir, *, reference: dict, roofline: pd.DataFrame | None = None,
-                  which=("all",), switch_off=None, progress=None, heatmap: pd.DataFrame | None = None,
-                  drafter_roofline: pd.DataFrame | None = None,
-                  measured_verify: pd.DataFrame | None = None) -> list[Path]:
-    """The standard figures of a sweep, written as PNG + SVG into out_dir (a Path, or an OutputDir).
-
-    reference: the operating point the slices go through (see figure_data). switch_off: the
-    operating point's recommended SwitchOff, marked on the batch plot with what it assumes.
-    heatmap: a finer (B, α) grid for the heatmap. progress(name) is called as each figure is done."""
-    out: list[Path] = []
-    for name, (data, title) in figure_data(df, reference=reference, roofline=roofline, heatmap=heatmap,
-                                           drafter_roofline=drafter_roofline, which=which,
-                                           measured_verify=measured_verify).items():
-        fig = draw(name, data, title=title, switch_off=switch_off)
-        out += save_figure(fig, (out_dir, name) if hasattr(out_dir, "file") else Path(out_dir) / name)
-        if progress is not None:
-            progress(name)
-    return out
-
-
-__all__ = ["speedup_vs_batch", "speedup_vs_context", "speedup_heatmap", "speedup_vs_k", "speedup_vs_tree_size",
-           "roofline_chart", "verify_cost_vs_tokens", "save_figure", "sweep_figures", "figure_data", "draw",
-           "png_bytes", "FIGURES"]
+__all__ = ["verdict_curve", "speedup_vs_batch", "speedup_vs_context", "speedup_heatmap", "speedup_vs_k",
+           "speedup_vs_tree_size", "roofline_chart", "verify_cost_vs_tokens", "new_figure", "save_figure", "png_bytes"]

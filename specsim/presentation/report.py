@@ -31,17 +31,19 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..analyses.advise import Advice, advise, describe_pays
+from ..analyses.advise import Advice, advise
 from ..analyses.progress import ProgressSink, progress_or_null
 from ..speculation.operating_point import OperatingPoint
+from .figures import (BY_NAME, FIGURES, SECTION_ROOFLINE, SECTION_SERVING, SECTION_SPEEDUP, SECTION_VERDICT,
+                      FigureInputs, shown_policies)
 from .text import STACK_TITLES, band_rows, format_advice, serving_lines, tidy_paths
 
 REPORT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 REPORT_CONTEXTS = (256, 1024, 4096, 16384, 65536, 131072)
 REPORT_ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 REPORT_TREE_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-SECTIONS = ("Verdict", "Configuration and sources", "Roofline: target and drafter", "Speedup",
-            "Serving: gating policies under load", "Calibration status")
+SECTIONS = (SECTION_VERDICT, "Configuration and sources", SECTION_ROOFLINE, SECTION_SPEEDUP, SECTION_SERVING,
+            "Calibration status")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,76 +162,6 @@ def _ref(op: OperatingPoint, df: pd.DataFrame) -> dict:
             "batch_size": op.batch_size, "context_len": op.context_len, "alpha": alpha}
 
 
-def _caption(name: str, data: pd.DataFrame, op: OperatingPoint, advice: Advice) -> str:
-    """One or two sentences of numbers read from the rows the figure draws."""
-    if name == "roofline":
-        t = data[data["model"] == "target"] if "model" in data else data
-        ridge = float(t["ridge_flops_per_byte"].iloc[0])
-        text = f"Ridge point {ridge:.0f} FLOP/byte."
-        if "model" in data and (data["model"] == "drafter").any():
-            d = data[data["model"] == "drafter"]
-            text += (f" The drafter's step reaches {d['intensity_flops_per_byte'].max():.1f} FLOP/byte at batch "
-                     f"{int(d['batch_size'].max())}: it stays bandwidth bound.")
-        return text
-    if name == "verify_cost":
-        model = data[data["series"] == "model"] if "series" in data else data
-        b1 = model[model["batch_size"] == model["batch_size"].min()]
-        q = int(op.verify_q_len)
-        row = b1[b1["tree_size"] == min(q, int(b1["tree_size"].max()))]
-        text = (f"At B = {int(b1['batch_size'].iloc[0])} the verify pass over M = {q} tokens costs "
-                f"{float(row['time_vs_one_token'].iloc[0]):.2f}× the one-token step; the weight GEMMs turn compute "
-                f"bound near B·M ≈ {float(model['ridge_tokens_in_flight'].iloc[0]):.0f}.")
-        if "series" in data and (data["series"] == "measured").any():
-            meas = data[data["series"] == "measured"].set_index("tokens_in_flight")["time_vs_one_token"]
-            ours = data[data["series"] == "specsim"].set_index("tokens_in_flight")["time_vs_one_token"]
-            n = max(t for t in meas.index if t <= 256)
-            who = data.loc[data["series"] == "measured", "vidur_model"].iloc[0]
-            text += (f" Measured on the same part (Vidur's operator profiles of {who}, one layer's projections, "
-                     f"norms and activation): {int(n)} tokens cost {float(meas[n]):.2f}× one token, where specsim "
-                     f"charges {float(ours[n]):.2f}× for the same operators.")
-        return text
-    if name == "speedup_vs_batch":
-        best = data.groupby("batch_size")["speedup"].max()
-        reg = best.index[best.values < 1.0]
-        at_k = data[data["k"] == op.k].set_index("batch_size")["speedup"]
-        s1 = float(at_k.iloc[0]) if len(at_k) else float("nan")
-        so = advice.analytic
-        text = (f"K = {op.k}: {s1:.2f}× at B = {int(at_k.index[0]) if len(at_k) else 1}; the best K is below 1 at "
-                + (", ".join(f"B = {int(b)}" for b in reg[:3]) + ("…" if len(reg) > 3 else "") if len(reg)
-                   else "no batch on this grid")
-                + f" (shaded: regression). Marked: the analytic curve with the scenario's K, "
-                f"{describe_pays(so, advice.margin)} [{so.assumptions}]")
-        if advice.gates is not None and advice.gate_batch is not None:
-            text += f"; and the verdict's gate from the serving simulation, off at B ≥ {advice.gate_batch}"
-        return text + "."
-    if name == "speedup_vs_context":
-        parts = []
-        for attn, g in data.groupby("attention", observed=True):
-            b = g.groupby("context_len")["speedup"].max()
-            parts.append(f"{attn}: {b.iloc[0]:.2f}× at L = {int(b.index[0])} → {b.iloc[-1]:.2f}× at L = {int(b.index[-1])}")
-        return "Best K at each context — " + "; ".join(parts) + "."
-    if name == "heatmap_batch_alpha":
-        best = data.groupby(["batch_size", "alpha"])["speedup"].max().reset_index()
-        a = float(best["alpha"].iloc[(best["alpha"] - op.alpha).abs().argmin()])
-        row = best[best["alpha"] == a]
-        pays = row[row["speedup"] >= 1.0]["batch_size"]
-        return (f"At α = {a:.2f} the best K pays up to B = {int(pays.max()) if len(pays) else 0} on this grid; "
-                f"the black line is speedup = 1.")
-    if name == "speedup_vs_k":
-        a = float(data["alpha"].iloc[(data["alpha"] - op.alpha).abs().argmin()])
-        g = data[data["alpha"] == a].groupby("k")["speedup"].max()
-        return f"At α = {a:.2f} the best K is {int(g.idxmax())} ({g.max():.2f}×); K = {op.k} gives {g.get(op.k, float('nan')):.2f}×."
-    if name == "speedup_vs_tree_size":
-        parts = []
-        line = str(data["line"].iloc[0]) if "line" in data else "hardware"
-        for v, g in data.groupby(line, observed=True):
-            b = g.groupby("tree_size")["speedup"].max()
-            fits = bool(g["fits"].all()) if "fits" in g else True
-            parts.append(f"{v}: best M = {int(b.idxmax())} ({b.max():.2f}×)" + ("" if fits else ", does not fit in memory"))
-        return "; ".join(parts) + "."
-    return ""
-
-
 def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alpha_delta: float = 0.05,
                  simulate: bool = True, seed: int = 0, margin: float | None = None, command: str = "",
                  progress: ProgressSink | None = None) -> ReportData:
@@ -252,88 +184,26 @@ def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = Non
     droof = drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64))
     prog.step(text="speedup grid")
     ref = _ref(op, df)
-    slices = plots.figure_data(df, reference=ref, roofline=roof, drafter_roofline=droof, heatmap=hm,
-                               measured_verify=measured_verify_points(op))
-    serving = _serving_figures(advice)
-    prog.add(len(slices) + len(serving))
+    inputs = FigureInputs(point=op, sweep=df, reference=ref, roofline=roof, drafter_roofline=droof, heatmap=hm,
+                          measured_verify=measured_verify_points(op), advice=advice)
+    specs = [f for f in FIGURES if f.applies(inputs)]
+    prog.add(len(specs))
     figures = []
-    section_of = {"roofline": SECTIONS[2], "verify_cost": SECTIONS[2]}
-    order = ["roofline", "verify_cost", "speedup_vs_k", "speedup_vs_tree_size", "speedup_vs_batch",
-             "speedup_vs_context", "heatmap_batch_alpha"]
-    for name in [n for n in order if n in slices]:
-        data, title = slices[name]
-        prog.phase(f"plot {name}")
-        extra = {}
-        if name == "speedup_vs_batch":
-            a = advice
-            extra = dict(switch_off=a.analytic, on_from=a.min_batch,
-                         gate=(a.gate_batch, "the verdict's gate (serving simulation)")
-                         if a.gates is not None and a.gate_batch is not None else None)
-        fig = plots.draw(name, data, title=title, **extra)
-        figures.append(FigureRecord(name=name, section=section_of.get(name, SECTIONS[3]), title=title.split("\n")[0],
-                                    caption=_caption(name, data, op, advice), data=data.reset_index(drop=True),
-                                    png=plots.png_bytes(fig), csv_name=f"{name}.csv"))
-        prog.step(text=f"plot {name}")
-    for name, title, caption, fig, data in serving:
-        prog.phase(f"plot {name}")
-        figures.append(FigureRecord(name=name, section=SECTIONS[4], title=title, caption=caption, data=data,
-                                    png=plots.png_bytes(fig), csv_name="serving_policies.csv"))
-        prog.step(text=f"plot {name}")
+    for spec in specs:
+        prog.phase(f"plot {spec.name}")
+        data, title = spec.rows(inputs)
+        fig = spec.draw(data, title, inputs)
+        figures.append(FigureRecord(name=spec.name, section=spec.section,
+                                    title=(title.split("\n")[0] if title else spec.title),
+                                    caption=spec.caption(data, inputs) if spec.caption else "",
+                                    data=data.reset_index(drop=True), png=plots.png_bytes(fig), csv_name=spec.csv_name))
+        prog.step(text=f"plot {spec.name}")
     point_rows = df[(df["hardware"] == ref["hardware"]) & (df["attention"] == ref["attention"])
                     & (df["batch_size"] == op.batch_size) & (df["context_len"] == op.context_len) & (~df["is_tree"])]
     texts = {"advise_text": format_advice(advice), "grid_rows": len(df), "grid_points_at_op": len(point_rows)}
     prog.step(text="done")
     return ReportData(point=op, advice=advice, sweep=df, figures=figures, calibration=calibration_rows(op, advice),
                       texts=texts, command=command, skipped=skipped)
-
-
-def shown_policies(advice: Advice) -> list[str]:
-    """The policies the serving figures draw: never, always on, the chosen gate and the scenario's own."""
-    g = advice.gates
-    t = g.table
-    static = t[t["kind"] == "static"]["policy"].iloc[0]
-    never = t[t["kind"] == "never"]["policy"].iloc[0]
-    own = [n for n in dict.fromkeys(t["policy"]) if n in advice.point.section("policies")]
-    return list(dict.fromkeys([never, static, g.chosen, *own]))
-
-
-def _serving_figures(advice: Advice) -> list:
-    if advice.gates is None:
-        return []
-    from .serving_plots import serving_figure_list
-
-    g = advice.gates
-    names = shown_policies(advice)
-    t = g.table[g.table["policy"].isin(names)].copy()
-    t.attrs = dict(g.table.attrs)
-    from ..serving.rates import crossover_rate
-
-    crossovers = {}
-    if t["rate_per_s"].notna().sum() > 1:
-        crossovers = {p: crossover_rate(t, p) for p in names if p != t.attrs.get("baseline_policy")}
-    data = t.reset_index(drop=True)
-    cols = [c for c in ("policy", "rate_per_s", "kind", "threshold", "reused", "n_requests", "n_done", "ttft_p50_s",
-                        "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "throughput_tokens_per_s",
-                        "goodput_requests_per_s", "slo_attainment_frac", "batch_size_mean", "batch_size_max",
-                        "kv_used_frac_mean", "n_preemptions", "mean_acceptance_length", "speedup_tpot_p50",
-                        "throughput_ratio", "regret") if c in data]
-    data = data[cols]
-    if t["rate_per_s"].notna().sum() < 2:
-        return []
-    out = []
-    captions = {
-        "latency_vs_rate.png": f"p50 (solid) and p99 (dashed) TPOT and TTFT; dashed black: the SLO limits "
-                               f"(TPOT {g.slo.tpot_s * 1e3:g} ms, TTFT {g.slo.ttft_s:g} s).",
-        "throughput_vs_rate.png": "Output tokens per second, and each policy's over never speculating.",
-        "goodput_vs_rate.png": "Requests per second that meet both SLO limits; dotted: every request on time.",
-        "speedup_vs_rate.png": "p50 TPOT speedup over never speculating; " + (
-            "; ".join(f"{p} stops paying at about {x:.1f} req/s" if x is not None else f"{p} pays at every rate"
-                      for p, x in crossovers.items()) or "no crossover"),
-    }
-    for name, fig in serving_figure_list(t, crossovers=crossovers, title=advice.point.name, slo=g.slo):
-        stem = name.rsplit(".", 1)[0]
-        out.append((stem, stem.replace("_", " ").capitalize(), captions.get(name, ""), fig, data))
-    return out
 
 
 # ---- rendering -------------------------------------------------------------------------------------
@@ -435,6 +305,8 @@ def render_html(d: ReportData) -> str:
     parts.append(f"<h2 id='s0'>{SECTIONS[0]}</h2>")
     parts.append(f"<div class='verdict {'on' if a.on else 'off'}'>{_esc(a.headline)}</div>")
     parts.append(f"<p><b>Why:</b> {_esc(a.reason)}<br><b>Decided by:</b> {_esc(a.decided_by)}</p>")
+    for f in (f for f in d.figures if f.section == SECTIONS[0]):
+        parts.append(_figure_html(f))
     if a.on:
         parts.append("<p><b>K per running-batch band</b> (K re-tuned per band, TensorRT-LLM's schedule; vLLM and "
                      f"SGLang run one K = {a.k}):</p>" + _table_html(vb["bands"], ["running batch", "K"]))
@@ -503,6 +375,8 @@ def render_markdown(d: ReportData) -> str:
     vb = _verdict_blocks(a)
     out = [f"# specsim report: {op.name}", "", op.description, "", f"specsim {__version__}; `{d.command}`", "",
            f"## {SECTIONS[0]}", "", f"**{a.headline}**", "", f"Why: {a.reason}", "", f"Decided by: {a.decided_by}", ""]
+    for f in (f for f in d.figures if f.section == SECTIONS[0]):
+        out += _figure_md(f)
     if a.on:
         out += [f"K per running-batch band (K re-tuned per band; vLLM and SGLang run one K = {a.k}):", "",
                 _table_md(vb["bands"], ["running batch", "K"]), ""]
@@ -544,32 +418,6 @@ def _figure_md(f: FigureRecord) -> list[str]:
     return [f"![{f.title}]({f.name}.png)", "", f"*{f.title}.* {f.caption} Data: `{f.csv_name}`.", ""]
 
 
-CSV_COLUMNS = ("model", "series", "vidur_model", "line", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "k", "tree_size",
-               "is_tree", "batch_size", "context_len", "alpha", "alpha_effective", "tokens_per_cycle", "draft_time_s",
-               "verify_time_s", "cycle_time_s", "target_step_time_s", "tokens_per_s", "baseline_tokens_per_s", "speedup",
-               "fits", "memory_per_device_bytes", "tokens_in_flight", "flops", "bytes", "intensity_flops_per_byte",
-               "attained_flops_per_s", "time_s", "time_vs_one_token", "peak_flops_per_s",
-               "peak_bandwidth_bytes_per_s", "ridge_flops_per_byte", "ridge_tokens_in_flight")
-
-
-HEATMAP_COLUMNS = ("hardware", "target", "method", "attention", "context_len", "batch_size", "alpha", "k", "tree_size",
-                   "speedup", "fits")
-
-
-def figure_csv(name: str, data: pd.DataFrame) -> pd.DataFrame:
-    """The columns of a figure's rows worth keeping beside it (the serving table is kept whole; the
-    heatmap's many cells keep what the cell shows)."""
-    if "policy" in data:
-        return data
-    cols = HEATMAP_COLUMNS if name == "heatmap_batch_alpha" else CSV_COLUMNS
-    out = data[[c for c in cols if c in data]]
-    # one order whatever order the grid was evaluated in (the CSVs are compared across runs)
-    keys = [c for c in ("model", "series", "hardware", "target", "drafter", "method", "stack", "tp", "attention", "is_tree", "k",
-                        "tree_size", "batch_size", "context_len", "alpha") if c in out]
-    return out.astype({c: str for c in keys if out[c].dtype == object or str(out[c].dtype) == "category"}) \
-        .sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)
-
-
 def write_report(d: ReportData, out) -> list:
     """report.html, report.md, each figure's PNG and CSV, serving_gates.csv and verdict.json into
     `out` (an OutputDir). Returns the names written."""
@@ -579,7 +427,7 @@ def write_report(d: ReportData, out) -> list:
         (out.file(f"{f.name}.png")).write_bytes(f.png)
         names.append(f"{f.name}.png")
         if f.csv_name not in written_csv:
-            figure_csv(f.name, f.data).to_csv(out.file(f.csv_name), index=False, float_format="%.7g")
+            BY_NAME[f.name].csv_rows(f.data).to_csv(out.file(f.csv_name), index=False, float_format="%.7g")
             written_csv.add(f.csv_name)
             names.append(f.csv_name)
     if d.advice.gates is not None:

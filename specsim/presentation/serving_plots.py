@@ -2,11 +2,11 @@
 
 Each `(ax, table, ...)` function draws one panel from the long-form table of
 `simulate.sweep` (one row per policy and rate), returns its artists, computes nothing and never
-calls `show`. `serving_figures` lays out the standard set and writes PNG files.
+calls `show`. The `*_figure` functions lay out the standard figures (`presentation.figures` declares
+them, and writes them for `simulate`).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -154,43 +154,39 @@ def speedup_vs_rate(ax, table: pd.DataFrame, *, crossovers: dict | None = None, 
     return artists
 
 
-def serving_figure_list(table: pd.DataFrame, *, crossovers: dict | None = None, title: str = "",
-                        slo=None) -> list[tuple[str, Figure]]:
-    """The standard serving figures as (file name, Figure): latency_vs_rate.png (TPOT and TTFT p50
-    and p99, SLO limits drawn), throughput_vs_rate.png (absolute and relative to no speculation),
-    goodput_vs_rate.png and speedup_vs_rate.png."""
-    figs = []
+def latency_figure(table: pd.DataFrame, *, crossovers=None, title: str = "", slo=None) -> Figure:
+    """TPOT and TTFT p50 and p99 against rate side by side, the SLO limits drawn (latency_vs_rate)."""
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     a1, a2 = fig.subplots(1, 2)
     latency_vs_rate(a1, table, metric="tpot", slo_s=None if slo is None else slo.tpot_s)
     latency_vs_rate(a2, table, metric="ttft", slo_s=None if slo is None else slo.ttft_s)
     if title:
         fig.suptitle(title)
-    figs.append(("latency_vs_rate.png", fig))
+    return fig
+
+
+def throughput_figure(table: pd.DataFrame, *, crossovers=None, title: str = "", slo=None) -> Figure:
+    """Throughput against rate, absolute and relative to no speculation (throughput_vs_rate)."""
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     a1, a2 = fig.subplots(1, 2)
     throughput_vs_rate(a1, table, title=f"Throughput: {title}" if title else "")
     throughput_ratio_vs_rate(a2, table)
-    figs.append(("throughput_vs_rate.png", fig))
+    return fig
+
+
+def goodput_figure(table: pd.DataFrame, *, crossovers=None, title: str = "", slo=None) -> Figure:
+    """Goodput against rate (goodput_vs_rate)."""
     fig = Figure(figsize=(6, 4.5), layout="constrained")
     goodput_vs_rate(fig.subplots(), table, slo=slo)
-    figs.append(("goodput_vs_rate.png", fig))
-    if "speedup_tpot_p50" in table:
-        fig = Figure(figsize=(6.5, 4.5), layout="constrained")
-        speedup_vs_rate(fig.subplots(), table, crossovers=crossovers, title=f"Speedup: {title}" if title else "")
-        figs.append(("speedup_vs_rate.png", fig))
-    return figs
+    return fig
 
 
-def serving_figures(table: pd.DataFrame, out, *, crossovers: dict | None = None, title: str = "",
-                    slo=None) -> list[Path]:
-    """serving_figure_list's figures as PNG files into `out` (a presentation.output.OutputDir)."""
-    paths = []
-    for name, fig in serving_figure_list(table, crossovers=crossovers, title=title, slo=slo):
-        fig.savefig(out.file(name), dpi=120)
-        paths.append(out.path / name)
-    return paths
+def speedup_figure(table: pd.DataFrame, *, crossovers=None, title: str = "", slo=None) -> Figure:
+    """p50 TPOT speedup over no speculation against rate, crossovers marked (speedup_vs_rate)."""
+    fig = Figure(figsize=(6.5, 4.5), layout="constrained")
+    speedup_vs_rate(fig.subplots(), table, crossovers=crossovers, title=f"Speedup: {title}" if title else "")
+    return fig
 
 
 __all__ = ["latency_vs_rate", "throughput_vs_rate", "throughput_ratio_vs_rate", "goodput_vs_rate", "speedup_vs_rate",
-           "serving_figures", "serving_figure_list"]
+           "latency_figure", "throughput_figure", "goodput_figure", "speedup_figure"]

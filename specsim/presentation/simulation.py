@@ -87,7 +87,7 @@ def write_comparison(c: ServingComparison, out, *, plots: bool = True) -> None:
         sizes.append(res.batch_size_distribution().assign(policy=name, rate_per_s=rate))
     pd.concat(sizes, ignore_index=True).to_csv(out.file("batch_sizes.csv"), index=False)
     if plots and c.table["rate_per_s"].notna().sum() > 1:
-        from .serving_plots import serving_figures
+        from .figures import serving_figures
 
         serving_figures(c.table, out, crossovers=c.crossovers, title=c.point.name, slo=c.setup.slo)
 

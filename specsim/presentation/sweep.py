@@ -10,7 +10,7 @@ passes, not 10⁶ Python calls.
   hardware, target, drafter, method, stack, tp, attention, temperature   categorical axes
   k, tree_size, batch_size, context_len, alpha, tau                       numeric axes
   tau_k             the K at which the given τ values were measured (default: the scenario's k)
-  plots             which figures to draw (default all)
+  plots             which figures to draw: "all" (the default) or names of presentation.figures.SWEEP_PLOTS
 tree_size applies to the families that verify trees; they also run as chains (tree_size = K + 1).
 τ values are converted to the i.i.d. α that gives them at tau_k. Acceptance falls with context and
 temperature as the scenario's `[acceptance]` says (column alpha_effective). `stack = ""` is the
@@ -101,7 +101,9 @@ def sweep_axes(op: OperatingPoint) -> dict:
     for m in axes["method"]:
         if m not in FAMILIES:
             raise field_error(where, "method", m, f"drafter families among {', '.join(FAMILIES)}")
-    axes["plots"] = _as_list(raw.get("plots", "all"))
+    from .figures import check_sweep_plots
+
+    axes["plots"] = check_sweep_plots(where, raw.get("plots", "all"))
     return axes
 
 
@@ -284,8 +286,8 @@ def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress
     paths = write_sweep(df, out)
     figures: list = []
     if plots and not df.empty:
-        from . import plots as plotting  # matplotlib only when plotting
         from ..analyses.threshold import recommended_switch_off
+        from .figures import FigureInputs, sweep_figures  # matplotlib only when a figure is drawn
 
         axes = sweep_axes(op)
         switch_off = recommended_switch_off(op) if op.speculative and op.acceptance.model is not None else None
@@ -296,10 +298,10 @@ def write_sweep_outputs(op: OperatingPoint, out, *, plots: bool = True, progress
                "context_len": op.context_len, "alpha": op.alpha if op.alpha is not None else axes["alpha"][0]}
         roof = verify_roofline_points(op, batch_sizes=(1, 4, 16, 64))
         hm = heatmap_grid(op, axes) if "all" in axes["plots"] or "heatmap_batch_alpha" in axes["plots"] else None
-        figures = plotting.sweep_figures(df, out, reference=ref, roofline=roof, which=axes["plots"],
-                                         switch_off=switch_off, progress=on_figure, heatmap=hm,
-                                         drafter_roofline=drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64)),
-                                         measured_verify=measured_verify_points(op))
+        inputs = FigureInputs(point=op, sweep=df, reference=ref, roofline=roof, heatmap=hm, switch_off=switch_off,
+                              drafter_roofline=drafter_roofline_points(op, batch_sizes=(1, 4, 16, 64)),
+                              measured_verify=measured_verify_points(op))
+        figures = sweep_figures(inputs, out, which=axes["plots"], progress=on_figure)
     if store is not None:
         store.clear()  # the outputs are staged; the finished points are no longer needed
     return df, paths, figures, skipped
