@@ -29,7 +29,8 @@ from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import SwitchOff
 from .gates import GateEvaluation, evaluate_gates
 from .progress import ProgressSink, progress_or_null
-from .threshold import ThresholdPolicy, recommended_switch_off, stack_configs, threshold_policy, threshold_settings
+from .threshold import (ThresholdPolicy, bands_from_rows, batch_rows, off_words, recommended_switch_off, stack_configs,
+                        threshold_policy, threshold_settings)
 
 DEFAULT_ALPHA_DELTA = 0.05
 
@@ -88,6 +89,21 @@ class Advice:
     notes: list = field(default_factory=list)
 
     @property
+    def k_note(self) -> str | None:
+        """One line when the K-per-band schedule runs another K than the verdict's somewhere (None: they
+        agree, or speculation is off)."""
+        ranges, prev = [], 0
+        for b in self.bands:  # contiguous, as the band table shows them
+            ranges.append((prev + 1 if prev else b["batch_min"], b["batch_max"], b["k"]))
+            prev = b["batch_max"]
+        other = [(lo, hi, k) for lo, hi, k in ranges if k > 0 and k != self.k]
+        if not self.on or not other:
+            return None
+        rows = ", ".join(f"K = {k} at batch {lo}–{hi}" if lo != hi else f"K = {k} at batch {lo}" for lo, hi, k in other)
+        return (f"the verdict's K = {self.k} is what vLLM and SGLang run at every batch; a stack with a per-batch "
+                f"schedule (TensorRT-LLM's draft_len_schedule) runs the band's best K instead: {rows}")
+
+    @property
     def headline(self) -> str:
         op = self.point
         what = op.method + (f" ({op.drafter.drafter.id})" if op.drafter is not None and op.drafter.drafter else "")
@@ -102,7 +118,8 @@ class Advice:
 
     def to_dict(self, *, runs: bool = True) -> dict:
         return {"scenario": self.point.name, "on": self.on, "headline": self.headline, "reason": self.reason,
-                "decided_by": self.decided_by, "k": self.k, "tree_size": self.tree_size, "gate_batch": self.gate_batch,
+                "decided_by": self.decided_by, "k": self.k, "k_note": self.k_note,
+                "k_observed": self.policy.k_observed, "tree_size": self.tree_size, "gate_batch": self.gate_batch,
                 "min_batch": self.min_batch,
                 "speedup_batch_1": self.speedup_b1, "margin": self.margin, "bands": self.bands,
                 "configs": self.configs, "analytic_switch_off": self.analytic.to_dict(),
@@ -185,36 +202,64 @@ def describe_pays(so: SwitchOff, margin: float) -> str:
     return f"pays from batch {on}" + ("" if off is None else f", off at batch ≥ {off}{tail}")
 
 
-def _bands_with_gate(bands: list, gate: int | None) -> list:
-    """The K-per-band schedule (K re-tuned, on the [threshold] batch grid) made consistent with the
-    deployed gate: every batch at or above the gate off; every batch below it on, with the K of the
-    nearest band below that pays (a band the analytics switch off but the gate keeps on takes it);
-    the last band that pays reaches gate − 1. Adjacent bands with one K merge."""
-    if gate is None:
-        return [dict(b) for b in bands]
-    pieces: list = []
-    last_k = next((b["k"] for b in bands if b["k"] > 0), 0)
-    for b in bands:
-        if b["k"] > 0:
-            last_k = b["k"]
-        k_on = b["k"] if b["k"] > 0 else last_k
-        if b["batch_max"] < gate:
-            pieces.append({**b, "k": k_on})
-        elif b["batch_min"] >= gate:
-            pieces.append({**b, "k": 0})
-        else:
-            pieces += [{**b, "batch_max": gate - 1, "k": k_on}, {**b, "batch_min": gate, "k": 0}]
-    out: list = []
-    for p in pieces:
-        if out and out[-1]["k"] == p["k"]:
-            out[-1]["batch_max"] = p["batch_max"]
-            out[-1]["speedup_min"] = min(out[-1]["speedup_min"], p["speedup_min"])
-        else:
-            out.append(dict(p))
-    for a, b in zip(out, out[1:]):
-        if a["k"] > 0 and b["k"] == 0:
-            a["batch_max"], b["batch_min"] = gate - 1, gate
+def largest_simulated_batch(gates: GateEvaluation) -> int:
+    """The largest running batch any always-on run of the evaluation reached (over every rate): the
+    simulation has nothing to say about a gate above it, which never trips."""
+    t = gates.table
+    static = t[t["kind"] == "static"]
+    return int(static["batch_size_max"].max()) if len(static) and "batch_size_max" in static else 0
+
+
+def _unmet_rates(gates: GateEvaluation) -> list:
+    """The rates at which no simulated policy meets the SLO for a single request."""
+    t = gates.table
+    out = []
+    for r, g in t.groupby(t["rate_per_s"].astype(float).fillna(-1.0), sort=True):
+        if float(g["slo_attainment_frac"].astype(float).fillna(0.0).max()) <= 0.0:
+            out.append(None if r < 0 else float(r))
     return out
+
+
+def deployed_bands(op: OperatingPoint, policy: ThresholdPolicy, st, *, workload, gate: int | None,
+                   min_batch: int | None) -> tuple[list, list]:
+    """The K-per-band schedule under the deployed gate: the [threshold] batch grid and the batches on
+    each side of the gate and of `min_batch`, each evaluated (`threshold.batch_rows`), K re-tuned to
+    st.k_max; on below the gate where it does not slow decoding, off from the gate, below min_batch and
+    wherever it is slower than plain decoding (`threshold.bands_from_rows`). Returns (bands, the
+    batches below the gate that are off because every K is slower than plain decoding)."""
+    last = policy.bands[-1]["batch_max"] if policy.bands else 1
+    on_to = gate if gate is not None else last + 1
+    extra = {on_to - 1, on_to} | ({min_batch - 1, min_batch} if min_batch is not None else set())
+    grid_b = sorted({int(b) for b in st.batch_sizes} | {int(b) for b in extra if 1 <= b <= last})
+    ks = range(1, st.k_max + 1) if op.drafter.family.uses_k else [op.k]
+    rows = batch_rows(op, grid_b, ks=ks, workload=workload, max_batch=policy.recommended.max_batch_speculative)
+    bands = bands_from_rows(rows, margin=policy.margin, gate=on_to, min_batch=min_batch, k_observed=st.k_observed)
+    slow = [r for r in rows if r["fits"] and r["best_speedup"] < 1.0 and r["batch_size"] < on_to
+            and (min_batch is None or r["batch_size"] >= min_batch)]
+    return bands, slow
+
+
+def _min_batch_advice(op: OperatingPoint, configs: dict, min_batch: int) -> str:
+    """Where speculation only pays above a batch: which stack lines can say so, each stack that cannot
+    warned in its own entry; the note names the same stacks (never one whose method is not shipped)."""
+    titles = {"vllm": "vLLM V1", "vllm-v0": "vLLM V0", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+    shipped = {key: c for key, c in configs.items() if c.get("config") is not None or c.get("flags")}
+    can = [titles.get(k, k) for k, c in shipped.items() if c.get("expresses_min_batch")]
+    cannot = [titles.get(k, k) for k, c in shipped.items() if not c.get("expresses_min_batch")]
+    warn = (f"speculation slows running batches below about {min_batch} here and this stack can only switch it off "
+            f"above a batch size: enable it where the running batch stays at or above {min_batch}")
+    for key, c in shipped.items():
+        if not c.get("expresses_min_batch"):
+            c["warning"] = f"{c['warning']}; {warn}" if c.get("warning") else warn
+    head = f"speculation slows running batches below about {min_batch} here"
+    if not shipped:
+        return f"{head}; none of vLLM, SGLang and TensorRT-LLM ships {op.method!r} in the versions assumed"
+    parts = []
+    if can:
+        parts.append(f"{' and '.join(can)}'s per-batch schedule starts it at {min_batch}")
+    if cannot:
+        parts.append(f"{', '.join(cannot)} can only switch it off above a batch size")
+    return f"{head}: " + "; ".join(parts)
 
 
 def _memory_summary(op: OperatingPoint) -> dict:
@@ -263,8 +308,7 @@ def _assumptions(op: OperatingPoint, policy: ThresholdPolicy, analytic: SwitchOf
                f"{extra / 1e9:.2f} GB a device at batch {op.batch_size})")
     rt = policy.answers["decode-only, K re-tuned"]
     if rt.batch_off != d.batch_off:
-        out.append(f"K: re-tuning K per batch band (TensorRT-LLM's draft_len_schedule) moves the decode-only "
-                   f"switch-off to {'never' if rt.batch_off is None else f'batch ≥ {rt.batch_off}'}")
+        out.append(f"K: re-tuning K per batch band (TensorRT-LLM's draft_len_schedule), decode only: {off_words(rt)}")
     stack = (f"the {op.stack.name} stack profile" if op.stack is not None else
              "the hardware file's own efficiency (an idealised roofline: no serving stack's overheads)")
     out.append(f"step costs: {stack}; a stack that adds per-step host time shrinks the win at small batches")
@@ -351,6 +395,20 @@ def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alp
                 reason = (f"{lead}; the simulated best gate is "
                           + (f"batch ≥ {gate}" if gate is not None else "none (speculation on at every batch)")
                           + f" (analytic switch-off: {analytic.label()})")
+                seen = largest_simulated_batch(gates)
+                if (gate is None or gate > seen) and b_off is not None and b_off > seen:
+                    # a gate above every simulated running batch never tripped: the runs cannot tell it from
+                    # always-on, so past the batches they reached the analytic switch-off decides
+                    gate = b_off
+                    reason += (f"; the simulated running batch never exceeded {seen}, so above it the analytic "
+                               f"switch-off decides: off at batch ≥ {b_off}")
+                    notes.append(f"no simulated run reached a running batch above {seen} (at any rate), where the "
+                                 f"gates differ; the gate is the analytic switch-off, off at batch ≥ {b_off}")
+            unmet = _unmet_rates(gates)
+            if unmet:
+                shown = ", ".join("as given" if r is None else f"{r:g}" for r in unmet)
+                notes.append(f"no simulated policy meets the SLO for any request at {shown} req/s: the gate is ranked "
+                             f"on p50 TPOT alone there (check the [slo] limits)")
             notes += list(gates.notes)
         else:
             on, gate, decided = True, b_off, "analytic speedup curve (" + analytic.view + ")"
@@ -366,19 +424,19 @@ def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alp
     rec = replace(analytic, batch_off=(gate if on else 1), view=view)
     last = policy.bands[-1]["batch_max"] if policy.bands else 1
     if not on:
-        bands = [{"batch_min": 1, "batch_max": last, "k": 0, "speedup_min": float("nan")}]
+        bands = [{"batch_min": 1, "batch_max": last, "k": 0, "speedup_min": float("nan"), "extrapolated": False}]
     else:
-        bands = _bands_with_gate(policy.bands, gate if gate is not None else last + 1)
+        bands, slow = deployed_bands(op, policy, st, workload=mix, gate=gate, min_batch=min_batch)
+        if slow:
+            worst = min(r["best_speedup"] for r in slow)
+            notes.append(f"the deployed gate keeps speculation on below batch {gate if gate is not None else last + 1}, "
+                         f"but at batch {slow[0]['batch_size']}–{slow[-1]['batch_size']} it is slower than plain "
+                         f"decoding with every K (at worst {worst:.2f}×, analytic): the K-per-band schedule is off "
+                         f"there; a stack with one K and one gate (vLLM, SGLang) follows the gate")
     configs = stack_configs(replace(policy, recommended=rec, bands=bands), drafter_model=st.drafter_model,
                             min_batch=min_batch)
     if min_batch is not None:
-        warn = (f"speculation slows running batches below about {min_batch} here and this stack can only switch "
-                f"it off above a batch size: enable it where the running batch stays at or above {min_batch}")
-        for c in configs.values():
-            if not c.get("expresses_min_batch") or c.get("config") is None:
-                c["warning"] = warn
-        notes.append(f"speculation slows running batches below about {min_batch} here: vLLM V1's per-batch schedule "
-                     f"starts it at {min_batch}; the other stacks can only switch it off above a batch size")
+        notes.append(_min_batch_advice(op, configs, min_batch))
     assumptions = _assumptions(op, policy, analytic, gates, m)
     if not band.verdict_holds:
         notes.append("the verdict changes within the acceptance band: measure α before deploying (specsim decoder "

@@ -31,9 +31,20 @@ Config lines, each labelled with the version semantics it assumes:
 Serving stacks report acceptance as accepted drafts / drafted tokens = (τ − 1)/K; the policy gives
 both that ratio and the i.i.d. α it corresponds to.
 
-`[threshold]` keys: margin (default 0.05), k_max (K candidates 1..k_max, default 8), batch_sizes
-(the grid of the band and acceptance tables), alphas (acceptance grid), batch_limit (largest batch
-examined, default 1024), drafter_model (the path or HF id to paste into configs).
+`[threshold]` keys: margin (default 0.05), k_max (K candidates 1..k_max; default: the largest K the
+acceptance speaks for, at most 8 — see below), batch_sizes (the grid of the band and acceptance
+tables), alphas (acceptance grid), batch_limit (largest batch examined, default 1024), drafter_model
+(the path or HF id to paste into configs).
+
+Advice stays inside the evidence. The acceptance a scenario gives speaks for draft positions up to
+a K (`observed_k`): the K its τ was measured at, the positions of its per-position rates, the K the
+calibration's runs drafted, or, for an α given alone, the scenario's K. Extending an i.i.d. α past
+that K assumes positions nobody observed accept as often as the first ones, which overstates long
+drafts most for heads (EAGLE, Medusa, MTP), whose acceptance falls with position; a calibration
+that measured per-position rates keeps their shape up to the positions it ran
+(`Acceptance.position_ratios`). So the K candidates stop at `observed_k` unless `[threshold] k_max`
+asks for more, and then every band whose K lies above it says "extrapolated", and so do the
+TensorRT-LLM lines written from those bands. A band is never on where its speedup is below 1.
 """
 from __future__ import annotations
 
@@ -48,17 +59,46 @@ from ..speculation.cycle import acceptance_threshold
 from ..speculation.families import FAMILIES
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import grid
-from ..speculation.switch_off import SwitchOff, WorkloadMix, switch_off_point
+from ..speculation.switch_off import SwitchOff, WorkloadMix, switch_off_point, workload_speedup
 
 THRESHOLD_KEYS = ("margin", "k_max", "batch_sizes", "alphas", "batch_limit", "drafter_model")
 DEFAULT_MARGIN = 0.05
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
+def observed_k(op: OperatingPoint) -> int | None:
+    """The largest draft position the point's acceptance was given or calibrated for (see the module
+    docstring); None for a family without a draft length (Lookahead)."""
+    if not op.speculative or not op.drafter.family.uses_k:
+        return None
+    acc = op.require_acceptance()
+    cal = acc.calibration
+    if cal is not None:
+        return int(max([int(cal.k), *(int(k) for k in (cal.ks or ())), len(cal.conditional or ())]))
+    if acc.model.conditional is not None:
+        return len(acc.model.conditional)
+    if acc.tau_given is not None and acc.tau_point is not None:
+        return int(acc.tau_point[0])
+    return int(op.scenario.k) if op.scenario is not None else int(op.k)
+
+
+def evidence_text(op: OperatingPoint) -> str:
+    """Where observed_k comes from, in words."""
+    acc = op.acceptance
+    if acc.calibration is not None:
+        return f"the calibration {acc.calibration.name} drafted up to K = {observed_k(op)}"
+    if acc.model is not None and acc.model.conditional is not None:
+        return f"per-position rates are given for {observed_k(op)} positions"
+    if acc.tau_given is not None:
+        return f"τ was given at K = {observed_k(op)}"
+    return f"α was given for the scenario's K = {observed_k(op)}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThresholdSettings:
     margin: float = DEFAULT_MARGIN
     k_max: int = 8
+    k_observed: int | None = None  # the largest K the acceptance speaks for (observed_k)
     batch_sizes: tuple = DEFAULT_BATCH_SIZES
     alphas: tuple = tuple(np.round(np.linspace(0.0, 1.0, 101), 4))
     batch_limit: int = 1024
@@ -77,7 +117,8 @@ def threshold_settings(op: OperatingPoint, *, margin: float | None = None) -> Th
     m = raw.get("margin", DEFAULT_MARGIN) if margin is None else margin
     if isinstance(m, bool) or not isinstance(m, (int, float)) or not (np.isfinite(m) and 0.0 <= m < 10.0):
         raise field_error(where, "margin", m, "a safety margin in [0, 10) (0.1 = require a 1.1× speedup)")
-    k_max = raw.get("k_max", 8)
+    k_obs = observed_k(op) if op.speculative and op.acceptance.model is not None else None
+    k_max = raw.get("k_max", min(8, k_obs) if k_obs else 8)
     if isinstance(k_max, bool) or not isinstance(k_max, int) or not 1 <= k_max <= 64:
         raise field_error(where, "k_max", k_max, "an integer in 1..64")
     bs = raw.get("batch_sizes", list(DEFAULT_BATCH_SIZES))
@@ -95,7 +136,7 @@ def threshold_settings(op: OperatingPoint, *, margin: float | None = None) -> Th
     dm = raw.get("drafter_model")
     if dm is not None and not isinstance(dm, str):
         raise field_error(where, "drafter_model", dm, "a path or Hugging Face id (a string)")
-    return ThresholdSettings(margin=float(m), k_max=k_max, batch_sizes=tuple(sorted(bs)),
+    return ThresholdSettings(margin=float(m), k_max=k_max, k_observed=k_obs, batch_sizes=tuple(sorted(bs)),
                              alphas=tuple(sorted(float(a) for a in alphas)), batch_limit=limit, drafter_model=dm)
 
 
@@ -128,6 +169,8 @@ class ThresholdPolicy:
     notes: list = field(default_factory=list)
     configs: dict = field(default_factory=dict)
     band: dict | None = None  # a calibrated acceptance's interval carried through (speculation.predict.acceptance_band)
+    k_observed: int | None = None  # the largest K the acceptance speaks for (observed_k)
+    evidence: str = ""  # where k_observed comes from, in words
 
     @property
     def batch_off(self) -> int | None:
@@ -137,24 +180,59 @@ class ThresholdPolicy:
         out = {k: getattr(self, k) for k in ("scenario", "method", "hardware", "target", "drafter", "alpha",
                                             "context_len", "margin", "deployed_k", "alpha_off",
                                             "alpha_off_deployed_k", "alpha_off_ratio", "bands", "per_batch", "notes",
-                                            "configs", "band")}
+                                            "configs", "band", "k_observed", "evidence")}
         out["batch_off"] = self.batch_off
         out["recommended"] = self.recommended.to_dict()
         out["answers"] = {name: a.to_dict() for name, a in self.answers.items()}
         return out
 
 
-def _bands(batch_sizes, best_k, best_speedup, margin, max_batch) -> list:
-    """Consecutive batch sizes with the same best K (0 where it does not pay or does not fit)."""
+def batch_rows(op: OperatingPoint, batch_sizes, *, ks, workload: WorkloadMix | None = None,
+               max_batch: int | None = None) -> list[dict]:
+    """At each batch size (sorted, each once): the best K among `ks` and its speedup, evaluated at that
+    batch (decode only: `predict.grid`; under a workload: `switch_off.workload_speedup`, the same
+    function the switch-off search uses), and whether speculation fits there (max_batch)."""
+    bs = np.asarray(sorted({int(b) for b in batch_sizes}), dtype=np.int64)
+    ks = [int(k) for k in ks]
+    if workload is None:
+        s = grid(op, k=ks, batch_size=[int(b) for b in bs]).speedup[:, 0, :, 0, 0]  # (nK, nB)
+    else:
+        s = np.array([[workload_speedup(op, workload, b=int(b), k=k) for b in bs] for k in ks])
+    best = np.argmax(s, axis=0)
+    return [{"batch_size": int(b), "best_k": ks[int(best[j])], "best_speedup": float(s[best[j], j]),
+             "fits": bool(max_batch is None or b <= max_batch)} for j, b in enumerate(bs)]
+
+
+def bands_from_rows(rows: list, *, margin: float, gate: int | None = None, min_batch: int | None = None,
+                    k_observed: int | None = None) -> list:
+    """Consecutive batch sizes with one K: [{batch_min, batch_max, k, speedup_min, extrapolated}], k = 0
+    meaning off. A batch runs its best K where that pays 1 + margin; where a deployed gate (chosen by
+    simulation) keeps speculation on, also where it merely does not slow decoding (speedup ≥ 1); never
+    where it is slower than plain decoding, does not fit, lies at or above the gate or below
+    `min_batch`. speedup_min: the lowest speedup of the band's K over its batches; extrapolated: its K
+    lies above the largest K the acceptance speaks for (`observed_k`)."""
     bands: list = []
-    for b, k, s in zip(batch_sizes, best_k, best_speedup):
-        k = int(k) if (s >= 1.0 + margin and (max_batch is None or b <= max_batch)) else 0
+    for r in rows:
+        b, s = r["batch_size"], r["best_speedup"]
+        on = (r["fits"] and (gate is None or b < gate) and (min_batch is None or b >= min_batch)
+              and (s >= 1.0 + margin or (gate is not None and s >= 1.0)))
+        k = int(r["best_k"]) if on else 0
         if bands and bands[-1]["k"] == k:
             bands[-1]["batch_max"] = int(b)
             bands[-1]["speedup_min"] = float(min(bands[-1]["speedup_min"], s))
         else:
-            bands.append({"batch_min": int(b), "batch_max": int(b), "k": k, "speedup_min": float(s)})
+            bands.append({"batch_min": int(b), "batch_max": int(b), "k": k, "speedup_min": float(s),
+                          "extrapolated": bool(k_observed is not None and k > k_observed)})
     return bands
+
+
+def off_words(so: SwitchOff) -> str:
+    """A switch-off's answer in words, never 'None': off at batch ≥ N, never pays, or pays to the limit."""
+    if so.batch_off is None:
+        return f"it pays at every batch to {so.batch_limit}"
+    if so.batch_off <= 1:
+        return "it never pays"
+    return f"off at batch ≥ {so.batch_off}"
 
 
 def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None, max_batch_serving: int | None = None,
@@ -181,32 +259,32 @@ def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None,
     notes = []
     d, r = answers["decode-only, scenario K"], recommended
     if workload is not None and d.batch_off != r.batch_off:
-        notes.append(f"decode-only analytics say off at batch ≥ {d.batch_off}, but under the scenario's workload "
-                     f"prompts share the iterations and it stops paying at batch ≥ {r.batch_off}: the workload "
-                     f"answer is recommended")
-    if answers["decode-only, K re-tuned"].batch_off != d.batch_off:
-        notes.append(f"re-tuning K per batch moves the decode-only switch-off to batch ≥ "
-                     f"{answers['decode-only, K re-tuned'].batch_off} (a stack with a K schedule, e.g. "
-                     f"TensorRT-LLM's draft_len_schedule, can use the bands below)")
+        notes.append(f"decode-only analytics say {off_words(d)}, but under the scenario's workload prompts share the "
+                     f"iterations and {off_words(r)}: the workload answer is recommended")
+    rt = answers["decode-only, K re-tuned"]
+    if rt.batch_off != d.batch_off:
+        notes.append(f"re-tuning K per batch (K = 1..{st.k_max}): decode-only, {off_words(rt)} (a stack with a K "
+                     f"schedule, e.g. TensorRT-LLM's draft_len_schedule, can use the bands below)")
+    k_obs = st.k_observed
+    if k_obs is not None and st.k_max > k_obs:
+        notes.append(f"K above {k_obs} is extrapolated: {evidence_text(op)}, and [threshold] k_max = {st.k_max} extends "
+                     f"its acceptance to positions nobody observed (bands with such a K say so)")
 
-    # bands and the acceptance thresholds on the [threshold] grid, K re-tuned
+    # bands and the acceptance thresholds on the [threshold] grid, K re-tuned, each batch evaluated
     bs = np.asarray(st.batch_sizes, dtype=np.int64)
     ks = np.arange(1, st.k_max + 1) if op.drafter.family.uses_k else np.array([op.k])
     retuned = answers["workload, K re-tuned" if workload is not None else "decode-only, K re-tuned"]
-    curve_b = retuned.batch_sizes
-    best_k = np.array([retuned.best_k[min(np.searchsorted(curve_b, b), curve_b.size - 1)] for b in bs])
-    best_s = np.interp(bs, curve_b, retuned.speedup)
     max_b = retuned.max_batch_speculative
-    bands = _bands(bs, best_k, best_s, m, max_b)
+    rows = batch_rows(op, bs, ks=ks, workload=workload, max_batch=max_b)
+    bands = bands_from_rows(rows, margin=m, k_observed=k_obs)
     alphas = np.asarray(st.alphas)
     ga = grid(op, k=list(ks), batch_size=list(bs), alpha=list(alphas))
     sa = ga.speedup[:, 0, :, 0, :].max(axis=0)  # (nB, nα): best K at each (B, α), decode only
     per_batch = []
-    for j, b in enumerate(bs):
-        fits = max_b is None or b <= max_b
-        per_batch.append({"batch_size": int(b), "best_k": int(best_k[j]), "best_speedup": float(best_s[j]),
-                          "alpha_off": acceptance_threshold(alphas, sa[j], margin=m) if fits else None,
-                          "pays": bool(best_s[j] >= 1.0 + m and fits), "fits": bool(fits)})
+    for j, row in enumerate(rows):
+        fits = row["fits"]
+        per_batch.append({**row, "alpha_off": acceptance_threshold(alphas, sa[j], margin=m) if fits else None,
+                          "pays": bool(row["best_speedup"] >= 1.0 + m and fits)})
     alpha_off = per_batch[0]["alpha_off"]
     k_dep = op.k
     if op.drafter.family.uses_k:
@@ -222,7 +300,7 @@ def threshold_policy(op: OperatingPoint, *, workload: WorkloadMix | None = None,
                              drafter=drafter, alpha=float(op.alpha), context_len=op.context_len, margin=m,
                              deployed_k=k_dep, recommended=recommended, answers=answers, alpha_off=alpha_off,
                              alpha_off_deployed_k=alpha_off_k, alpha_off_ratio=ratio, bands=bands, per_batch=per_batch,
-                             notes=notes)
+                             notes=notes, k_observed=k_obs, evidence=evidence_text(op) if k_obs is not None else "")
     configs = stack_configs(policy, drafter_model=st.drafter_model)
     band = _acceptance_band(op, recommended, workload=workload, max_batch_serving=max_batch_serving, kw=kw)
     return ThresholdPolicy(**{**{k: getattr(policy, k) for k in policy.__dataclass_fields__}, "configs": configs,
@@ -371,6 +449,18 @@ def stack_configs(policy: ThresholdPolicy, *, drafter_model: str | None = None, 
                          "rolling accepted/drafted ratio; the schedule re-tunes K per batch band",
             "config": cfg,
         }
+        ext = [b for b in on if b.get("extrapolated")]
+        if ext:
+            out["trtllm"]["warning"] = (
+                f"max_draft_len {cfg['max_draft_len']} and draft_len_schedule "
+                + ", ".join(f"K = {b['k']} at batch {b['batch_min']}–{b['batch_max']}" for b in ext)
+                + f" are extrapolated: {policy.evidence}; a K above {policy.k_observed} assumes the positions past it "
+                  f"accept as often as those observed")
+    if policy.k_observed is not None and k > policy.k_observed:
+        for key in ("vllm", "vllm-v0", "sglang"):
+            if key in out and (out[key].get("config") is not None or out[key].get("flags")):
+                out[key]["warning"] = (f"K = {k} is extrapolated: {policy.evidence}; positions past "
+                                       f"{policy.k_observed} were never observed")
     return out
 
 

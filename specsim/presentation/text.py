@@ -23,7 +23,8 @@ def band_rows(bands: list) -> list[tuple[str, str]]:
     for b in bands:
         lo = prev + 1 if prev else b["batch_min"]
         hi = b["batch_max"]
-        rows.append((f"{lo}–{hi}" if lo != hi else f"{lo}", "off" if b["k"] == 0 else f"K = {b['k']}"))
+        k = "off" if b["k"] == 0 else f"K = {b['k']}" + (" (extrapolated)" if b.get("extrapolated") else "")
+        rows.append((f"{lo}–{hi}" if lo != hi else f"{lo}", k))
         prev = hi
     if rows and bands[-1]["k"] == 0:
         rows[-1] = (rows[-1][0].split("–")[0] + " and above", rows[-1][1])
@@ -82,6 +83,8 @@ def format_advice(a: Advice) -> str:
     if a.on:
         lines.append("  K per running-batch band (K re-tuned per band, for a stack with a schedule; vLLM and SGLang run "
                      f"one K = {a.k}): " + ", ".join(f"{r}: {k}" for r, k in band_rows(a.bands)))
+        if a.k_note:
+            lines.append(f"  K: {a.k_note}")
     mem = a.memory
     lines.append(f"  memory a device: {mem['total_bytes'] / 1e9:.1f} of {mem['capacity_bytes'] / 1e9:.1f} GB at batch "
                  f"{op.batch_size}, context {mem['context_len']}; fits {mem['max_batch_plain']} sequences plain, "
@@ -156,7 +159,8 @@ def format_policy(p: ThresholdPolicy) -> str:
     lines += ["", "  batch band      best K   worst speedup in band (K re-tuned)"]
     for b in p.bands:
         band = f"{b['batch_min']}-{b['batch_max']}"
-        lines.append(f"  {band:<14}  {('off' if b['k'] == 0 else b['k']):>6}   {b['speedup_min']:.2f}×")
+        ext = f"   K above {p.k_observed}: extrapolated ({p.evidence})" if b.get("extrapolated") else ""
+        lines.append(f"  {band:<14}  {('off' if b['k'] == 0 else b['k']):>6}   {b['speedup_min']:.2f}×{ext}")
     lines += ["", "  acceptance threshold by batch size (decode only, K re-tuned):"]
     for row in p.per_batch:
         a = ("does not fit" if not row["fits"] else "never pays" if row["alpha_off"] is None
@@ -164,6 +168,8 @@ def format_policy(p: ThresholdPolicy) -> str:
         lines.append(f"    B = {row['batch_size']:<5} {a}")
     for name, c in p.configs.items():
         lines += ["", f"  [{name}] ({c['semantics']})"]
+        if c.get("warning"):
+            lines.append(f"    NOTE: {c['warning']}")
         if c.get("command_line"):
             lines.append(f"    {c['command_line']}")
         elif c.get("config") is not None:
