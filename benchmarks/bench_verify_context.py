@@ -6,7 +6,7 @@ single-token step, at context 128 and 2048, median of repeats, with the machine'
 Target: verify(M = 8) <= 2 x step(M = 1) at context 2048. The attention of the M queries reads the
 cache once per kv head and thread, in tiles of 64 keys, with register blocks of 4 query rows for the
 scores (16-lane partial products and one fixed tree) and the values (4 output rows held across a
-tile); see specsim/decoder/kernels.py. Also prints each pass's attention alone (the kernel over the
+tile); see specsim/decoder/kernels/attention.py. Also prints each pass's attention alone (the kernel over the
 30 layers), so the ratio can be read apart from the matrix products.
 """
 from __future__ import annotations

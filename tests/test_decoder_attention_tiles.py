@@ -12,7 +12,7 @@ from specsim.decoder import reference
 from specsim.speculation.trees import ancestor_mask, from_choices
 
 
-@pytest.mark.parametrize("e", [64, 16, 24])
+@pytest.mark.parametrize("e", [64, 16, 24, 32, 128])
 @pytest.mark.parametrize("n_threads", [1, 2])
 def test_tree_row_is_its_decode_step(e, n_threads):
     import numba

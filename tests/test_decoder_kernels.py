@@ -10,11 +10,14 @@ gguf = pytest.importorskip("gguf")
 
 from specsim.decoder import kernels, reference  # noqa: E402
 from specsim.decoder.gguf_model import load_gguf  # noqa: E402
+from specsim.decoder.kernels.block_dot_plain import ROW_DOTS  # noqa: E402
 from specsim.decoder.model import Transformer  # noqa: E402
 from specsim.decoder.testing import write_tiny_gguf  # noqa: E402
 from specsim.errors import SpecError  # noqa: E402
 
 TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"]
+NO_TILES = (f"the vector tiles are off ({kernels.kernel_paths()['plain_because']})" if kernels.kernel_paths()["plain_because"]
+            else "neither AVX512-VNNI nor AVX2 on this CPU")
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +96,7 @@ def test_q8_activations_stay_close_to_float(type_name):
     assert _rel_err(out, exact) <= 1e-2
 
 
-@pytest.mark.skipif(not kernels.HAVE_TILES, reason="neither AVX512-VNNI nor AVX2 on this CPU")
+@pytest.mark.skipif(not kernels.HAVE_TILES, reason=NO_TILES)
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
 @pytest.mark.parametrize("n", [32, 21])  # whole groups of 16 rows, and a part group (lanes not stored)
 def test_vnni_tiles_match_plain_loop(type_name, n):
@@ -103,8 +106,8 @@ def test_vnni_tiles_match_plain_loop(type_name, n):
     from numba import njit
 
     name, k = type_name.lower(), 160
-    t8, t4, t1 = (getattr(kernels, f"_{name}_{t}") for t in ("t8", "t4", "t1"))
-    plain = getattr(kernels, f"_plain_{name}")
+    t8, t4, t1 = kernels.TILE_KERNELS[name]
+    plain = ROW_DOTS[name]
 
     @njit
     def run(o8, o4, o1, op, qs, d, mn, xq, xd, xs, sx):
@@ -131,7 +134,7 @@ def test_vnni_tiles_match_plain_loop(type_name, n):
     assert _rel_err(o1, op) <= 1e-6
 
 
-@pytest.mark.skipif(not kernels.HAVE_TILES, reason="neither AVX512-VNNI nor AVX2 on this CPU")
+@pytest.mark.skipif(not kernels.HAVE_TILES, reason=NO_TILES)
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])
 def test_tiles_sum_exact_integers_at_the_extremes(type_name):
     """With unit scales the tiles' output is their integer block sums: equal to the integer products
@@ -140,7 +143,7 @@ def test_tiles_sum_exact_integers_at_the_extremes(type_name):
     from numba import njit
 
     name, n, k = type_name.lower(), 16, 64
-    t4, t1 = getattr(kernels, f"_{name}_t4"), getattr(kernels, f"_{name}_t1")
+    _, t4, t1 = kernels.TILE_KERNELS[name]
 
     @njit
     def run(o4, o1, qs, d, mn, xq, xd, xs, sx):
@@ -202,6 +205,78 @@ for t in ("Q8_0", "Q4_0", "Q4_1"):
 """
     env = dict(os.environ, SPECSIM_DECODER_PLAIN="1", NUMBA_CACHE_DIR=str(tmp_path))
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not kernels.HAVE_VNNI, reason="needs the AVX512-VNNI path (this CPU's, JIT on) to set the AVX2 one against")
+def test_avx2_paths_match_avx512_bit_for_bit(tmp_path):
+    """On a CPU with AVX-512, the AVX2 paths (SPECSIM_DECODER_ISA=avx2, compiled for Haswell in a fresh
+    process) give the same bits as the AVX-512 ones: the block matmuls' integer sums are exact either way,
+    and attention's 16-lane vectors are the same operations split into 8-lane halves. So an AVX2 machine
+    decodes exactly what this one does, and the AVX2 tiles are tested where AVX2 is not the native path."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import sys, numpy as np, gguf
+from specsim.decoder import kernels
+assert kernels.kernel_paths()["block_matmul"] == sys.argv[2], kernels.kernel_paths()
+rng, out = np.random.default_rng(10), {}
+for t in ("Q8_0", "Q4_0", "Q4_1"):
+    raw = gguf.quants.quantize(rng.standard_normal((37, 160)).astype(np.float32), getattr(gguf.GGMLQuantizationType, t))
+    x = rng.standard_normal((13, 160)).astype(np.float32)
+    out[t] = np.zeros((13, 37), np.float32)
+    kernels.matmul(out[t], kernels.new_scratch(2, 13, 160), t, kernels.pack(t, raw, 160), x, kernels.F16_LUT)
+for e in (16, 64, 128):
+    q, kc, vc = (rng.standard_normal(s).astype(np.float32) for s in ((5, 9, e), (3, 90, e), (3, 90, e)))
+    out[f"att{e}"] = np.zeros((5, 9, e), np.float32)
+    kernels.attention(out[f"att{e}"], np.zeros((3, 15, 92), np.float32), q, kc, vc, 80, np.tril(np.ones((5, 5), bool)))
+np.savez(sys.argv[1], **out)
+"""
+    avx2 = dict(os.environ, SPECSIM_DECODER_ISA="avx2", NUMBA_CPU_NAME="haswell", NUMBA_CACHE_DIR=str(tmp_path / "nc"))
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "avx2.npz"), "avx2"], env=avx2, check=True, timeout=600)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "native.npz"), "vnni"], check=True, timeout=600)
+    a, b = np.load(tmp_path / "avx2.npz"), np.load(tmp_path / "native.npz")
+    assert a.files == b.files
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_exp_is_within_one_ulp_of_float64_exp():
+    """The one exp polynomial (`kernels.expf`, Cephes' expf) composed with its 2^k: within one float32 unit
+    in the last place at 1 (2^-23 relative) of numpy's float64 exp over the whole clamped range [-87, 88]
+    (a correctly rounded float32 is within half of that; the polynomial and the range reduction add less)."""
+    from numba import njit
+
+    from specsim.decoder.kernels.expf import EXP_HI, EXP_LO, exp_parts, two_to_the_bits
+
+    @njit
+    def exp32(out, bits, x):
+        for i in range(x.shape[0]):
+            out[i], k = exp_parts(x[i])
+            bits[i] = two_to_the_bits(k)
+        for i in range(x.shape[0]):
+            out[i] = out[i] * bits[i:i + 1].view(np.float32)[0]
+
+    x = np.linspace(EXP_LO, EXP_HI, 2_001 if kernels.JIT_OFF else 400_001).astype(np.float32)
+    out, bits = np.zeros_like(x), np.zeros(x.shape, np.int32)
+    exp32(out, bits, x)
+    assert np.abs(out / np.exp(x.astype(np.float64)) - 1.0).max() <= 2.0 ** -23
+
+
+@pytest.mark.skipif(not kernels.JIT_OFF, reason="checks the NUMBA_DISABLE_JIT=1 pass (.ci/run) itself")
+def test_jit_off_pass_runs_the_kernel_bodies_as_python():
+    """Under NUMBA_DISABLE_JIT=1 every kernel is its Python function (so its body runs, and counts in
+    coverage), and the paths numba cannot run as Python (the LLVM-IR tiles and blocks) are not taken."""
+    import types
+
+    from specsim.decoder.kernels import attention_blocks, softmax
+
+    assert kernels.kernel_paths() == {"block_matmul": "plain", "attention": "plain", "plain_because": "NUMBA_DISABLE_JIT=1"}
+    python = [kernels.matmul_q4_1, kernels.matmul_f16, kernels.quantize_q8, kernels.rmsnorm, kernels.rope,
+              kernels.swiglu, softmax.exp_row, softmax.row_sum, attention_blocks.blocks, *kernels.TILE_KERNELS["q4_1"]]
+    assert all(isinstance(f, types.FunctionType) for f in python)
 
 
 @pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_1"])

@@ -1,4 +1,4 @@
-"""Plain numpy twins of the kernels in `kernels.py`: slow, obviously correct, same signatures
+"""Plain numpy twins of the kernels in `kernels/`: slow, obviously correct, same signatures
 (outputs first). The dequantizers are also checked against `gguf.quants.dequantize` in the tests.
 Block-quantized matrices multiply activations quantized to Q8 per 32-block as in llama.cpp
 (`quantize_q8`), the same algorithm as the kernels: exact integer block sums, then the float scales.
