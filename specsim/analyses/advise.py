@@ -441,6 +441,9 @@ def advise(op: OperatingPoint, *, rates=None, n_requests: int | None = None, alp
     if not band.verdict_holds:
         notes.append("the verdict changes within the acceptance band: measure α before deploying (specsim decoder "
                      "run, or your stack's acceptance counters)")
+    from ..serving.cost import regime_advice  # the stack's load regimes: unmeasured or version-dependent; a calibration
+    changes, cal_notes = regime_advice(op, batch=gate if on else None)
+    assumptions, notes = assumptions + changes, cal_notes + notes
     return Advice(point=op, on=on, reason=reason, decided_by=decided, k=op.k, tree_size=tree, gate_batch=gate if on else None,
                   min_batch=min_batch, speedup_b1=s1, margin=m, analytic=analytic, policy=policy, bands=bands, configs=configs, gates=gates,
                   band=band, memory=_memory_summary(op), assumptions=assumptions, notes=notes + list(policy.notes))

@@ -252,6 +252,9 @@ def capacity(op: OperatingPoint, *, rate_per_s: float, slo_tpot_s: float | None 
                                       max_replicas=max_replicas, progress=prog, label="with speculation: ")
             with_spec = CapacityAnswer(speculative=True, policy=policy.name, replicas=n, devices_per_replica=devices,
                                        runs=runs, cost_per_million_usd=cost_per_million(n, devices, price, tokens_per_s))
+    from ..serving.cost import regime_advice  # a stack calibrated on a load sweep says so, with its load range
+
+    notes = regime_advice(op, rate_per_s=rate_per_s)[1] + notes
     return CapacityPlan(point=op, rate_per_s=float(rate_per_s), slo=slo, attainment=float(attainment), without=without,
                         with_speculation=with_spec, price_usd_per_device_hour=price, price_source=source,
                         mean_output_tokens=mean_out, n_requests=setup.workload.n_requests, n_requests_total=total,

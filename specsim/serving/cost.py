@@ -18,6 +18,26 @@ operating point:
 On a batch of B sequences decoding at one context this equals the analytical cycle to rounding
 (tests/test_operating_point.py checks 1e-9).
 
+Load regimes (`specs.regimes`, the stack's `[[load_regime]]` entries at the scenario's
+`stack_version`; none apply without a stack, and without a version only the "*" entries do):
+- a pass past its kind's CUDA-graph capture size runs eagerly, and lasts at least its launches:
+  max(its device work, layers × eager_layer_s) — the target pass as target_decode, verify or mixed
+  (a batch with prefill tokens), the drafting passes as draft, the drafter's catch-up as
+  draft_extend;
+- the regimes' overlap replaces the stack's [host] overlap, plain and speculating;
+- an MLA target whose verification takes the prefill path pays, per verifying sequence and cached
+  token, the latent's up-projection to keys and values (2·kv_lora_rank·heads·(qk_nope + v_head) FLOP
+  per layer, heads split over the group) and the expanded keys and values written and read back
+  ((qk_nope + qk_rope + v_head)·heads 16-bit values, twice), at the deployment's fractions of the
+  part's peaks; the score FLOPs of the unabsorbed form are not added (at most K + 1 queries a row,
+  against a 512-wide expansion of every cached token);
+- with dynamic_k=True (a per-batch-size K schedule enabled), the device time grows by the
+  regimes' dynamic-K tax at the iteration's batch;
+- a stack calibrated on a load sweep (`calibrate load`) scales every iteration's device time by its
+  `device_scale` and adds `device_per_seq_us` per sequence.
+`regimes_for(op)` resolves them; `ServingCost.regimes` holds them, and with none in force the
+cost is exactly the analytical one.
+
 Speed: a step's time splits into parts that depend on one sum over the mix each (tokens, logit
 tokens) and an attention term in two more (KV-read tokens, query–key pairs), so `FastStep` tabulates
 the first two once per model (the measured GEMM curves included) and prices attention in closed
@@ -34,6 +54,7 @@ from ..cost.roofline import (LOGIT_BYTES, attention_time_s, kv_shard_frac, logit
                              overhead_time_s, token_time_s)
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
+from ..specs.regimes import NO_REGIMES, Regimes, resolve_regimes
 from ..speculation.families import dense_time_s, tree_level_width
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import tokens_per_cycle_at
@@ -151,15 +172,58 @@ def _sum_ctx(mix: IterationMix) -> float:
     return s
 
 
+def regimes_for(op: OperatingPoint) -> Regimes:
+    """The load regimes of the point's stack at the scenario's stack_version (none without a stack)."""
+    stack = op.stack
+    if stack is None or not stack.regimes:
+        return NO_REGIMES
+    version = getattr(op.scenario, "stack_version", None) if op.scenario is not None else None
+    return resolve_regimes(stack.regimes, version=version, tp=op.deployment.n_devices,
+                           memory_gb=op.hardware.memory_bytes / 1e9, attention="mla" if op.target.mla else "mha",
+                           where=f"stack {stack.id!r}")
+
+
+def regime_advice(op: OperatingPoint, *, batch: float | None = None, rate_per_s: float | None = None
+                  ) -> tuple[list[str], list[str]]:
+    """(what would change the answer, notes) from the point's load regimes: the unmeasured regimes in
+    force and those that depend on a stack version the scenario does not name; and, for a stack
+    calibrated on a load sweep, where it was calibrated and a warning when `batch` (or, for a rate
+    sweep, `rate_per_s`) lies outside the loads it covered. For advise, report and capacity."""
+    from ..specs.regimes import calibration_notes
+
+    rg = regimes_for(op)
+    return list(rg.open_questions), calibration_notes(rg, batch=batch, rate_per_s=rate_per_s)
+
+
+def mla_prefill_verify_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, *, tp: int, cached_tokens: float) -> float:
+    """Extra time of verifying through the prefill path of multi-head latent attention: every cached
+    token's latent up-projected to keys and values, which are written and read back, on one device
+    of a group of `tp` (see the module docstring). cached_tokens: Σ context over the verifying rows."""
+    a = model.mla
+    if a is None or cached_tokens <= 0:
+        return 0.0
+    heads = model.n_heads / tp
+    flops = 2.0 * a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim) * cached_tokens
+    nbytes = 2.0 * 2.0 * heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * cached_tokens
+    dtype = hw.compute_dtype_for("bf16")
+    per_layer = max(nbytes / (hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac),
+                    flops / (hw.peak_flops_per_s[dtype] * eff.compute_frac))
+    return model.n_layers * per_layer
+
+
 class ServingCost:
     """Seconds per iteration for an operating point (see the module docstring).
 
-    exact=True calls mixed_step_cost every time instead of the fitted twins (tests compare both)."""
+    exact=True calls mixed_step_cost every time instead of the fitted twins (tests compare both).
+    dynamic_k: a per-batch-size K schedule is enabled (its tax applies where the regimes give one)."""
 
-    def __init__(self, op: OperatingPoint, *, exact: bool = False):
+    def __init__(self, op: OperatingPoint, *, exact: bool = False, dynamic_k: bool = False):
         self.op = op
         dep = op.deployment
         self.hw, self.target_model, self.dep = op.hardware, op.target, dep
+        self.regimes = regimes_for(op)
+        rg = self.regimes
+        self.dynamic_k = bool(dynamic_k)
         self.target = FastStep(op.target, op.hardware, tp=dep.tp, attention=dep.attention, efficiency=dep.eff,
                                exact=exact)
         self.work = op.work if op.speculative else None
@@ -185,8 +249,18 @@ class ServingCost:
         t = self.target
         self._target_closed = t.ok and not t.window and t.kw["attention"] == "fused"
         self._overlaps = {True: bool(dep.host.overlaps(True)), False: bool(dep.host.overlaps(False))}
+        if rg.overlap is not None:
+            self._overlaps = {False: rg.overlap[0], True: rg.overlap[1]}
         self._host_memo: dict = {}
         self._passes = w is not None and w.pass_model is not None and w.n_passes == "k"
+        # regimes that change a pass's device time (None of them: the device time is the analytical one)
+        self._eager_target_s = op.target.n_layers * rg.eager_layer_s
+        self._eager_draft_s = (w.pass_model.n_layers * rg.eager_layer_s
+                               if w is not None and w.pass_model is not None else 0.0)
+        self._mla_prefill = (op.target.mla is not None and rg.verify_path.get("mla") == "prefill")
+        self._device_regimes = bool(self._eager_target_s or self._eager_draft_s or self._mla_prefill
+                                    or (self.dynamic_k and rg.dynamic_k_tax is not None))
+        self._calibrated = (rg.device_scale, rg.device_per_seq_s) if rg.calibration is not None else None
 
     # -- parts
     def target_time_s(self, mix: IterationMix) -> float:
@@ -384,6 +458,8 @@ class ServingCost:
                                           n_draft_tokens=drafted, n_draft_passes=passes))
 
     def device_s(self, mix: IterationMix) -> float:
+        if self._device_regimes or self._calibrated is not None:
+            return self.parts(mix)[0]
         return self.target_time_s(mix) + self.draft_time_s(mix) + self.verify_extra_s(mix) + self.device_overhead_s(mix)
 
     def overhead_s(self, mix: IterationMix) -> float:
@@ -401,9 +477,10 @@ class ServingCost:
             self._tau_cache[key] = tokens_per_cycle_at(self.op, k=k, tree_size=mix.tree_size or None, context_len=ctx)
         return self._tau_cache[key]
 
-    def breakdown(self, mix: IterationMix) -> tuple[float, float]:
-        """(iteration seconds, of which the drafter's catch-up on device): the same sum as
-        device_s, host_s and Deployment.iteration_time_s, computed once per part."""
+    def parts(self, mix: IterationMix) -> tuple[float, float, float, bool]:
+        """(device seconds, host seconds, of the device the drafter's catch-up, whether the two overlap)
+        of one iteration: the device's passes and per-cycle work (with the load regimes in force),
+        the engine's host work, and whether the stack hides one behind the other."""
         ns = mix.n_spec
         if self.work is None:
             ns, pos, kmax = 0, 0.0, 0
@@ -416,9 +493,12 @@ class ServingCost:
             pos = float(ns * mix.uniform_q)
             kmax = int(mix.draft_k[0]) if ns else 0
         device = self.target_time_s(mix)
-        c = 0.0
+        c = d = 0.0
         if self.work is not None:
             d, c = self._draft(mix)
+        if self._device_regimes:
+            device, d, c = self._regime_passes(mix, ns, kmax, device, d, c)
+        if self.work is not None:
             device += d
             if ns:
                 if self.work.verify_head_params:
@@ -426,6 +506,11 @@ class ServingCost:
                 device += (pos - ns) * self._logit_s_per_extra_position
                 if mix.tree_size:
                     device += ns * self.expected_tokens(kmax, mix) * self._compact_s_per_token
+        if self._calibrated is not None:
+            device = device * self._calibrated[0] + self._calibrated[1] * mix.q_lens.size
+            c *= self._calibrated[0]
+        if self.dynamic_k and self.regimes.dynamic_k_tax is not None:
+            device *= 1.0 + self.regimes.dynamic_k_frac(mix.q_lens.size)
         n_tok = float(mix.q_lens.size * mix.uniform_q) if mix.uniform_q else float(np.add.reduce(mix.q_lens))
         key = (mix.q_lens.size, n_tok, ns, pos - ns, kmax if (ns and self._passes) else 0)
         host = self._host_memo.get(key)
@@ -435,7 +520,40 @@ class ServingCost:
             if len(self._host_memo) > 200_000:
                 self._host_memo.clear()
             self._host_memo[key] = host
-        if self._overlaps[ns > 0]:
+        return device, host, c, self._overlaps[ns > 0]
+
+    def _regime_passes(self, mix: IterationMix, ns: int, kmax: int, target_s: float, draft_s: float,
+                       catchup_s: float) -> tuple[float, float, float]:
+        """(target pass, drafting with catch-up, catch-up) seconds under the load regimes: a pass past its
+        kind's graph capture lasts at least its eager launches; an MLA verification on the prefill path
+        pays the latent's up-projection (see the module docstring)."""
+        rg = self.regimes
+        n = mix.q_lens.size
+        if self._eager_target_s:
+            tokens = int(n * mix.uniform_q) if mix.uniform_q else int(np.add.reduce(mix.q_lens))
+            kind = "mixed" if mix.n_prefill else ("verify" if ns else "target_decode")
+            if not rg.graph_captured(kind, n_seqs=n, n_tokens=tokens) and target_s < self._eager_target_s:
+                target_s = self._eager_target_s
+        if ns and self._mla_prefill:
+            spec = mix.draft_k > 0
+            cached = float(mix.context_lens[spec].sum()) if ns < n else _sum_ctx(mix)
+            target_s += mla_prefill_verify_s(self.target_model, self.hw, self.dep.eff, tp=self.dep.tp,
+                                             cached_tokens=cached)
+        if ns and self._eager_draft_s and draft_s > 0:
+            passes_s = draft_s - catchup_s
+            if not rg.graph_captured("draft", n_seqs=ns, n_tokens=ns) and passes_s < kmax * self._eager_draft_s:
+                passes_s = kmax * self._eager_draft_s
+            if catchup_s > 0 and not rg.graph_captured("draft_extend", n_seqs=ns, n_tokens=ns) \
+                    and catchup_s < self._eager_draft_s:
+                catchup_s = self._eager_draft_s
+            draft_s = passes_s + catchup_s
+        return target_s, draft_s, catchup_s
+
+    def breakdown(self, mix: IterationMix) -> tuple[float, float]:
+        """(iteration seconds, of which the drafter's catch-up on device): `parts` combined as
+        Deployment.iteration_time_s does, the host work added or hidden behind the device's."""
+        device, host, c, overlapped = self.parts(mix)
+        if overlapped:
             return (device if device > host else host), c
         return device + host, c
 
@@ -443,4 +561,4 @@ class ServingCost:
         return self.breakdown(mix)[0]
 
 
-__all__ = ["ServingCost", "FastStep", "mix_features"]
+__all__ = ["ServingCost", "FastStep", "mix_features", "regimes_for", "regime_advice", "mla_prefill_verify_s"]

@@ -73,6 +73,7 @@ class Scenario:
     attention: str = "fused"
     allow_cross_tokenizer: bool = False
     stack: str | None = None
+    stack_version: str | None = None  # the stack's release (specs.regimes: what changes with load, by version)
     target_dtype: str | None = None
     temperature: float = 0.0
     baseline_tokens_per_s: float | None = None
@@ -86,7 +87,7 @@ class Scenario:
         for name in ("name", "description", "hardware", "target", "method"):
             if not isinstance(getattr(self, name), str):
                 raise field_error(where, name, getattr(self, name), "a string")
-        for name in ("drafter", "stack", "target_dtype"):
+        for name in ("drafter", "stack", "target_dtype", "stack_version"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, str) and v.strip()):
                 raise field_error(where, name, v, "a non-empty string (an id or a path)")

@@ -43,6 +43,7 @@ from typing import Mapping
 from .catalog import catalog_ids, read_toml, resolve
 from ..errors import SpecError, field_error, reject_unknown_keys
 from .hardware import Efficiency
+from .regimes import parse_entries as parse_regimes
 
 TREE_MODES = ("none", "static", "dynamic")
 OVERLAP_MODES = ("none", "plain", "always")
@@ -97,6 +98,7 @@ class StackProfile:
     layer_split_hop_s: float = 0.0
     host: HostCost = field(default_factory=HostCost)
     methods: tuple[str, ...] = ()
+    regimes: tuple = ()  # the [[load_regime]] entries (specs.regimes): what changes with load, by version
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
 
@@ -120,7 +122,7 @@ class StackProfile:
 _US = {"step_overhead_us": "step_overhead_s", "per_layer_overhead_us": "per_layer_overhead_s"}
 _TOP = {"id", "name", "version", "notes", "bandwidth_frac", "compute_frac", "step_overhead_us",
         "per_layer_overhead_us", "cycle_overhead_us", "tree_verification", "multi_gpu", "layer_split_hop_us",
-        "methods", "host", "sources"}
+        "methods", "host", "sources", "load_regime"}
 _NEEDS_SOURCE = ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us", "cycle_overhead_us",
                  "tree_verification", "multi_gpu", "layer_split_hop_us", "methods")
 
@@ -165,7 +167,8 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
                             tree_verification=raw.get("tree_verification", "none"),
                             multi_gpu=raw.get("multi_gpu", "tensor_parallel"),
                             layer_split_hop_s=float(raw.get("layer_split_hop_us", 0.0)) * 1e-6, host=host,
-                            methods=tuple(methods), sources=sources, notes=raw.get("notes", ""))
+                            methods=tuple(methods), sources=sources, notes=raw.get("notes", ""),
+                            regimes=parse_regimes(raw.get("load_regime"), where=where))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 

@@ -1,0 +1,432 @@
+"""A serving stack's load regimes: what changes in a step's cost as the load grows, by version, sourced.
+
+A stack's efficiency and host figures (`specs.stacks`) describe one regime. Real stacks change regime
+with the load, and differently from one release to the next: a pass runs from a captured CUDA graph
+only up to a batch size and eagerly past it; host work hides behind the device without speculation
+and not with it; an MLA model's verification runs the decode kernel or the prefill path. A stack
+file lists these as an array of `[[load_regime]]` tables, one property a table:
+
+    [[load_regime]]
+    property = "cuda_graph_max"     # one of PROPERTIES
+    versions = ">=0.4.7"            # where it holds: "*", "0.4.0-0.4.6" (inclusive), ">=X", "<X", "<=X", ">X", "X"
+    status = "code"                 # code | docs | measured | fitted | unmeasured
+    source = "..."                  # the file, page or thread it was read from
+    pass = "draft_extend"           # + the property's own fields (FIELDS)
+    max_batch = 160
+
+Statuses: `code` read in the stack's source, `docs` its documentation or a maintainer's PR text,
+`measured` a published measurement (the arithmetic from it in the source), `fitted` a calibration's
+figure, `unmeasured` a mechanism the stack's code or docs show whose size nobody has published: its
+value (when it has one) is an assumption, said in the source, and `Regimes.open_questions` lists it
+for `advise`'s "what would change the answer".
+
+Properties (units in the key, converted once here):
+- `cuda_graph_max`: the largest batch a pass kind (`pass`: target_decode, verify, draft,
+  draft_extend, mixed) replays from a captured graph, as `max_batch` sequences or `max_tokens`
+  tokens (vLLM V1 captures token counts, so a verify of B·(K + 1) tokens falls off earlier than a
+  decode of B); 0: never captured. Past it the pass runs eagerly.
+- `eager_layer_us`: what a pass that runs eagerly costs beyond its graph replay, per layer
+  (`value`, microseconds): the kernel launches a graph would have replayed.
+- `overlap`: whether the engine's host work hides behind the device's, `plain` and `speculative`
+  (booleans): it replaces the stack's `[host] overlap` where it holds.
+- `verify_attention`: which path a speculative verification of `attention` ("mla") takes with
+  `backend` ("default": what the version picks): `path` = "decode" (the decode kernel over the
+  cached latent) or "prefill" (the prefill path: every cached token's latent up-projected to keys
+  and values, a cost in batch × context the decode view never sees).
+- (a drafter pass's own fixed cost is the stack's `[drafting] head_pass_us`, `specs.stacks`.)
+- `dynamic_k_tax`: the iteration's cost increase, as a fraction, when a per-batch-size K schedule is
+  enabled even where it drafts nothing: `low_frac` at `low_batch` sequences and `high_frac` at
+  `high_batch`, linear between and held outside.
+- `calibration` (status "fitted", written by `specsim calibrate load --write-scenario`): which
+  measured load sweep the stack's figures were fitted to — `sweep`, `file`, `load_kind` and the
+  load range `load_min`..`load_max` its rows covered, `n_fit_rows`, the fit's median |error|
+  `fit_error_frac` (and `check_error_frac` on the rows it never saw), the `command`; and the two
+  device terms the plain curve fixes: `device_scale` (every iteration's device time times it) and
+  `device_per_seq_us` (added per sequence in the iteration). Every analysis of a scenario on such a
+  stack says so, and warns when it reads the stack outside that range.
+
+`resolve_regimes(entries, version=...)` picks, per property (and pass kind, attention kind and
+backend), the entry whose version range holds the version, a specific range before "*". With no
+version only "*" entries apply; the properties whose entries all name a range are listed as
+depending on the version.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from ..errors import SpecError, field_error, reject_unknown_keys
+
+PROPERTIES = ("cuda_graph_max", "eager_layer_us", "overlap", "verify_attention", "dynamic_k_tax", "calibration")
+PASS_KINDS = ("target_decode", "verify", "draft", "draft_extend", "mixed")
+STATUSES = ("code", "docs", "measured", "fitted", "unmeasured")
+VERIFY_PATHS = ("decode", "prefill")
+ATTENTION_KINDS = ("mla", "mha")
+# fields each property takes beyond property/versions/status/source (and the optional filters)
+FIELDS = {"cuda_graph_max": {"pass", "max_batch", "max_tokens"}, "eager_layer_us": {"value"},
+          "overlap": {"plain", "speculative"}, "verify_attention": {"attention", "backend", "path"},
+          "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"},
+          "calibration": {"sweep", "file", "load_kind", "load_min", "load_max", "n_fit_rows", "fit_error_frac",
+                          "check_error_frac", "command", "device_scale", "device_per_seq_us"}}
+LOAD_KINDS = ("concurrency", "rate", "batch")
+COMMON = {"property", "versions", "status", "source", "notes", "min_tp", "max_tp", "min_memory_gb", "max_memory_gb"}
+
+
+def parse_version(text: str, *, where: str = "version") -> tuple[int, ...]:
+    """'0.4.6.post5' -> (0, 4, 6, 5); 'v0.10.1rc2' -> (0, 10, 1); a version names release numbers."""
+    s = str(text).strip().lower().removeprefix("v")
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:\.post(\d+))?", s)
+    if not m:
+        raise SpecError(f"{where} {text!r}: expected a release number such as 0.4.6 or 0.10.1")
+    parts = tuple(int(p) for p in m.group(1).split("."))
+    if m.group(2) is not None:
+        parts = parts + (0,) * max(0, 3 - len(parts)) + (int(m.group(2)),)
+    return parts
+
+
+def _cmp(a: tuple, b: tuple) -> int:
+    n = max(len(a), len(b))
+    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+    return (a > b) - (a < b)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    """A range of releases: '*', 'A-B' (inclusive), '>=A', '>A', '<A', '<=A', or one release 'A'."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        self.bounds()  # validates
+
+    def bounds(self):
+        t = self.text.strip()
+        if t == "*":
+            return None
+        for op in (">=", "<=", ">", "<"):
+            if t.startswith(op):
+                return (op, parse_version(t[len(op):], where=f"versions {self.text!r}:"))
+        if "-" in t:
+            lo, hi = t.split("-", 1)
+            return ("-", parse_version(lo, where=f"versions {self.text!r}:"), parse_version(hi, where=f"versions {self.text!r}:"))
+        return ("=", parse_version(t, where=f"versions {self.text!r}:"))
+
+    @property
+    def is_any(self) -> bool:
+        return self.text.strip() == "*"
+
+    def holds(self, version: tuple[int, ...] | None) -> bool:
+        b = self.bounds()
+        if b is None:
+            return True
+        if version is None:
+            return False
+        op = b[0]
+        if op == "-":
+            return _cmp(version, b[1]) >= 0 and _cmp(version, b[2]) <= 0
+        c = _cmp(version, b[1])
+        if op == "=":
+            return _cmp(version[:len(b[1])], b[1]) == 0
+        return {">=": c >= 0, ">": c > 0, "<": c < 0, "<=": c <= 0}[op]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegimeEntry:
+    """One `[[load_regime]]` table, validated (see the module docstring)."""
+
+    property: str
+    versions: VersionRange
+    status: str
+    source: str
+    fields: Mapping[str, object]
+    notes: str = ""
+    min_tp: int | None = None
+    max_tp: int | None = None
+    min_memory_gb: float | None = None
+    max_memory_gb: float | None = None
+
+    @property
+    def key(self) -> tuple:
+        """What the entry is about: property plus its pass kind, attention kind and backend."""
+        f = self.fields
+        return (self.property, f.get("pass"), f.get("attention"), f.get("backend"))
+
+    def applies_to(self, *, tp: int | None, memory_gb: float | None) -> bool:
+        if tp is not None:
+            if self.min_tp is not None and tp < self.min_tp:
+                return False
+            if self.max_tp is not None and tp > self.max_tp:
+                return False
+        if memory_gb is not None:
+            if self.min_memory_gb is not None and memory_gb < self.min_memory_gb:
+                return False
+            if self.max_memory_gb is not None and memory_gb >= self.max_memory_gb:
+                return False
+        return True
+
+    def describe(self) -> str:
+        what = ", ".join(f"{k} = {v}" for k, v in self.fields.items())
+        return f"{self.property} ({what}) for versions {self.versions.text} [{self.status}: {self.source}]"
+
+
+def _number(where: str, key: str, v, *, integer: bool = False, minimum: float = 0.0) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum \
+            or (integer and v != int(v)):
+        raise field_error(where, key, v, f"{'an integer' if integer else 'a number'} >= {minimum:g}")
+    return int(v) if integer else float(v)
+
+
+def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: expected a [[load_regime]] table")
+    prop = raw.get("property")
+    if prop not in PROPERTIES:
+        raise field_error(where, "property", prop, f"one of {', '.join(PROPERTIES)}")
+    where = f"{where} ({prop})"
+    reject_unknown_keys(where, raw, COMMON | FIELDS[prop])
+    for key in ("versions", "status", "source"):
+        if not str(raw.get(key, "")).strip():
+            raise field_error(where, key, raw.get(key), "a value (required: every regime names its versions, "
+                                                         "status and source)")
+    status = raw["status"]
+    if status not in STATUSES:
+        raise field_error(where, "status", status, f"one of {', '.join(STATUSES)}")
+    try:
+        versions = VersionRange(str(raw["versions"]))
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    f = {k: raw[k] for k in FIELDS[prop] if k in raw}
+    if prop == "cuda_graph_max":
+        if f.get("pass") not in PASS_KINDS:
+            raise field_error(where, "pass", f.get("pass"), f"one of {', '.join(PASS_KINDS)}")
+        given = [k for k in ("max_batch", "max_tokens") if k in f]
+        if len(given) != 1:
+            raise field_error(where, "max_batch", f.get("max_batch"), "exactly one of max_batch or max_tokens")
+        f[given[0]] = _number(where, given[0], f[given[0]], integer=True)
+    elif prop == "eager_layer_us":
+        if "value" in f:
+            f["value"] = _number(where, "value", f["value"])
+        elif status != "unmeasured":
+            raise field_error(where, "value", None, "a number of microseconds (only an unmeasured property may "
+                                                    "leave it out)")
+    elif prop == "overlap":
+        for key in ("plain", "speculative"):
+            if not isinstance(f.get(key), bool):
+                raise field_error(where, key, f.get(key), "true or false")
+    elif prop == "verify_attention":
+        if f.get("attention") not in ATTENTION_KINDS:
+            raise field_error(where, "attention", f.get("attention"), f"one of {', '.join(ATTENTION_KINDS)}")
+        f.setdefault("backend", "default")
+        if not isinstance(f["backend"], str) or not f["backend"].strip():
+            raise field_error(where, "backend", f["backend"], "a backend name, or 'default'")
+        if f.get("path") not in VERIFY_PATHS:
+            raise field_error(where, "path", f.get("path"), f"one of {', '.join(VERIFY_PATHS)}")
+    elif prop == "calibration":
+        if status != "fitted":
+            raise field_error(where, "status", status, "'fitted' (a calibration is a fit)")
+        for key in ("sweep", "file", "command"):
+            if not str(f.get(key, "")).strip():
+                raise field_error(where, key, f.get(key), "a value")
+        if f.get("load_kind") not in LOAD_KINDS:
+            raise field_error(where, "load_kind", f.get("load_kind"), f"one of {', '.join(LOAD_KINDS)}")
+        for key in ("load_min", "load_max", "fit_error_frac"):
+            f[key] = _number(where, key, f.get(key))
+        if "check_error_frac" in f:
+            f["check_error_frac"] = _number(where, "check_error_frac", f["check_error_frac"])
+        f["n_fit_rows"] = _number(where, "n_fit_rows", f.get("n_fit_rows"), integer=True, minimum=0)
+        f["device_scale"] = _number(where, "device_scale", f.get("device_scale", 1.0))
+        if not f["device_scale"] > 0:
+            raise field_error(where, "device_scale", f["device_scale"], "a number > 0")
+        f["device_per_seq_us"] = _number(where, "device_per_seq_us", f.get("device_per_seq_us", 0.0))
+        if f["load_max"] < f["load_min"]:
+            raise field_error(where, "load_max", f["load_max"], f">= load_min = {f['load_min']:g}")
+    elif prop == "dynamic_k_tax":
+        for key in ("low_batch", "high_batch"):
+            f[key] = _number(where, key, f.get(key), integer=True, minimum=1)
+        for key in ("low_frac", "high_frac"):
+            f[key] = _number(where, key, f.get(key))
+        if f["high_batch"] <= f["low_batch"]:
+            raise field_error(where, "high_batch", f["high_batch"], f"> low_batch = {f['low_batch']}")
+    filters = {}
+    for key in ("min_tp", "max_tp"):
+        if key in raw:
+            filters[key] = _number(where, key, raw[key], integer=True, minimum=1)
+    for key in ("min_memory_gb", "max_memory_gb"):
+        if key in raw:
+            filters[key] = _number(where, key, raw[key])
+    return RegimeEntry(property=prop, versions=versions, status=status, source=str(raw["source"]).strip(),
+                       fields=MappingProxyType(f), notes=str(raw.get("notes", "")), **filters)
+
+
+def parse_entries(raw, *, where: str = "stack") -> tuple[RegimeEntry, ...]:
+    """A stack file's `load_regime` array (absent: none)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise field_error(where, "load_regime", raw, "an array of [[load_regime]] tables")
+    return tuple(entry_from_dict(r, where=f"{where} [[load_regime]] #{i + 1}") for i, r in enumerate(raw))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Regimes:
+    """A stack's regimes at one version (see the module docstring). SI units.
+
+    graph_max_batch / graph_max_tokens: pass kind -> the largest captured batch (sequences / tokens);
+    a kind absent from both has no cap known (always replayed). eager_layer_s: the per-layer cost of an
+    eager pass (0: none known). overlap: (plain, speculative) or None (the stack's [host] overlap).
+    verify_path: attention kind -> "decode" | "prefill" for the default backend. dynamic_k_tax:
+    (low_batch, low_frac, high_batch, high_frac) or None. applied: the entries in force.
+    open_questions: what would change the answer — unmeasured entries in force, and properties
+    whose entries all depend on a version the scenario did not name."""
+
+    version: str | None = None
+    graph_max_batch: Mapping[str, int] = field(default_factory=dict)
+    graph_max_tokens: Mapping[str, int] = field(default_factory=dict)
+    eager_layer_s: float = 0.0
+    overlap: tuple[bool, bool] | None = None
+    verify_path: Mapping[str, str] = field(default_factory=dict)
+    dynamic_k_tax: tuple | None = None
+    calibration: Mapping | None = None
+    applied: tuple = ()
+    open_questions: tuple = ()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.applied)
+
+    @property
+    def device_scale(self) -> float:
+        """A load calibration's factor on every iteration's device time (1 without one)."""
+        return 1.0 if self.calibration is None else float(self.calibration["device_scale"])
+
+    @property
+    def device_per_seq_s(self) -> float:
+        """A load calibration's device seconds per sequence an iteration (0 without one)."""
+        return 0.0 if self.calibration is None else float(self.calibration["device_per_seq_us"]) * 1e-6
+
+    def graph_captured(self, kind: str, *, n_seqs: int, n_tokens: int) -> bool:
+        """Whether a pass of `kind` over n_seqs sequences and n_tokens tokens replays a graph."""
+        b = self.graph_max_batch.get(kind)
+        t = self.graph_max_tokens.get(kind)
+        if b is not None and n_seqs > b:
+            return False
+        if t is not None and n_tokens > t:
+            return False
+        return True
+
+    def dynamic_k_frac(self, n_seqs: float) -> float:
+        """The dynamic-K tax at a batch of n_seqs (0 without one)."""
+        if self.dynamic_k_tax is None:
+            return 0.0
+        lo_b, lo_f, hi_b, hi_f = self.dynamic_k_tax
+        x = min(max(float(n_seqs), lo_b), hi_b)
+        return lo_f + (hi_f - lo_f) * (x - lo_b) / (hi_b - lo_b)
+
+    def lines(self) -> list[str]:
+        """The regimes in force, one line each, for `describe` and reports."""
+        return [e.describe() for e in self.applied]
+
+
+def resolve_regimes(entries, *, version: str | None = None, tp: int | None = None,
+                    memory_gb: float | None = None, attention: str | None = None, where: str = "stack") -> Regimes:
+    """The regimes at `version` (a release number; None: only the '*' entries) on a deployment of
+    `tp` devices with `memory_gb` each (entries can hold only for some), for a target whose attention
+    is `attention` ("mla" or "mha"; None: every attention kind's entries)."""
+    v = None if version is None else parse_version(version, where=f"{where}: stack_version")
+    chosen: dict[tuple, RegimeEntry] = {}
+    by_key: dict[tuple, list[RegimeEntry]] = {}
+    for e in entries:
+        if not e.applies_to(tp=tp, memory_gb=memory_gb):
+            continue
+        if attention is not None and e.property == "verify_attention" and e.fields["attention"] != attention:
+            continue
+        by_key.setdefault(e.key, []).append(e)
+        if not e.versions.holds(v):
+            continue
+        prev = chosen.get(e.key)
+        if prev is None or (prev.versions.is_any and not e.versions.is_any):
+            chosen[e.key] = e
+    open_q = []
+    for key, es in by_key.items():
+        if key not in chosen and v is None:
+            ranges = "; ".join(f"{e.versions.text}: {_value_text(e)}" for e in es)
+            open_q.append(f"{key[0]}{_key_text(key)} depends on the stack's version, which the scenario does not "
+                          f"name (stack_version): {ranges}")
+    graph_b, graph_t, verify = {}, {}, {}
+    eager, overlap, tax, cal = 0.0, None, None, None
+    applied = []
+    for key, e in chosen.items():
+        f = e.fields
+        if e.status == "unmeasured":
+            open_q.append(f"{e.property}{_key_text(key)} (versions {e.versions.text}): unmeasured — "
+                          + (f"assumed {_value_text(e)}; " if _has_value(e) else "not charged; ") + e.source)
+        if not _has_value(e):
+            continue
+        applied.append(e)
+        if e.property == "cuda_graph_max":
+            if "max_batch" in f:
+                graph_b[f["pass"]] = int(f["max_batch"])
+            else:
+                graph_t[f["pass"]] = int(f["max_tokens"])
+        elif e.property == "eager_layer_us":
+            eager = float(f["value"]) * 1e-6
+        elif e.property == "overlap":
+            overlap = (bool(f["plain"]), bool(f["speculative"]))
+        elif e.property == "verify_attention":
+            if f.get("backend", "default") == "default":
+                verify[f["attention"]] = f["path"]
+        elif e.property == "dynamic_k_tax":
+            tax = (int(f["low_batch"]), float(f["low_frac"]), int(f["high_batch"]), float(f["high_frac"]))
+        elif e.property == "calibration":
+            cal = MappingProxyType(dict(f, source=e.source))
+    return Regimes(version=version, graph_max_batch=MappingProxyType(graph_b), graph_max_tokens=MappingProxyType(graph_t),
+                   eager_layer_s=eager, overlap=overlap, verify_path=MappingProxyType(verify),
+                   dynamic_k_tax=tax, calibration=cal, applied=tuple(applied), open_questions=tuple(open_q))
+
+
+def _has_value(e: RegimeEntry) -> bool:
+    return e.property != "eager_layer_us" or "value" in e.fields
+
+
+def _key_text(key: tuple) -> str:
+    extra = [str(x) for x in key[1:] if x is not None]
+    return f" [{', '.join(extra)}]" if extra else ""
+
+
+def _value_text(e: RegimeEntry) -> str:
+    f = dict(e.fields)
+    for k in ("pass", "attention", "backend"):
+        f.pop(k, None)
+    if e.property == "eager_layer_us" and "value" in f:
+        return f"{f['value']:g} µs"
+    return ", ".join(f"{k} = {v}" for k, v in f.items()) or "no value"
+
+
+NO_REGIMES = Regimes()
+
+
+def calibration_notes(regimes: Regimes, *, batch: float | None = None, rate_per_s: float | None = None) -> list[str]:
+    """What a stack fitted to a load sweep says about itself: the sweep, the fit's error and the load
+    range it covered, and a warning when the load an analysis reads (a running batch, or an arrival
+    rate for a rate sweep) lies outside that range. Empty for a stack nobody calibrated."""
+    c = regimes.calibration
+    if c is None:
+        return []
+    unit = {"concurrency": "concurrent requests", "rate": "requests/s", "batch": "sequences a batch"}[c["load_kind"]]
+    lo, hi = c["load_min"], c["load_max"]
+    check = (f", {c['check_error_frac']:.1%} on the rows it never saw" if "check_error_frac" in c else "")
+    out = [f"calibrated from load sweep {c['sweep']!r} of {c['file']} ({c['n_fit_rows']} fit rows, median |error| "
+           f"{c['fit_error_frac']:.1%}{check}; loads {lo:g}–{hi:g} {unit}; {c['command']})"]
+    load = rate_per_s if c["load_kind"] == "rate" else batch
+    if load is not None and (load < lo * (1 - 1e-9) or load > hi * (1 + 1e-9)):
+        out.append(f"WARNING: this answer reads the calibrated stack at {load:g} {unit}, outside the {lo:g}–{hi:g} "
+                   f"its sweep covered: the fitted figures are extrapolated there")
+    return out
+
+
+__all__ = ["PROPERTIES", "PASS_KINDS", "STATUSES", "LOAD_KINDS", "RegimeEntry", "Regimes", "VersionRange", "NO_REGIMES",
+           "calibration_notes",
+           "entry_from_dict", "parse_entries", "parse_version", "resolve_regimes"]
