@@ -52,6 +52,7 @@ class PageCheck:
     external_refs: list
     console_errors: list = field(default_factory=list)
     screenshot_png: bytes = b""
+    rects: dict = field(default_factory=dict)  # selector -> the first match's box in CSS pixels of the first screen
 
 
 class _Pipe:
@@ -103,10 +104,31 @@ class _Pipe:
         return json.loads(raw)
 
 
+RECTS_JS = """JSON.stringify(Object.fromEntries(%s.map(s => {
+  const e = document.querySelector(s);
+  if (!e) return [s, null];
+  const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+  return [s, {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width, height: r.height,
+              visible: st.visibility !== 'hidden' && st.display !== 'none' && r.width > 0 && r.height > 0,
+              loaded: e.tagName === 'IMG' ? (e.complete && e.naturalWidth > 0) : null}];
+})))"""
+
+
+def chromium_version(chromium: str | None = None) -> str:
+    """The browser's version line ("Chromium 150.0.7871.100 ..."), or "" when none is found."""
+    exe = chromium or find_chromium()
+    if exe is None:
+        return ""
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    return out.splitlines()[-1] if out else ""
+
+
 def check_page(path: Path, *, width: int = 1280, height: int = 900, chromium: str | None = None,
-               settle_s: float = 0.5, full_page: bool = False) -> PageCheck:
+               settle_s: float = 0.5, full_page: bool = False, rects: tuple = ()) -> PageCheck:
     """Load `path` (a local HTML file) in headless Chromium and return what it showed (the screenshot:
-    the first screen, width × height, or the whole page with full_page)."""
+    the first screen, width × height, or the whole page with full_page). rects: CSS selectors whose
+    first match's box (relative to the first screen, before any scrolling), visibility and, for an
+    image, whether it loaded, are returned in PageCheck.rects."""
     exe = chromium or find_chromium()
     if exe is None:
         raise FileNotFoundError("no chromium on PATH")
@@ -137,6 +159,10 @@ def check_page(path: Path, *, width: int = 1280, height: int = 900, chromium: st
         time.sleep(settle_s)
         probe = json.loads(pipe.send("Runtime.evaluate", {"expression": PROBE_JS, "returnByValue": True},
                                      session=session)["result"]["value"])
+        boxes = {}
+        if rects:
+            boxes = json.loads(pipe.send("Runtime.evaluate", {"expression": RECTS_JS % json.dumps(list(rects)),
+                                                              "returnByValue": True}, session=session)["result"]["value"])
         if full_page:
             h = pipe.send("Runtime.evaluate", {"expression": "document.documentElement.scrollHeight",
                                                "returnByValue": True}, session=session)["result"]["value"]
@@ -160,7 +186,7 @@ def check_page(path: Path, *, width: int = 1280, height: int = 900, chromium: st
             pass
         return PageCheck(title=probe["title"], text_chars=probe["text_chars"], images=probe["images"],
                          broken_images=broken, external_refs=probe["external"], console_errors=errors,
-                         screenshot_png=base64.b64decode(shot))
+                         screenshot_png=base64.b64decode(shot), rects=boxes)
     finally:
         os.close(cmd_w)
         os.close(res_r)

@@ -10,6 +10,7 @@ cost model or the simulator changes on purpose, regenerate them (reports/README.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -35,15 +36,18 @@ def regenerated(tmp_path_factory) -> dict:
     """Every committed report rerun from its manifest's command into a temporary folder."""
     out = {}
     base = tmp_path_factory.mktemp("reports")
-    for name in NAMES:
-        argv = shlex.split(_manifest(name)["command"])
-        assert argv[:2] == ["specsim", "report"], argv
-        argv = argv[1:]
-        i = argv.index("--out")
-        argv[i + 1] = str(base / name)
-        argv = [a for a in argv if a != "--force"] + ["--quiet"]
-        assert main(argv) == 0, argv
-        out[name] = base / name
+    here = os.getcwd()
+    os.chdir(base)  # the manifest's own --out (reports/NAME), under the temporary folder: the page shows that command
+    try:
+        for name in NAMES:
+            argv = shlex.split(_manifest(name)["command"])
+            assert argv[:2] == ["specsim", "report"], argv
+            argv = argv[1:]
+            assert argv[argv.index("--out") + 1] == f"reports/{name}", argv
+            assert main(argv + ["--quiet"]) == 0, argv
+            out[name] = base / "reports" / name
+    finally:
+        os.chdir(here)
     return out
 
 
@@ -164,3 +168,93 @@ def test_the_report_opens_in_headless_chromium(regenerated, tmp_path):
         img = Image.open(shot)
         assert img.size == (1280, 900)
         assert len(img.convert("RGB").getcolors(maxcolors=1 << 20) or []) > 20  # not a blank page
+
+
+FIRST_SCREEN = REPORTS / "seed-70b-hbm" / "first_screen.png"
+FIRST_SCREEN_ENV = REPORTS / "seed-70b-hbm" / "first_screen.json"
+WRITE_FLAG = "SPECSIM_WRITE_FIRST_SCREEN"
+# "equal": at most this share of the pixels differs by more than PIXEL_LEVELS (of 255) in a channel. The same
+# Chromium and fonts render the same page to the same pixels; one changed line of text (the V0 line the
+# README once showed where the page had V1) moves about a thousand pixels, ten times this bound.
+MAX_DIFFERING_FRAC = 1e-4
+PIXEL_LEVELS = 48
+
+
+def _first_screen(regenerated, name):
+    from browser_check import check_page, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)")
+    return check_page(regenerated[name] / "report.html", rects=(".verdict", "#verdict_curve img", "#paste"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["seed-70b-hbm", "llama-70b-h100-chat"])
+def test_the_first_screen_shows_the_verdict_and_its_curve_without_scrolling(regenerated, name):
+    page = _first_screen(regenerated, name)
+    verdict, img, paste = (page.rects[s] for s in (".verdict", "#verdict_curve img", "#paste"))
+    assert img is not None and img["loaded"] and img["visible"], img
+    width, height = 1280, 900
+    for box in (verdict, img):  # wholly inside the first screen
+        assert 0 <= box["top"] and box["bottom"] <= height and 0 <= box["left"] and box["right"] <= width, box
+    assert img["width"] >= 500 and img["height"] >= 300  # a figure one can read, not a thumbnail
+    assert img["left"] >= verdict["right"]  # beside the verdict, not under it
+    assert max(img["bottom"], verdict["bottom"]) <= paste["top"] < height  # the paste lines start below, on screen
+    # what the figure draws is the verdict's: its switch-off, its gate (simulated for a [workload] scenario), its band
+    rows = pd.read_csv(regenerated[name] / "verdict_curve.csv")
+    verdict_json = json.loads((regenerated[name] / "verdict.json").read_text())
+    off = verdict_json["analytic_switch_off"]["batch_off"]
+    assert set(rows["switch_off_batch"].dropna()) == ({off} if off is not None else set())
+    if verdict_json["serving"] is not None:
+        assert set(rows["gate_batch"]) == {verdict_json["gate_batch"]}
+    else:
+        assert rows["gate_batch"].isna().all()
+    assert (rows["speedup_low"] <= rows["speedup"] + 1e-9).all() and (rows["speedup"] <= rows["speedup_high"] + 1e-9).all()
+    b1 = rows[rows["batch_size"] == 1].iloc[0]
+    ends = sorted(r["speedup_b1"] for r in verdict_json["uncertainty"]["rows"])
+    assert (b1["speedup_low"], b1["speedup_high"]) == pytest.approx(tuple(ends), rel=1e-5)
+
+
+def _environment() -> dict:
+    import subprocess
+
+    from browser_check import chromium_version
+
+    try:
+        font = subprocess.run(["fc-match", "Helvetica"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        font = ""
+    return {"chromium": chromium_version(), "font": font, "viewport": [1280, 900]}
+
+
+@pytest.mark.slow
+def test_the_readme_picture_is_the_first_screen_this_test_renders(regenerated, tmp_path):
+    """The README's picture is this test's screenshot of the freshly made report: with
+    SPECSIM_WRITE_FIRST_SCREEN=1 the test writes it (and the browser and font it was rendered with);
+    otherwise it renders again and compares, so a change to the first screen fails here until the
+    picture is rewritten."""
+    from PIL import Image, ImageChops
+
+    page = _first_screen(regenerated, "seed-70b-hbm")
+    env = _environment()
+    if os.environ.get(WRITE_FLAG) == "1":
+        FIRST_SCREEN.write_bytes(page.screenshot_png)
+        FIRST_SCREEN_ENV.write_text(json.dumps(env, indent=2) + "\n")
+        return
+    assert FIRST_SCREEN.is_file(), f"{FIRST_SCREEN} is missing: run this test with {WRITE_FLAG}=1"
+    recorded = json.loads(FIRST_SCREEN_ENV.read_text())
+    if {k: recorded.get(k) for k in ("chromium", "font")} != {k: env[k] for k in ("chromium", "font")}:
+        pytest.skip(f"{FIRST_SCREEN.name} was rendered by {recorded.get('chromium')!r} with {recorded.get('font')!r}; "
+                    f"this machine has {env['chromium']!r} with {env['font']!r}: pixels compare only in the same "
+                    f"browser and fonts (rewrite it with {WRITE_FLAG}=1)")
+    fresh = Image.open(__import__("io").BytesIO(page.screenshot_png)).convert("RGB")
+    committed = Image.open(FIRST_SCREEN).convert("RGB")
+    assert committed.size == fresh.size == (1280, 900)
+    diff = ImageChops.difference(fresh, committed)
+    levels = np.asarray(diff).max(axis=2)
+    differing = int((levels > PIXEL_LEVELS).sum())
+    if differing > MAX_DIFFERING_FRAC * levels.size:
+        fresh.save(tmp_path / "first_screen_now.png")
+        pytest.fail(f"the report's first screen differs from {FIRST_SCREEN.relative_to(REPORTS.parent)} in {differing} "
+                    f"pixels (bound {MAX_DIFFERING_FRAC * levels.size:.0f}); now: {tmp_path / 'first_screen_now.png'}; "
+                    f"rewrite it with {WRITE_FLAG}=1 .venv/bin/python -m pytest tests/test_reports.py -k readme_picture")

@@ -271,13 +271,13 @@ def _rows_verdict(x: FigureInputs):
     })
     op = a.point
     what = op.method + (f" ({op.drafter.drafter.id})" if op.drafter is not None and op.drafter.drafter else "")
-    return data, f"{what}, K = {a.k}: speedup against the running batch ({so.view})"
+    return data, f"{what}, K = {a.k}: speedup against the running batch ({so.view.split(' (')[0]})"
 
 
 def _caption_verdict(data, x: FigureInputs) -> str:
     a = x.advice
     s1 = float(data["speedup"].iloc[0])
-    text = f"K = {a.k}: {s1:.2f}× at B = {int(data['batch_size'].iloc[0])} ({data['view'].iloc[0]})"
+    text = f"K = {a.k}: {s1:.2f}× at B = {int(data['batch_size'].iloc[0])} ({a.analytic.assumptions})"
     off = data["switch_off_batch"].iloc[0]
     text += f"; the analytic curve stops paying {1 + a.margin:.2f}× at B ≥ {int(off)} (dashed red)" if off == off else \
         "; it pays at every batch examined"

@@ -78,7 +78,8 @@ def verdict_curve(ax, data: pd.DataFrame, *, title: str = ""):
                                        label=f"α {data['alpha_low'].iloc[0]:.2f}–{data['alpha_high'].iloc[0]:.2f} "
                                              f"({kind} band)"))
     artists += ax.plot(b, s, color="#1f4e8c", lw=2.0,
-                       label=f"K = {int(data['k'].iloc[0])}, α = {data['alpha'].iloc[0]:.2f} ({data['view'].iloc[0]})")
+                       label=f"K = {int(data['k'].iloc[0])}, α = {data['alpha'].iloc[0]:.2f} "
+                             f"({str(data['view'].iloc[0]).split(' (')[0]})")
     marks = (("min_batch", "seagreen", "--", "pays from B ≥ {}"),
              ("switch_off_batch", "crimson", "--", "switch off at B ≥ {} (analytic)"),
              ("gate_batch", "darkorange", "-.", "simulated gate: off at B ≥ {}"))

@@ -211,8 +211,12 @@ def build_report(op: OperatingPoint, *, rates=None, n_requests: int | None = Non
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:0 auto;padding:0 1.2em 3em;
 color:#1b1b1b;line-height:1.45}
-h1{font-size:1.6em;margin-top:.8em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-.verdict{font-size:1.25em;font-weight:600;padding:.7em 1em;border-radius:6px;margin:.6em 0}
+h1{font-size:1.6em;margin:.6em 0 .2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+h2#s0{margin-top:.6em}
+.verdict{font-size:1.2em;font-weight:600;padding:.6em .9em;border-radius:6px;margin:0 0 .6em}
+.lead{margin:.2em 0 .5em}h1+.lead{margin-top:0}
+.hero{display:grid;grid-template-columns:minmax(0,5fr) minmax(0,7fr);gap:1.2em;align-items:start}
+.hero p{margin:.45em 0}.hero-figure{margin:0}.hero-figure img{width:100%}
 .on{background:#e3f4e1;border-left:6px solid #2e7d32}.off{background:#fbe4e2;border-left:6px solid #c62828}
 table{border-collapse:collapse;margin:.6em 0;font-size:.88em}td,th{border:1px solid #ccc;padding:.25em .5em;
 vertical-align:top;text-align:left}th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -298,15 +302,23 @@ def render_html(d: ReportData) -> str:
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>specsim report: {_esc(op.name)}</title>"
              f"<style>{_CSS}</style></head><body>",
              f"<h1>specsim report: {_esc(op.name)}</h1>",
-             f"<p>{_esc(op.description)}</p>",
-             f"<p class='small'>specsim {__version__}; <code>{_esc(d.command)}</code></p>",
+             f"<p class='lead'>{_esc(op.description)} <span class='small'>specsim {__version__}; "
+             f"<code>{_esc(d.command)}</code></span></p>",
              "<nav>" + "".join(f"<a href='#s{i}'>{_esc(s)}</a>" for i, s in enumerate(SECTIONS)) + "</nav>"]
-    # 1 verdict
+    # 1 verdict: the first screen is the verdict and, beside it, its curve; the paste lines start below
     parts.append(f"<h2 id='s0'>{SECTIONS[0]}</h2>")
-    parts.append(f"<div class='verdict {'on' if a.on else 'off'}'>{_esc(a.headline)}</div>")
-    parts.append(f"<p><b>Why:</b> {_esc(a.reason)}<br><b>Decided by:</b> {_esc(a.decided_by)}</p>")
-    for f in (f for f in d.figures if f.section == SECTIONS[0]):
-        parts.append(_figure_html(f))
+    hero = [f"<div class='verdict {'on' if a.on else 'off'}'>{_esc(a.headline)}</div>",
+            f"<p><b>Why:</b> {_esc(a.reason)}</p>", f"<p class='small'><b>Decided by:</b> {_esc(a.decided_by)}</p>",
+            f"<p class='small'><b>Uncertainty:</b> {_esc(a.band.text())}"
+            + ("" if a.band.verdict_holds else " <b>— the verdict flips inside this band.</b>") + "</p>"]
+    if a.k_note:
+        hero.append(f"<p class='small'><b>K:</b> {_esc(a.k_note)}</p>")
+    curve = [_figure_html(f, css="hero-figure") for f in d.figures if f.section == SECTIONS[0]]
+    parts.append("<section class='hero'><div class='hero-text'>" + "".join(hero) + "</div>" + "".join(curve)
+                 + "</section>")
+    parts.append("<h3 id='paste'>Paste into your serving stack</h3>")
+    for title, sem, text in vb["configs"]:
+        parts.append(f"<p><b>{_esc(title)}</b> <span class='small'>({_esc(sem)})</span></p><pre>{_esc(text)}</pre>")
     if a.on:
         parts.append("<p><b>K per running-batch band</b> (K re-tuned per band, TensorRT-LLM's schedule; vLLM and "
                      f"SGLang run one K = {a.k}):</p>" + _table_html(vb["bands"], ["running batch", "K"]))
@@ -314,11 +326,6 @@ def render_html(d: ReportData) -> str:
     parts.append(f"<p><b>Memory</b> a device: {mem['total_bytes'] / 1e9:.1f} of {mem['capacity_bytes'] / 1e9:.1f} GB at "
                  f"batch {op.batch_size}, context {mem['context_len']}; fits {mem['max_batch_plain']} sequences plain, "
                  f"{mem['max_batch_speculative']} speculating.</p>")
-    parts.append(f"<p><b>Uncertainty:</b> {_esc(a.band.text())}"
-                 + ("" if a.band.verdict_holds else " <b>— the verdict flips inside this band.</b>") + "</p>")
-    parts.append("<h3>Paste into your serving stack</h3>")
-    for title, sem, text in vb["configs"]:
-        parts.append(f"<p><b>{_esc(title)}</b> <span class='small'>({_esc(sem)})</span></p><pre>{_esc(text)}</pre>")
     parts.append("<h3>What would change the answer</h3><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in a.assumptions)
                  + "</ul>")
     if a.notes:
@@ -364,9 +371,10 @@ def render_html(d: ReportData) -> str:
     return "\n".join(parts)
 
 
-def _figure_html(f: FigureRecord) -> str:
+def _figure_html(f: FigureRecord, css: str = "") -> str:
     uri = "data:image/png;base64," + base64.b64encode(f.png).decode("ascii")
-    return (f"<figure id='{f.name}'><img src='{uri}' alt='{_esc(f.title)}'><figcaption><b>{_esc(f.title)}.</b> "
+    klass = f" class='{css}'" if css else ""
+    return (f"<figure id='{f.name}'{klass}><img src='{uri}' alt='{_esc(f.title)}'><figcaption><b>{_esc(f.title)}.</b> "
             f"{_esc(f.caption)} <span class='small'>Data: {_esc(f.csv_name)}</span></figcaption></figure>")
 
 
@@ -377,17 +385,20 @@ def render_markdown(d: ReportData) -> str:
            f"## {SECTIONS[0]}", "", f"**{a.headline}**", "", f"Why: {a.reason}", "", f"Decided by: {a.decided_by}", ""]
     for f in (f for f in d.figures if f.section == SECTIONS[0]):
         out += _figure_md(f)
+    out += [f"Uncertainty: {a.band.text()}" + ("" if a.band.verdict_holds else " — the verdict flips inside this band."),
+            ""]
+    if a.k_note:
+        out += [f"K: {a.k_note}", ""]
+    out += ["### Paste into your serving stack", ""]
+    for title, sem, text in vb["configs"]:
+        out += [f"**{title}** ({sem})", "", "```", text, "```", ""]
     if a.on:
         out += [f"K per running-batch band (K re-tuned per band; vLLM and SGLang run one K = {a.k}):", "",
                 _table_md(vb["bands"], ["running batch", "K"]), ""]
     mem = a.memory
     out += [f"Memory a device: {mem['total_bytes'] / 1e9:.1f} of {mem['capacity_bytes'] / 1e9:.1f} GB at batch "
             f"{op.batch_size}, context {mem['context_len']}; fits {mem['max_batch_plain']} sequences plain, "
-            f"{mem['max_batch_speculative']} speculating.", "",
-            f"Uncertainty: {a.band.text()}" + ("" if a.band.verdict_holds else " — the verdict flips inside this band."),
-            "", "### Paste into your serving stack", ""]
-    for title, sem, text in vb["configs"]:
-        out += [f"**{title}** ({sem})", "", "```", text, "```", ""]
+            f"{mem['max_batch_speculative']} speculating.", ""]
     out += ["### What would change the answer", ""] + [f"- {x}" for x in a.assumptions] + [""]
     if a.notes:
         out += ["### Notes", ""] + [f"- {x}" for x in a.notes] + [""]
