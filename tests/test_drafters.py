@@ -202,3 +202,113 @@ def test_drafting_costs_are_positive_and_grow_with_batch_and_depth(method, b, k,
         assert np.all(c.verify_q_len == k + 1)
     fp = footprint(cfg, T70, batch_size=b, context_len=ctx, k=k)
     assert all(np.all(np.asarray(v) >= 0) for v in fp.values())
+
+
+# ---- the draft side pass by pass, as each stack's code runs it (issue 26) --------------------------
+
+def _hf_eagle2(k=6, tree=60, top_k=10):
+    from specsim.specs.scenario import Scenario
+    from specsim.speculation.operating_point import resolve
+
+    return resolve(Scenario(name="hf-eagle2", hardware="a100-sxm-80gb", target="vicuna-7b", method="eagle", k=k,
+                            tree_size=tree, tau=4.0, batch_size=1, context_len=512, stack="hf-eager",
+                            sections={"drafter_options": {"eagle_version": 2, "eagle_top_k": top_k}}))
+
+
+def test_eagle2_drafts_top_k_a_level_each_pass_a_head_pass_not_a_model_step():
+    """EAGLE-2 as SafeAILab/EAGLE topK_genrate runs it on hf-eager, K = 6 levels, top-k 10, B = 1, L = 512:
+    pass 0 scores the 1 new token at L cached; pass j >= 1 scores 10 tokens after L + 1 + 10 (j - 1).
+    Every pass pays the stack's head-pass cost, 2266 us (stacks/hf-eager.toml [drafting] head_pass_us),
+    not its model step overhead of 3000 us, plus its one layer's 830 us; the 2d -> d projection on each
+    scored token. A plain twin adds the six passes up from step_cost and the numbers in the stack file."""
+    from dataclasses import replace
+
+    from specsim.speculation.families import dense_time_s, eagle_head
+
+    op = _hf_eagle2()
+    dep, target = op.deployment, op.target
+    head = eagle_head(target)
+    eff = replace(dep.eff, step_overhead_s=2266e-6)
+    assert dep.eff.step_overhead_s == pytest.approx(3000e-6) and dep.eff.per_layer_overhead_s == pytest.approx(830e-6)
+    total = 0.0
+    for j, (w, ctx) in enumerate([(1, 512)] + [(10, 512 + 1 + 10 * (j - 1)) for j in range(1, 6)]):
+        t = float(step_cost(head, op.hardware, batch_size=1, q_len=w, context_len=ctx, efficiency=eff).time_s)
+        t += float(dense_time_s(2.0 * 4096 * 4096, w, weight_bytes_per_param=2.0, hw=op.hardware, eff=dep.eff,
+                                dtype="fp16", tp=1))
+        total += t
+    c = draft_cost(op.drafter, target, dep, batch_size=1, k=6, tree_size=60, context_len=512, work=op.work)
+    assert float(c.draft_time_s) == pytest.approx(total, rel=1e-12)
+    # the head-pass cost replaced the step overhead: 6 passes x (3000 - 2266) us cheaper than model steps
+    as_model = draft_cost(op.drafter, target, replace(dep, drafting=type(dep.drafting)()), batch_size=1, k=6,
+                          tree_size=60, context_len=512, work=op.work)
+    assert float(as_model.draft_time_s) - float(c.draft_time_s) == pytest.approx(6 * (3000e-6 - 2266e-6), rel=1e-9)
+
+
+def test_eagle2_tree_is_built_per_node_on_the_host_and_verified_through_a_masked_pass():
+    """After drafting, topK_genrate builds the tree's mask in a Python loop, 3 ops a node (two selects and
+    an add) at eager_op_us = 11.4 us: 34.2 us a drafted node, charged with the host's per-drafted-token
+    work. The verify pass through the reference repo's masked attention pays tree_position_layer_us =
+    7.4 us per verified position beyond the first per layer: (60 - 1) x 32 layers x 7.4 us = 13.97 ms."""
+    from specsim.specs.stacks import load_stack
+
+    op = _hf_eagle2()
+    stack = load_stack("hf-eager")
+    assert op.deployment.host.spec_per_draft_token_s == pytest.approx(stack.host.spec_per_draft_token_s + 3 * 11.4e-6)
+    c = draft_cost(op.drafter, op.target, op.deployment, batch_size=1, k=6, tree_size=60, context_len=512, work=op.work)
+    assert float(c.verify_extra_s) == pytest.approx(59 * 32 * 7.4e-6, rel=1e-12)
+    # EAGLE-1 drafts a static tree: no per-node host loop, its head's 30 ops a pass if no head_pass_us
+    e1 = make_config("eagle", op.target, options={"eagle_version": 1})
+    assert e1.family.work(e1, op.target, 1).tree_ops_per_node == 0.0
+
+
+def test_a_stack_without_a_drafting_table_charges_a_head_pass_as_a_model_pass():
+    from specsim.speculation.families import pass_efficiency
+
+    hw = load_hardware("h100-sxm")
+    from specsim.specs.stacks import load_stack
+
+    dep = Deployment.from_stack(hw, load_stack("vllm"))
+    target = load_model("llama-3.1-8b")
+    cfg = make_config("eagle", target)
+    work = cfg.family.work(cfg, target, 1)
+    assert work.pass_kind == "head" and pass_efficiency(work, dep) == dep.eff
+
+
+def test_hydra_heads_by_hand():
+    """Hydra's grounded head i takes [hidden; the embeddings of its i + 1 predecessors]: a ResBlock
+    (i + 2)d -> d of two linears with biases, then its d x V LM head (Spec-Bench model/hydra). Vicuna-7B,
+    d = 4096, V = 32000, 4 heads: head 0 = 2 (2·4096² + 4096) + 4096·32000 = 198.2 M parameters; the four
+    hold sum over i of 2((i + 2)d² + d), plus 4 dV, at 2 bytes each (fp16)."""
+    target = load_model("vicuna-7b")
+    cfg = make_config("hydra", target)
+    d, v = 4096, 32000
+    assert drafters.hydra_head_params(target, cfg, 0) == 2 * (2 * d * d + d) + d * v
+    want = sum(2 * ((i + 2) * d * d + d) + d * v for i in range(4))
+    work = cfg.family.work(cfg, target, 1)
+    assert work.weight_bytes == pytest.approx(want * 2.0)
+    assert work.dense_pass_params == pytest.approx(want / 4)
+    assert work.pass_model is None and work.has_passes and work.masked_verify
+    # its passes on hf-eager: 4 heads of 9 ops at 11.4 us each (a Hydra head has no decoder layer, so
+    # head_pass_us, fitted on EAGLE's one-layer head, does not apply)
+    from specsim.speculation.families import pass_efficiency
+    from specsim.specs.stacks import load_stack
+
+    dep = Deployment.from_stack(load_hardware("a100-sxm-80gb"), load_stack("hf-eager"))
+    assert pass_efficiency(work, dep).step_overhead_s == pytest.approx(9 * 11.4e-6)
+
+
+def test_draft_target_step_ratios_of_published_pairs():
+    """The pairs table (data/published/draft_target_ratios.csv): ten read first-hand, each published ratio
+    the two models' own speeds inverted (e.g. gpt-fast's Llama-2-7B/70B int4 pair, 25.25 / 196.80 = 0.128),
+    and the model's ratio within a factor of two of each (the table with the errors is printed by
+    benchmarks/draft_target_ratios.py)."""
+    from specsim.calibration.replay import draft_target_ratios
+
+    r = draft_target_ratios()
+    t = r.table.set_index("pair")
+    read = t[~t["recalled"]]
+    assert len(read) >= 10
+    assert t.loc["gptfast-llama2-7b-70b-int4-tp1", "published_ratio"] == pytest.approx(25.25 / 196.80, rel=1e-12)
+    assert ((read["model_ratio"] / read["published_ratio"]).between(0.5, 2.0)).all(), read["relative_error"].to_dict()
+    # a small draft model is not charged almost the target's step: every modelled ratio is below 0.25
+    assert (t["model_ratio"] < 0.25).all()

@@ -516,3 +516,17 @@ def test_tile_pass_costs_and_attention_overlap_are_read():
     k["gemm_tile_pass_cost"] = 4.9
     with pytest.raises(SpecError, match=r"gemm_tile_pass_cost' = 4\.9: expected a list of rows' worth"):
         hardware_from_dict(_with_kernels(k))
+
+
+def test_a_tpu_v4_loads_fp32_checkpoints_as_bf16_and_the_table_is_checked():
+    from specsim.specs.hardware import hardware_from_dict
+
+    tpu = load_hardware("tpu-v4")
+    assert tpu.runs_checkpoint_as("fp32") == "bf16" and tpu.runs_checkpoint_as("bf16") is None
+    assert "infer.gin" in tpu.sources["loads_as.fp32"]
+    raw = {"id": "x", "name": "x", "kind": "tpu", "memory_gb": 32, "mem_bandwidth_gb_s": 1000,
+           "peak_tflops": {"bf16": 100}, "sources": {"memory_gb": "d", "mem_bandwidth_gb_s": "d", "peak_tflops.bf16": "d"}}
+    with pytest.raises(SpecError, match="sources.loads_as.fp32"):
+        hardware_from_dict({**raw, "loads_as": {"fp32": "bf16"}})
+    with pytest.raises(SpecError, match="loads_as.fp32"):
+        hardware_from_dict({**raw, "loads_as": {"fp32": "fp8"}, "sources": {**raw["sources"], "loads_as.fp32": "d"}})

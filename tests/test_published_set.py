@@ -115,3 +115,31 @@ def test_acceptance_figures_are_possible(table):
     # a tree verifies more nodes than its depth; a chain leaves tree_size empty
     trees = table.dropna(subset=["tree_size", "k"])
     assert (trees["tree_size"] >= trees["k"] + 1).all()
+
+
+def test_fit_rows_are_the_rows_the_stack_files_name_as_fitted(table):
+    """A row marked role = fit is one a catalog figure was fitted to, and every row a stack's fitted
+    figure names in its `--rows` is marked so: the summary's 'rows no figure was fitted to' is honest."""
+    import re
+
+    from specsim.specs.stacks import list_stacks
+
+    named = set()
+    for s in list_stacks():
+        texts = [v for v in s.sources.values() if isinstance(v, str)]
+        for sub in ("host", "drafting"):
+            texts += [v for v in (s.sources.get(sub) or {}).values() if isinstance(v, str)]
+        for text in texts:
+            if text.startswith("fitted") and "speculative_decoding.csv" in text:
+                m = re.search(r"--rows ([\w.,-]+)", text)
+                if m:  # (vllm and sglang-specforge describe their fit rows in words: below)
+                    named |= set(m.group(1).split(","))
+    roles = table.set_index("id")["role"].fillna("")
+    assert set(roles.unique()) <= {"", "fit", "check"}
+    marked = set(roles[roles == "fit"].index)
+    assert named <= marked, sorted(named - marked)
+    # the two stacks whose fits name their rows in words: vLLM issue #20780's six EAGLE-1 rows, AngelSlim's
+    # four batch-1 rows
+    worded = {i for i in table["id"] if (i.startswith("vllm-issue20780-") and "eagle1" in i)
+              or (i.startswith("angelslim-") and i.endswith("-b1"))}
+    assert marked == named | worded

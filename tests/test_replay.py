@@ -118,7 +118,7 @@ def test_fp32_checkpoint_on_a_part_without_fp32_runs_as_bf16_and_says_so():
 
 def test_impossible_rows_are_refused_with_the_reason():
     rows = [_row(id="tau100", tau=100.0), _row(id="tauneg", tau=-1.0), _row(id="meas0", measured_speedup=0.0),
-            _row(id="tree0", tree_size=0), _row(id="huge", batch_size=10**7)]
+            _row(id="tree0", tree_size=0), _row(id="huge", batch_size=10**6)]
     r = replay(pd.DataFrame(rows)).table.set_index("id")
     assert "[1, K + 1]" in r.loc["tau100", "reason"] and "tau" in r.loc["tauneg", "reason"]
     assert "measured_speedup" in r.loc["meas0", "reason"] and "tree_size" in r.loc["tree0", "reason"]
@@ -130,3 +130,104 @@ def test_a_misspelt_optional_column_is_refused():
     from specsim.errors import InputError
     with pytest.raises(InputError, match="unknown column 'target_dtyp'.*target_dtype"):
         replay(pd.DataFrame([{**_row(), "target_dtyp": "fp8"}]))
+
+
+# ---- defaults that fit the model, published draft shapes, and what the summary counts (issue 26) ----
+
+def _t5_row(**kw):
+    return _row(**{**dict(id="t5", hardware="tpu-v4", target="t5-xxl", drafter="t5-small", k=7, tau=None, alpha=0.75,
+                          context_len=None, n_devices=1, measured_speedup=3.0), **kw})
+
+
+def test_t5_pair_on_a_tpu_v4_from_fp32_checkpoints_without_a_context_is_predicted_and_says_why():
+    """T5-XXL (fp32 checkpoint, 11.3 B parameters: 45 GB, more than a TPU v4's 32 GiB) drafted by
+    T5-small, K = 7, no context given. The TPU restores fp32 checkpoints as bf16 (hardware/tpu-v4.toml
+    [loads_as]), so the weights take 2 bytes a parameter; replay's default context 512 is lowered to
+    512 - (K + 1) = 504 so the verify step fits T5's 512-token maximum."""
+    r = replay(pd.DataFrame([_t5_row()]))
+    row = r.table.iloc[0]
+    assert row["reason"] == "", row["reason"]
+    assert r.n_predicted == 1 and row["predicted_speedup"] > 1.0
+    a = row["assumptions"]
+    assert "context_len = 504" in a and "t5-xxl" in a and "512" in a
+    assert "t5-xxl: its fp32 checkpoint runs as bf16 on tpu-v4" in a
+    assert "t5-small: its fp32 checkpoint runs as bf16 on tpu-v4" in a
+    counts = dict(r.assumption_counts)
+    assert counts["context_len"] == 1 and counts["checkpoint dtype"] == 2
+    # by hand: the plain step streams at least the decoder's bf16 weights, 24 decoder layers of
+    # (4 · 1024 · 128·128 attention + 4 · 1024 · 128·128 cross-attention + 2 · 1024 · 65536 FFN) parameters
+    # = 24 · (67.1 + 67.1 + 134.2) M = 6.44 B parameters, 12.9 GB at 2 bytes, over 1200 GB/s · 0.85
+    decoder_params = 24 * (4 * 1024 * 128 * 128 * 2 + 2 * 1024 * 65536)
+    assert row["predicted_plain_step_s"] > decoder_params * 2 / (1200e9 * 0.85)
+    assert row["predicted_plain_step_s"] < decoder_params * 4 / (1200e9 * 0.85)  # not the fp32 bytes
+
+
+def test_a_context_the_tool_assumes_is_refused_only_when_no_context_fits():
+    """Lookahead with W = G = 64, N = 5 verifies 1 + 128 · 4 = 513 tokens a step: more than T5-XXL's 512,
+    so no default context can fit and the row is refused naming the step; W = G = 63 (505 tokens) fits
+    with the default lowered to 512 - 505 = 7."""
+    opts = "lookahead_window={w};lookahead_ngram=5;lookahead_guesses={w}"
+    rows = [_t5_row(id=f"w{w}", method="lookahead", drafter=None, k=None, alpha=None, tau=2.0,
+                    drafter_options=opts.format(w=w)) for w in (64, 63)]
+    t = replay(pd.DataFrame(rows)).table.set_index("id")
+    assert "513" in t.loc["w64", "reason"] and math.isnan(t.loc["w64", "predicted_speedup"])
+    assert t.loc["w63", "reason"] == "" and "context_len = 7 " in t.loc["w63", "assumptions"]
+
+
+def test_an_eagle_row_without_a_depth_takes_the_published_default_of_its_version_labelled():
+    """A HASS-style row (an EAGLE-2 head, no depth stated) takes EAGLE-2's defaults as Spec-Bench runs
+    them: depth 5 + 1 = 6 levels of top-k 10, 60 verified nodes; an EAGLE-3 row EAGLE-3's (SafeAILab
+    ea_model.py: depth 7 + 1 = 8 levels, 60 nodes)."""
+    rows = [_row(id="hass", hardware="a100-sxm-80gb", stack="hf-eager", target="vicuna-7b", drafter=None, method="eagle",
+                 k=None, tau=4.0, measured_speedup=2.5),
+            _row(id="e3", hardware="a100-sxm-80gb", stack="hf-eager", target="vicuna-13b", drafter=None, method="eagle",
+                 k=None, tau=5.0, measured_speedup=3.0, drafter_options="eagle_version=3")]
+    t = replay(pd.DataFrame(rows)).table.set_index("id")
+    assert t.loc["hass", "reason"] == "" and t.loc["e3", "reason"] == ""
+    assert "k = 6, tree_size = 60, eagle_top_k = 10: the published default" in t.loc["hass", "assumptions"]
+    assert "k = 8, tree_size = 60, eagle_top_k = 10: the published default" in t.loc["e3", "assumptions"]
+    assert t.loc["hass", "group"] == "eagle-2" and t.loc["e3", "group"] == "eagle-3"
+
+
+def test_a_row_whose_method_publishes_no_default_draft_length_is_refused_naming_it():
+    r = replay(pd.DataFrame([_row(id="v", hardware="h100-sxm", stack="vllm", target="llama-3.1-8b", drafter="llama-3.2-1b",
+                                  k=None, measured_speedup=1.5)])).table.iloc[0]
+    assert "no published default" in r["reason"] and "'draft_model'" in r["reason"]
+
+
+def test_lookahead_tree_size_is_accepted_when_it_is_the_width_w_n_g_give():
+    """W = 7, N = 5, G = 7: 1 + (7 + 7)(5 - 1) = 57 query tokens a step."""
+    opts = "lookahead_window=7;lookahead_ngram=5;lookahead_guesses=7"
+    base = dict(hardware="a100-sxm-80gb", stack="hf-eager", target="vicuna-7b", drafter=None, method="lookahead", k=None,
+                tau=1.66, measured_speedup=1.27, drafter_options=opts)
+    t = replay(pd.DataFrame([_row(id="ok", tree_size=57, **base), _row(id="plain", **base),
+                             _row(id="bad", tree_size=58, **base)])).table.set_index("id")
+    assert t.loc["ok", "reason"] == "" and "Lookahead's verify width" in t.loc["ok", "assumptions"]
+    assert t.loc["ok", "predicted_speedup"] == pytest.approx(t.loc["plain", "predicted_speedup"], rel=1e-12)
+    assert "1 + (W + G)(N - 1) = 57" in t.loc["bad", "reason"]
+
+
+def test_fit_rows_are_summarised_apart_by_hand():
+    """Three rows with errors +100 %, 0 %, -50 % (measured set from each row's own prediction); the
+    first is a fit row: the median over all is 50 %, over the others (0 %, 50 %) 25 %."""
+    rows = [_row(id="a", role="fit"), _row(id="b"), _row(id="c")]
+    pred = replay(pd.DataFrame(rows)).table["predicted_speedup"].tolist()
+    for row, p, err in zip(rows, pred, (1.0, 0.0, -0.5)):
+        row["measured_speedup"] = p / (1 + err)
+    r = replay(pd.DataFrame(rows))
+    assert r.median_relative_error == pytest.approx(0.5) and r.n_fit_rows == 1
+    assert r.median_relative_error_check == pytest.approx(0.25)
+    g = {x["group"]: x for x in r.by("group")}["draft_model"]
+    assert g["n_fit_rows"] == 1 and g["median_abs_error_check"] == pytest.approx(0.25)
+    bad = replay(pd.DataFrame([_row(role="train")])).table.iloc[0]
+    assert "'role' = 'train'" in bad["reason"]
+
+
+def test_method_groups_split_eagle_by_version_and_join_medusa_and_hydra():
+    from specsim.calibration.replay import method_group
+
+    assert method_group("eagle", {}) == "eagle-2"  # the family's default version
+    assert method_group("eagle", {"eagle_version": 1}) == "eagle-1"
+    assert method_group("eagle", {"eagle_version": 3}) == "eagle-3"
+    assert method_group("medusa", {}) == method_group("hydra", {}) == "medusa/hydra"
+    assert method_group("mtp", {}) == "mtp"

@@ -139,3 +139,26 @@ def test_v0_engine_reproduces_splitwise_fixed_costs():
         op = resolve(Scenario(hardware="h100-sxm", target="llama-2-70b", method="none", tp=tp, context_len=512,
                               stack="vllm-v0"))
         assert float(predict(op).cycle.target_step_time_s) == pytest.approx(measured, rel=0.10), tp
+
+
+def test_drafting_table_is_sourced_typed_and_read():
+    from specsim.specs.stacks import DraftingCost
+
+    good = {"id": "x", "name": "x", "version": "1", "bandwidth_frac": 0.5, "compute_frac": 0.5,
+            "sources": {"bandwidth_frac": "estimate", "compute_frac": "estimate"}}
+    s = stack_from_dict({**good, "drafting": {"eager_op_us": 10, "head_pass_us": 500},
+                         "sources": {**good["sources"], "drafting": {"eager_op_us": "derived", "head_pass_us": "fitted"}}})
+    assert s.drafting.head_pass_s == pytest.approx(500e-6) and s.drafting.eager_op_s == pytest.approx(10e-6)
+    # a layered head takes head_pass_us; a head without a layer its own op count; per node ops x eager_op_us
+    assert s.drafting.head_pass_time_s(40) == pytest.approx(500e-6)
+    assert s.drafting.head_pass_time_s(9, layered=False) == pytest.approx(90e-6)
+    assert s.drafting.tree_node_time_s(3) == pytest.approx(30e-6)
+    assert DraftingCost().head_pass_time_s(40) is None and DraftingCost().tree_node_time_s(3) == 0.0
+    with pytest.raises(SpecError, match="sources.drafting.head_pass_us"):
+        stack_from_dict({**good, "drafting": {"head_pass_us": 500}})
+    with pytest.raises(SpecError, match="unknown key 'head_pass'"):
+        stack_from_dict({**good, "drafting": {"head_pass": 500}, "sources": {**good["sources"], "drafting": {"head_pass": "x"}}})
+    with pytest.raises(SpecError, match="head_pass_us"):
+        stack_from_dict({**good, "drafting": {"head_pass_us": "fast"},
+                         "sources": {**good["sources"], "drafting": {"head_pass_us": "x"}}})
+    assert load_stack("hf-eager").drafting.eager_op_s == pytest.approx(11.4e-6)

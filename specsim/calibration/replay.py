@@ -4,9 +4,10 @@ Input columns (CSV; empty cells where a column does not apply):
   id, hardware, n_devices, stack, target, drafter, method, k, tree_size, batch_size, context_len,
   temperature, alpha, tau, measured_speedup
 optional: target_dtype (overrides the catalog's weight format), drafter_options ("key=value;..."
-with keys from speculation.families.OPTION_KEYS), source (citation), notes. Any other column is
-refused with the closest known name (a misspelt override must not silently not apply), unless its
-name starts with `x_` (carried through untouched).
+with keys from speculation.families.OPTION_KEYS), source (citation), notes, role ("fit" for a row a
+catalog figure was fitted to, "check" or empty otherwise: the summary gives the error over the rows no
+figure was fitted to apart). Any other column is refused with the closest known name (a misspelt
+override must not silently not apply), unless its name starts with `x_` (carried through untouched).
 
 Each row becomes a scenario and is resolved into an operating point like any other
 (`speculation.operating_point.resolve`), then predicted (`speculation.predict.predict`). A measured
@@ -14,7 +15,18 @@ Each row becomes a scenario and is resolved into an operating point like any oth
 used as is; otherwise α through the family's closed form or the optimal tree. A row that cannot be
 predicted (an unknown id, missing acceptance, an impossible value such as τ > K + 1, a batch that
 does not fit) is kept with the reason and left out of the error statistics. Defaults applied to
-missing optional inputs (n_devices 1, context_len 512) are listed in the row's `assumptions`.
+missing inputs are listed in the row's `assumptions` and counted in the summary:
+- n_devices 1;
+- context_len 512, or less where a model holds fewer tokens: the default the tool assumes itself must
+  fit the model, L + the verify step's tokens ≤ max_context for the target and a draft model;
+- a draft length (and tree, and top-k) the row does not state: the family's published default
+  (`speculation.families.published_default`: EAGLE-1/2/3's, Medusa's and Hydra's trees, one token per
+  MTP module, transformers' assisted-generation schedule on hf-eager); a row whose method publishes
+  none is refused;
+- a checkpoint dtype the hardware does not run as stored (`HardwareProfile.loads_as`: a TPU v4 runs
+  fp32 checkpoints as bf16), and a dtype whose matmuls the part runs in another (no fp32 peak);
+- Lookahead's verify width given as tree_size: accepted when it is the 1 + (W + G)(N − 1) of the
+  row's W, N and G (the width those give is used), refused otherwise.
 
 relative_error = predicted / measured − 1.
 """
@@ -29,13 +41,14 @@ import pandas as pd
 
 from ..errors import InputError, SpecError
 from ..specs.scenario import Scenario
-from ..speculation.families import FAMILIES, METHODS
+from ..speculation.families import FAMILIES, METHODS, OPTION_KEYS
 from ..speculation.operating_point import resolve
 from ..speculation.predict import predict
 
 REQUIRED_COLUMNS = ("id", "hardware", "n_devices", "stack", "target", "drafter", "method", "k", "tree_size",
                     "batch_size", "context_len", "temperature", "alpha", "tau", "measured_speedup")
-OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "baseline_tokens_per_s", "source", "notes")
+OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "baseline_tokens_per_s", "source", "notes", "role")
+ROLES = ("fit", "check")
 DEFAULT_CONTEXT_LEN = 512
 
 
@@ -53,6 +66,10 @@ class ReplayResult:
     p90_relative_error: float | None
     worst_relative_error: float | None
     worst_id: str | None
+    n_fit_rows: int = 0
+    median_relative_error_check: float | None = None
+    n_assumed: int = 0
+    assumption_counts: tuple = ()
 
     def by(self, column: str) -> list[dict]:
         """Median |relative error| and row count per value of `column` (method, stack, ...), predicted
@@ -62,8 +79,10 @@ class ReplayResult:
         out = []
         for value, grp in ok.groupby(key.astype(str), sort=True):
             err = grp["relative_error"].abs()
+            check = grp[grp["role"] != "fit"]["relative_error"].abs() if "role" in grp else err
             out.append({column: value, "n_rows": int(len(grp)), "median_abs_error": float(err.median()),
-                        "worst_abs_error": float(err.max())})
+                        "worst_abs_error": float(err.max()), "n_fit_rows": int(len(grp) - len(check)),
+                        "median_abs_error_check": float(check.median()) if len(check) else None})
         return out
 
     def slowdowns(self, bar: float = SLOWDOWN_BAR) -> dict:
@@ -78,11 +97,14 @@ class ReplayResult:
 
     def to_dict(self) -> dict:
         rows = self.table.replace({np.nan: None}).to_dict(orient="records")
-        return {"n_rows": self.n_rows, "n_predicted": self.n_predicted,
+        return {"n_rows": self.n_rows, "n_predicted": self.n_predicted, "n_refused": self.n_rows - self.n_predicted,
                 "median_relative_error": self.median_relative_error, "p90_relative_error": self.p90_relative_error,
                 "worst_relative_error": self.worst_relative_error, "worst_id": self.worst_id,
-                "by_method": self.by("method"), "by_stack": self.by("stack"), "slowdowns": self.slowdowns(),
-                "rows": rows}
+                "n_fit_rows": self.n_fit_rows, "median_relative_error_check": self.median_relative_error_check,
+                "n_rows_with_assumptions": self.n_assumed,
+                "assumption_counts": {k: n for k, n in self.assumption_counts},
+                "by_method": self.by("method"), "by_group": self.by("group"), "by_stack": self.by("stack"),
+                "slowdowns": self.slowdowns(), "rows": rows}
 
 
 def _blank(v) -> bool:
@@ -141,8 +163,32 @@ def _options(text) -> dict:
     return out
 
 
+def _published_shape(method: str, row: dict, options: dict) -> tuple[int, int | None, dict, str]:
+    """(k, tree_size, options, label) of the published default draft shape for a row that states no k
+    (`speculation.families.published_default`), the row's own options kept; refused when none exists."""
+    from ..specs.models import load_model
+    from ..speculation.families import DrafterConfig, published_default
+
+    try:
+        cfg = DrafterConfig(method=method, **{k: v for k, v in options.items() if k in OPTION_KEYS},
+                            drafter=load_model(_str(row, "drafter")) if _str(row, "drafter") else None)
+        target = load_model(_str(row, "target"))
+    except (SpecError, TypeError) as exc:
+        raise SpecError(f"missing k (draft length or tree depth), and no published default could be looked up: {exc}") from None
+    d = published_default(cfg, target, _str(row, "stack"))
+    if d is None:
+        raise SpecError(f"missing k (draft length or tree depth): method {method!r} on stack {_str(row, 'stack')!r} has "
+                        f"no published default draft length")
+    merged = {**dict(d.options), **options}
+    tree = _int(row, "tree_size")
+    shape = f"k = {d.k}" + (f", tree_size = {d.tree_size}" if tree is None and d.tree_size else "")
+    extra = "".join(f", {k} = {v}" for k, v in d.options.items() if k not in options)
+    return d.k, (tree if tree is not None else d.tree_size), merged, f"{shape}{extra}: the published default, {d.source}"
+
+
 def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
-    """The scenario a measured row describes, and the defaults it assumed."""
+    """The scenario a measured row describes, and the defaults it assumed (the context default is
+    fitted to the models later, in `predict_row_cycle`)."""
     assumed: list[str] = []
     method = _str(row, "method") or ""
     if method not in METHODS:
@@ -150,6 +196,9 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
     for key in ("hardware", "target"):
         if _blank(row.get(key)):
             raise SpecError(f"missing {key}")
+    role = _str(row, "role")
+    if role is not None and role not in ROLES:
+        raise SpecError(f"column 'role' = {role!r}: expected one of {', '.join(ROLES)} or empty")
     n_dev = _int(row, "n_devices")
     if n_dev is None:
         n_dev = 1
@@ -159,16 +208,33 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
         raise SpecError("missing batch_size")
     ctx = _int(row, "context_len")
     if ctx is None:
-        ctx = DEFAULT_CONTEXT_LEN
-        assumed.append(f"context_len = {DEFAULT_CONTEXT_LEN}")
+        ctx = DEFAULT_CONTEXT_LEN  # fitted to the models' maximum in predict_row_cycle
+    options = _options(row.get("drafter_options"))
     k = _int(row, "k")
+    m = _int(row, "tree_size")
     if k is None:
         if FAMILIES[method].uses_k:
-            raise SpecError("missing k (draft length or tree depth)")
-        k = 1
+            k, m, options, label = _published_shape(method, row, options)
+            assumed.append(label)
+        else:
+            k = 1
     elif k < 1 and FAMILIES[method].uses_k:
         raise SpecError(f"column 'k' = {k}: expected a draft length >= 1 (the row measured speculation)")
-    m = _int(row, "tree_size")
+    if m is not None and not FAMILIES[method].uses_k:  # Lookahead's verify width given as a tree size
+        from ..speculation.families import DrafterConfig, lookahead_width
+
+        try:
+            width = lookahead_width(DrafterConfig(method=method, **{k_: v for k_, v in options.items() if k_ in OPTION_KEYS}))
+        except (SpecError, TypeError) as exc:
+            raise SpecError(f"column 'drafter_options': {exc}") from None
+        if m != width:
+            raise SpecError(f"column 'tree_size' = {m}: expected Lookahead's verify width 1 + (W + G)(N - 1) = {width} for the "
+                            f"row's W = {options.get('lookahead_window', 'default')}, N = "
+                            f"{options.get('lookahead_ngram', 'default')}, G = {options.get('lookahead_guesses', 'default')} "
+                            f"(or empty)")
+        assumed.append(f"tree_size = {m} read as Lookahead's verify width, which agrees with 1 + (W + G)(N - 1) of the row's "
+                       f"W, N, G (that width is used)")
+        m = None
     tau, alpha = _float(row, "tau"), _float(row, "alpha")
     if tau is None and alpha is None:
         raise SpecError("missing acceptance: give alpha or tau")
@@ -185,7 +251,7 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
                  context_len=ctx, tp=n_dev, stack=_str(row, "stack"), target_dtype=_str(row, "target_dtype"),
                  temperature=0.0 if temperature is None else temperature, allow_cross_tokenizer=True,
                  baseline_tokens_per_s=baseline,
-                 sections={"drafter_options": _options(row.get("drafter_options"))}, path=f"row {row.get('id')!r}",
+                 sections={"drafter_options": options}, path=f"row {row.get('id')!r}",
                  given=frozenset())
     return s, assumed
 
@@ -194,11 +260,31 @@ PREDICTED_COLUMNS = ("predicted_speedup", "predicted_plain_step_s", "predicted_d
                      "predicted_cycle_s", "predicted_tokens_per_cycle")
 
 
+def _fitted_context(s: Scenario, stack_profile) -> tuple[int, str]:
+    """Replay's default context, DEFAULT_CONTEXT_LEN, lowered where a model holds fewer tokens: the
+    largest L with L + the verify step's tokens within the target's and a draft model's max_context."""
+    probe = resolve(s.with_overrides(context_len=1), stack_profile=stack_profile)
+    q = probe.verify_q_len
+    models = [(probe.target, "target")]
+    if probe.drafter is not None and probe.drafter.drafter is not None:
+        models.append((probe.drafter.drafter, "drafter"))
+    limits = [(mdl.max_context - q, mdl, label) for mdl, label in models if mdl.max_context]
+    if not limits or min(x[0] for x in limits) >= DEFAULT_CONTEXT_LEN:
+        return DEFAULT_CONTEXT_LEN, f"context_len = {DEFAULT_CONTEXT_LEN} (replay's default)"
+    cap, mdl, label = min(limits, key=lambda x: x[0])  # >= 1: the probe refuses a step as long as the model
+    return cap, (f"context_len = {cap} (replay's default {DEFAULT_CONTEXT_LEN} lowered so that L + the verify step's "
+                 f"{q} tokens fit the {label} {mdl.id!r}'s {mdl.max_context})")
+
+
 def predict_row_cycle(row: dict, *, stack_profile=None):
     """The Prediction of one measured row and the defaults it assumed. Raises SpecError with the
     reason when the row cannot be predicted. stack_profile: use this StackProfile for the row's stack
     (calibration varies a stack's figures)."""
     s, assumed = row_scenario(row)
+    if _int(row, "context_len") is None:
+        ctx, label = _fitted_context(s, stack_profile)
+        s = s.with_overrides(context_len=ctx)
+        assumed.append(label)
     try:
         op = resolve(s, stack_profile=stack_profile)
     except SpecError as exc:
@@ -206,12 +292,40 @@ def predict_row_cycle(row: dict, *, stack_profile=None):
             raise
         op = resolve(s.with_overrides(tree_size=0), stack_profile=stack_profile)
         assumed.append(f"stack {op.deployment.stack_id} verifies chains: tree of {s.tree_size} run as a chain of {s.k}")
+    for key in ("target_weight_format", "drafter_weight_format"):
+        if key in op.sources:
+            assumed.append(op.sources[key])
     p = predict(op)
     used = p.plain_step.compute_dtype
     if used != op.target.compute_dtype:
         assumed.append(f"{op.target.compute_dtype} matmuls run as {used} on {op.hardware.id} (it lists no "
                        f"{op.target.compute_dtype} figure)")
     return p, assumed
+
+
+ASSUMPTION_KINDS = (("n_devices", "n_devices = "), ("context_len", "context_len = "),
+                    ("published draft shape", "the published default"), ("checkpoint dtype", "checkpoint runs as"),
+                    ("compute dtype", "matmuls run as"), ("lookahead width", "Lookahead's verify width"),
+                    ("tree run as a chain", "verifies chains"), ("baseline anchor", "anchored to"))
+
+
+def assumption_kind(text: str) -> str:
+    for kind, marker in ASSUMPTION_KINDS:
+        if marker in text:
+            return kind
+    return "other"
+
+
+def method_group(method: str, options: dict) -> str:
+    """The group a row's error is summarised in: the method, EAGLE by version (1, 2, 3), Medusa and
+    Hydra together."""
+    from ..speculation.families import DrafterConfig
+
+    if method == "eagle":
+        return f"eagle-{options.get('eagle_version', DrafterConfig.__dataclass_fields__['eagle_version'].default)}"
+    if method in ("medusa", "hydra"):
+        return "medusa/hydra"
+    return method
 
 
 def predict_row(row: dict) -> tuple[float, list[str]]:
@@ -238,8 +352,14 @@ def replay(table: pd.DataFrame, *, where: str = "replay table") -> ReplayResult:
     (its file) in the errors about its columns."""
     _check_columns(table, where)
     cols = {c: [] for c in PREDICTED_COLUMNS}
-    errs, reasons, assumptions = [], [], []
+    errs, reasons, assumptions, groups = [], [], [], []
+    kinds: dict[str, int] = {}
+    n_assumed = 0
     for row in table.to_dict(orient="records"):
+        try:
+            groups.append(method_group(_str(row, "method") or "", _options(row.get("drafter_options"))))
+        except SpecError:
+            groups.append(_str(row, "method") or "")
         try:
             pred, assumed = predict_row_cycle(row)
             meas = _float(row, "measured_speedup")
@@ -258,7 +378,15 @@ def replay(table: pd.DataFrame, *, where: str = "replay table") -> ReplayResult:
         errs.append(p / meas - 1.0 if meas else np.nan)
         reasons.append("" if meas else "no measured_speedup to compare with")
         assumptions.append("; ".join(assumed))
+        n_assumed += bool(assumed)
+        for text in assumed:
+            k = assumption_kind(text)
+            kinds[k] = kinds.get(k, 0) + 1
     out = table.copy()
+    out["group"] = groups
+    if "role" not in out:
+        out["role"] = ""
+    out["role"] = out["role"].where(out["role"].notna(), "").astype(str).str.strip()
     for name, values in cols.items():
         out[name] = values
     out["relative_error"] = errs
@@ -266,13 +394,17 @@ def replay(table: pd.DataFrame, *, where: str = "replay table") -> ReplayResult:
     out["assumptions"] = assumptions
     ok = out["relative_error"].notna()
     abs_err = out.loc[ok, "relative_error"].abs()
+    check = out.loc[ok & (out["role"] != "fit"), "relative_error"].abs()
     if len(abs_err):
         worst_i = abs_err.idxmax()
         stats = dict(median_relative_error=float(abs_err.median()), p90_relative_error=float(abs_err.quantile(0.9)),
                      worst_relative_error=float(abs_err.max()), worst_id=str(out.loc[worst_i, "id"]))
     else:
         stats = dict(median_relative_error=None, p90_relative_error=None, worst_relative_error=None, worst_id=None)
-    return ReplayResult(table=out, n_rows=len(out), n_predicted=int(ok.sum()), **stats)
+    return ReplayResult(table=out, n_rows=len(out), n_predicted=int(ok.sum()), **stats,
+                        n_fit_rows=int((ok & (out["role"] == "fit")).sum()),
+                        median_relative_error_check=float(check.median()) if len(check) else None,
+                        n_assumed=n_assumed, assumption_counts=tuple(sorted(kinds.items())))
 
 
 def read_replay_table(path) -> pd.DataFrame:
@@ -302,36 +434,52 @@ def format_replay(r: ReplayResult) -> str:
         pred = row["predicted_speedup"]
         err = row["relative_error"]
         note = row["reason"] or row["assumptions"]
+        if row.get("role") == "fit":
+            note = "[fit row] " + note
         lines.append(f"{str(row['id']):<28} {str(row['method']):<14} "
                      f"{'' if _blank(meas) else f'{float(meas):.2f}':>8} "
                      f"{'' if _blank(pred) else f'{pred:.2f}':>9} {'' if _blank(err) else f'{err:+.0%}':>7}  {note}")
     if r.median_relative_error is None:
         lines.append(f"\n{r.n_rows} rows, none predictable")
     else:
-        for column in ("method", "stack"):
-            lines.append(f"\nby {column:<12} {'rows':>5} {'median |error|':>15} {'worst':>7}")
+        fits = r.n_fit_rows > 0
+        for column in ("group", "method", "stack"):
+            lines.append(f"\nby {column:<12} {'rows':>5} {'median |error|':>15} {'worst':>7}"
+                         + (f" {'fit rows':>9} {'median, others':>15}" if fits else ""))
             for g in r.by(column):
-                lines.append(f"  {g[column]:<20} {g['n_rows']:>3} {g['median_abs_error']:>15.1%} "
-                             f"{g['worst_abs_error']:>7.0%}")
+                line = (f"  {g[column]:<20} {g['n_rows']:>3} {g['median_abs_error']:>15.1%} "
+                        f"{g['worst_abs_error']:>7.0%}")
+                if fits:
+                    other = g["median_abs_error_check"]
+                    line += f" {g['n_fit_rows']:>9} {'' if other is None else f'{other:.1%}':>15}"
+                lines.append(line)
         sd = r.slowdowns()
         if sd["n_measured_below_1"]:
             lines.append(f"\nmeasured slowdowns (speedup < 1): {sd['n_measured_below_1']}, predicted below "
                          f"{sd['bar']:g}: {sd['n_predicted_below_bar']}"
                          + (f"; not: {', '.join(sd['missed'])}" if sd["missed"] else ""))
-        lines.append(f"\n{r.n_rows} rows, {r.n_predicted} predicted: |relative error| median "
+        if r.assumption_counts:
+            lines.append(f"\nassumptions: {r.n_assumed} of {r.n_predicted} predicted rows assume something the row does "
+                         f"not state: " + ", ".join(f"{k} {n}" for k, n in r.assumption_counts))
+        refused = r.n_rows - r.n_predicted
+        lines.append(f"\n{r.n_rows} rows, {r.n_predicted} predicted, {refused} refused: |relative error| median "
                      f"{r.median_relative_error:.1%}, p90 {r.p90_relative_error:.1%}, worst "
-                     f"{r.worst_relative_error:.1%} ({r.worst_id})")
+                     f"{r.worst_relative_error:.1%} ({r.worst_id})"
+                     + (f"; over the {r.n_predicted - r.n_fit_rows} rows no figure was fitted to: median "
+                        f"{r.median_relative_error_check:.1%}" if fits and r.median_relative_error_check is not None else ""))
     return "\n".join(lines)
 
 
 __all__ = ["replay", "replay_file", "predict_row", "predict_row_cycle", "row_scenario", "format_replay",
-           "ReplayResult", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PREDICTED_COLUMNS"]
+           "ReplayResult", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PREDICTED_COLUMNS", "ROLES", "method_group",
+           "assumption_kind", "draft_target_ratios", "RatioCheck"]
 
 
 # ---- fitting one stack term to chosen rows -----------------------------------------------------------
 
 HOST_TERMS = ("step_us", "per_seq_us", "per_token_us", "multi_gpu_step_us", "spec_per_seq_us",
-              "spec_per_draft_token_us", "spec_per_draft_pass_us", "cycle_overhead_us")
+              "spec_per_draft_token_us", "spec_per_draft_pass_us", "cycle_overhead_us",
+              "drafting.head_pass_us", "drafting.tree_position_layer_us")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -352,6 +500,9 @@ def _with_term(stack, term: str, value_us: float):
 
     if term == "cycle_overhead_us":
         return _replace(stack, cycle_overhead_s=value_us * 1e-6)
+    if term.startswith("drafting."):
+        attr = term[len("drafting."): -len("_us")] + "_s"
+        return _replace(stack, drafting=_replace(stack.drafting, **{attr: value_us * 1e-6}))
     attr = term[: -len("_us")] + "_s"
     return _replace(stack, host=_replace(stack.host, **{attr: value_us * 1e-6}))
 
@@ -390,11 +541,69 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids) ->
         s = speedups(value_us)
         return float(sum(np.log(s[i] / measured[i]) ** 2 for i in fit_ids))
 
-    before_us = {"cycle_overhead_us": stack.cycle_overhead_s * 1e6}.get(
-        term, getattr(stack.host, term[: -len("_us")] + "_s", 0.0) * 1e6)
+    if term.startswith("drafting."):
+        before_us = (getattr(stack.drafting, term[len("drafting."): -len("_us")] + "_s") or 0.0) * 1e6
+    else:
+        before_us = {"cycle_overhead_us": stack.cycle_overhead_s * 1e6}.get(
+            term, getattr(stack.host, term[: -len("_us")] + "_s", 0.0) * 1e6)
     res = minimize_scalar(loss, bounds=(0.0, 1e5), method="bounded", options={"xatol": 1e-3})
     before, after = speedups(before_us), speedups(float(res.x))
     out = pd.DataFrame({"id": list(measured), "measured_speedup": list(measured.values()),
                         "predicted_before": [before[i] for i in measured], "predicted_after": [after[i] for i in measured],
                         "fitted_on": [i in fit_ids for i in measured]})
     return TermFit(stack=stack_id, term=term, value_us=float(res.x), before_us=before_us, fit_ids=fit_ids, table=out)
+
+
+# ---- draft/target step-cost ratios of published pairs -------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RatioCheck:
+    """Published draft and target speeds on one deployment against the model's step costs there."""
+
+    table: pd.DataFrame  # pair, published_ratio, model_ratio, relative_error, the modelled speeds
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(self.table["relative_error"].abs().median())
+
+
+def draft_target_ratios(path="published/draft_target_ratios.csv") -> RatioCheck:
+    """For each published pair (a CSV of `data/published/draft_target_ratios.csv`'s columns: the two
+    models, their formats, the deployment, and each model's own published decoding speed at batch 1),
+    the published step-cost ratio c = t_draft / t_target = v_target / v_draft against the model's: one
+    plain decoding step of each model on the same deployment (`cost.deployment.target_step_time`,
+    the stack's per-pass cost included), the draft at the target's tensor-parallel degree."""
+    from ..cost.deployment import Deployment, target_step_time
+    from ..specs.data import data_path
+    from ..specs.hardware import load_hardware
+    from ..specs.models import load_model
+    from ..specs.stacks import load_stack
+    from ..specs.tables import read_csv_table
+
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.exists():
+        p = data_path(str(path), what="draft/target ratio table")
+    t = read_csv_table(p, what="draft/target ratio table (CSV)", dtype={"pair": str}, infer=True)
+    out = []
+    for r in t.to_dict(orient="records"):
+        hw = load_hardware(r["hardware"])
+        stack = load_stack(r["stack"]) if not _blank(r.get("stack")) else None
+        dep = Deployment.from_stack(hw, stack, n_devices=int(r["n_devices"]))
+        models = []
+        for key in ("drafter", "target"):
+            m = load_model(r[key])
+            if not _blank(r.get(f"{key}_dtype")):
+                m = m.with_weight_format(str(r[f"{key}_dtype"]))
+            models.append(m)
+        steps = [float(target_step_time(m, dep, batch_size=1, q_len=1, context_len=int(r["context_len"]))) for m in models]
+        published = float(r["target_tokens_per_s"]) / float(r["drafter_tokens_per_s"])
+        model = steps[0] / steps[1]
+        out.append({"pair": r["pair"], "hardware": r["hardware"], "n_devices": int(r["n_devices"]),
+                    "stack": r.get("stack") if not _blank(r.get("stack")) else "(none)",
+                    "published_ratio": published, "model_ratio": model, "relative_error": model / published - 1.0,
+                    "drafter_tokens_per_s": float(r["drafter_tokens_per_s"]), "model_drafter_tokens_per_s": 1.0 / steps[0],
+                    "target_tokens_per_s": float(r["target_tokens_per_s"]), "model_target_tokens_per_s": 1.0 / steps[1],
+                    "recalled": "RECALLED" in str(r.get("notes") or "")})
+    return RatioCheck(table=pd.DataFrame(out))

@@ -5,7 +5,8 @@ group. A deployment adds what the serving stack decides: its achievable efficien
 (`specs.stacks.StackProfile.efficiency`, else the hardware's own), how it spreads a model over
 devices (tensor parallel, or Hugging Face's layer split where consecutive layers sit on consecutive
 devices and run one after the other, paying one hop per device boundary), the attention kernel, its
-per-cycle host overhead for speculation, and whether it verifies trees.
+per-cycle host overhead for speculation, what its drafting code costs per pass beside the device
+work (`specs.stacks.DraftingCost`), and whether it verifies trees.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
-from ..specs.stacks import HostCost
+from ..specs.stacks import DraftingCost, HostCost
 from .roofline import ATTENTION_KERNELS, StepCost, step_cost
 
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
@@ -41,6 +42,7 @@ class Deployment:
     supports_tree: bool = True
     stack_id: str = ""
     host: HostCost = HostCost()
+    drafting: DraftingCost = DraftingCost()
 
     def __post_init__(self) -> None:
         if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
@@ -60,7 +62,7 @@ class Deployment:
         return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
                    layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
-                   supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host)
+                   supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host, drafting=stack.drafting)
 
     @property
     def eff(self) -> Efficiency:

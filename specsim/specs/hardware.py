@@ -229,11 +229,19 @@ class HardwareProfile:
     llc_bytes: float = 0.0
     kernels: KernelProfile | None = None
     all_reduce: AllReduceProfile | None = None
+    loads_as: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
 
     def __post_init__(self) -> None:
         where = f"hardware {self.id!r}"
+        object.__setattr__(self, "loads_as", MappingProxyType(dict(self.loads_as)))
+        for stored, runs in self.loads_as.items():
+            if stored not in DTYPES or runs not in DTYPES:
+                raise field_error(where, f"loads_as.{stored}", runs, f"a checkpoint dtype mapped to a dtype in {DTYPES}")
+            if runs not in self.peak_flops_per_s:
+                raise field_error(where, f"loads_as.{stored}", runs, f"a dtype this part lists a peak for "
+                                  f"({', '.join(sorted(self.peak_flops_per_s))})")
         if self.kind not in KINDS:
             raise field_error(where, "kind", self.kind, f"one of {', '.join(KINDS)}")
         for name in ("memory_bytes", "mem_bandwidth_bytes_per_s"):
@@ -264,6 +272,12 @@ class HardwareProfile:
         bandwidth and the profile's `interconnect_latency_s`."""
         measured = self.all_reduce.for_group(n) if self.all_reduce is not None else None
         return measured or (self.interconnect_latency_s, self.interconnect_bandwidth_bytes_per_s)
+
+    def runs_checkpoint_as(self, stored: str) -> str | None:
+        """The dtype this part's usual software loads and runs a checkpoint stored in `stored` as (the
+        `[loads_as]` table: a TPU v4 restores fp32 checkpoints as bf16), or None when it runs them as
+        stored."""
+        return self.loads_as.get(stored)
 
     def compute_dtype_for(self, dtype: str) -> str:
         """The dtype whose peak this part uses for `dtype` math (see COMPUTE_FALLBACK)."""
@@ -314,7 +328,8 @@ _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
 _KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows", "gemm_tile_pass_cost",  # CPU row-tiled kernels only
                     "attention_overlap_exponent"}
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
-_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", *_SCALARS}
+_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as",
+             *_SCALARS}
 
 
 def _number(where: str, key: str, value: object) -> float:
@@ -330,6 +345,7 @@ def _check_sources(where: str, raw: dict) -> dict[str, str]:
     needed = [k for k in raw if k in _SCALARS]
     needed += [f"efficiency.{k}" for k in raw.get("efficiency", {})]
     needed += [f"peak_tflops.{k}" for k in raw.get("peak_tflops", {})]
+    needed += [f"loads_as.{k}" for k in raw.get("loads_as", {})]
     for table in ("kernels", "all_reduce"):
         needed += [f"{table}.{k}" for k in raw.get(table, {})]
     for key in needed:
@@ -373,6 +389,10 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
     kwargs["sources"] = _check_sources(where, raw)
+    loads_as = raw.get("loads_as", {})
+    if not isinstance(loads_as, dict) or not all(isinstance(v, str) for v in loads_as.values()):
+        raise field_error(where, "loads_as", loads_as, 'a table of checkpoint dtype = dtype it runs as, e.g. fp32 = "bf16"')
+    kwargs["loads_as"] = loads_as
     if "kernels" in raw:
         kwargs["kernels"] = _kernels_from_dict(where, raw["kernels"], raw["id"])
     if "all_reduce" in raw:

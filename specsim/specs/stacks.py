@@ -20,6 +20,18 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   expansion between passes) — and
   `overlap`: whether that work hides behind the device's ("none"; "plain": only without
   speculation, as with an overlap scheduler that speculation disables; "always");
+- `[drafting]`: what a drafting pass costs in this stack's code, beside its device work —
+  `head_pass_us`, the fixed cost of one pass of a one-layer drafting head run directly (an EAGLE or
+  MTP head: embedding, masks, input projection, final norm, LM-head call, the top-k that picks the
+  next level), charged instead of `step_overhead_us` (its decoder layer still pays
+  `per_layer_overhead_us`); `eager_op_us`, the host cost of one tensor operation launched from
+  Python, for stacks whose drafting code runs op by op (then a head pass costs the family's own
+  op count times it, and a tree built node by node its ops per node times it); `tree_node_us`,
+  host work per node of a tree the stack's code builds node by node, where it is measured
+  directly; `tree_position_layer_us`, the verify pass's extra time per verified position beyond
+  the first and per target layer where the family's reference code verifies through its own
+  attention with a tree mask (the Medusa, EAGLE, Hydra and Lookahead repos on HF models). A stack
+  without the table charges a head pass its `step_overhead_us`, as a model pass;
 - `tree_verification`: "none" (chains only), "static" (a fixed tree/choice list), "dynamic"
   (EAGLE-2-style trees rebuilt every cycle);
 - `multi_gpu`: "tensor_parallel" (each layer split across devices, all-reduce per layer) or
@@ -80,6 +92,43 @@ class HostCost:
         return self.overlap == "always" or (self.overlap == "plain" and not speculative)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftingCost:
+    """A stack's fixed costs of drafting beside the device work of the passes (see the module
+    docstring, `[drafting]`). None: not given (a head pass then costs the stack's step overhead, as
+    any model pass; no per-op or per-node host work is charged)."""
+
+    head_pass_s: float | None = None
+    eager_op_s: float | None = None
+    tree_node_s: float | None = None
+    tree_position_layer_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("head_pass_s", "eager_op_s", "tree_node_s", "tree_position_layer_s"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v))):
+                raise field_error("drafting", name, v, "a finite duration >= 0 s")
+
+    def head_pass_time_s(self, n_ops: float, *, layered: bool = True) -> float | None:
+        """The fixed cost of one head pass whose code runs n_ops tensor operations outside its layers:
+        for a head with a decoder layer (EAGLE, MTP) head_pass_us where the stack gives it, else
+        n_ops × eager_op_us, else None (a model pass's). A head without a layer (Hydra's MLPs) runs other
+        code, priced by its own op count only."""
+        if layered and self.head_pass_s is not None:
+            return self.head_pass_s
+        if self.eager_op_s is not None:
+            return n_ops * self.eager_op_s
+        return None
+
+    def tree_node_time_s(self, n_ops: float) -> float:
+        """Host work per drafted node of a tree built node by node with n_ops operations per node."""
+        if self.tree_node_s is not None:
+            return self.tree_node_s
+        return n_ops * self.eager_op_s if self.eager_op_s is not None else 0.0
+
+
+_DRAFTING_US = {"head_pass_us": "head_pass_s", "eager_op_us": "eager_op_s", "tree_node_us": "tree_node_s",
+                "tree_position_layer_us": "tree_position_layer_s"}
 _HOST_US = {"step_us": "step_s", "per_seq_us": "per_seq_s", "per_token_us": "per_token_s",
             "multi_gpu_step_us": "multi_gpu_step_s", "spec_per_seq_us": "spec_per_seq_s",
             "spec_per_draft_token_us": "spec_per_draft_token_s", "spec_per_draft_pass_us": "spec_per_draft_pass_s"}
@@ -97,6 +146,7 @@ class StackProfile:
     multi_gpu: str = "tensor_parallel"
     layer_split_hop_s: float = 0.0
     host: HostCost = field(default_factory=HostCost)
+    drafting: DraftingCost = field(default_factory=DraftingCost)
     methods: tuple[str, ...] = ()
     regimes: tuple = ()  # the [[load_regime]] entries (specs.regimes): what changes with load, by version
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -122,7 +172,7 @@ class StackProfile:
 _US = {"step_overhead_us": "step_overhead_s", "per_layer_overhead_us": "per_layer_overhead_s"}
 _TOP = {"id", "name", "version", "notes", "bandwidth_frac", "compute_frac", "step_overhead_us",
         "per_layer_overhead_us", "cycle_overhead_us", "tree_verification", "multi_gpu", "layer_split_hop_us",
-        "methods", "host", "sources", "load_regime"}
+        "methods", "host", "drafting", "sources", "load_regime"}
 _NEEDS_SOURCE = ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us", "cycle_overhead_us",
                  "tree_verification", "multi_gpu", "layer_split_hop_us", "methods")
 
@@ -154,7 +204,21 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
             raise field_error(where, f"sources.host.{key}", None, "a citation or 'estimate: …' for each [host] figure")
         if key != "overlap" and (isinstance(host_raw[key], bool) or not isinstance(host_raw[key], (int, float))):
             raise field_error(f"{where} [host]", key, host_raw[key], "a number of microseconds")
+    drafting_raw = raw.get("drafting", {})
+    if not isinstance(drafting_raw, dict):
+        raise field_error(where, "drafting", drafting_raw, "a [drafting] table")
+    reject_unknown_keys(f"{where} [drafting]", drafting_raw, set(_DRAFTING_US))
+    drafting_sources = sources.get("drafting", {})
+    if drafting_raw and not isinstance(drafting_sources, dict):
+        raise field_error(where, "sources.drafting", drafting_sources, "a [sources.drafting] table citing each figure")
+    for key, value in drafting_raw.items():
+        if not str(drafting_sources.get(key, "")).strip():
+            raise field_error(where, f"sources.drafting.{key}", None, "a citation or 'estimate: …' for each [drafting] figure")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise field_error(f"{where} [drafting]", key, value, "a number of microseconds")
     try:
+        drafting = DraftingCost(**{attr: float(drafting_raw[k]) * 1e-6 for k, attr in _DRAFTING_US.items()
+                                   if k in drafting_raw})
         host = HostCost(**{attr: float(host_raw[k]) * 1e-6 for k, attr in _HOST_US.items() if k in host_raw},
                         overlap=host_raw.get("overlap", "none"))
         eff = Efficiency(bandwidth_frac=float(raw["bandwidth_frac"]), compute_frac=float(raw["compute_frac"]),
@@ -167,6 +231,7 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
                             tree_verification=raw.get("tree_verification", "none"),
                             multi_gpu=raw.get("multi_gpu", "tensor_parallel"),
                             layer_split_hop_s=float(raw.get("layer_split_hop_us", 0.0)) * 1e-6, host=host,
+                            drafting=drafting,
                             methods=tuple(methods), sources=sources, notes=raw.get("notes", ""),
                             regimes=parse_regimes(raw.get("load_regime"), where=where))
     except SpecError as exc:
@@ -186,5 +251,5 @@ def list_stacks() -> list[StackProfile]:
     return [load_stack(i) for i in catalog_ids("stacks")]
 
 
-__all__ = ["StackProfile", "HostCost", "load_stack", "list_stacks", "stack_from_dict", "TREE_MODES",
+__all__ = ["StackProfile", "HostCost", "DraftingCost", "load_stack", "list_stacks", "stack_from_dict", "TREE_MODES",
            "MULTI_GPU_MODES", "OVERLAP_MODES"]

@@ -213,7 +213,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
                                                                 tokens_per_cycle=tokens_per_cycle, tree=tree)
     q = np.asarray(dc.verify_q_len, dtype=float)
-    passes = np.asarray(k, dtype=float) if (work.pass_model is not None and work.n_passes == "k") else 0.0
+    passes = np.asarray(k, dtype=float) if work.has_passes else 0.0
     host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0),
                            n_draft_passes=passes)
     cycle = dep.iteration_time_s(device, host, speculative=True)

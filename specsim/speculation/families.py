@@ -52,7 +52,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..cost.roofline import StepCost, kv_bytes_per_device, step_cost, weight_bytes_per_device
+from ..cost.roofline import LOGIT_BYTES, StepCost, kv_bytes_per_device, step_cost, weight_bytes_per_device
 from ..errors import SpecError, field_error, reject_unknown_keys
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
@@ -87,6 +87,11 @@ class DrafterConfig:
       eagle/traineagle3/config.json gives the draft vocabulary).
     draft_vocab_size: EAGLE-3's draft vocabulary (default: EAGLE-3's published 32,000, or the
       target's own when that is smaller; EAGLE-1/2 use the target's LM head and ignore it).
+    eagle_top_k: the tokens an EAGLE-2/3 dynamic tree keeps per drafting level (SafeAILab/EAGLE
+      `topK_genrate`'s top_k, SGLang's --speculative-eagle-topk): every pass after the first scores
+      that many tokens. None: the level's share of the tree, ⌈(M − 1)/K⌉ (a static tree's average).
+    n_heads_hydra / hydra_mlp_layers: Hydra's heads and ResBlocks per head (Spec-Bench
+      model/hydra/hydra_model.py defaults: hydra_num_heads = 4, hydra_num_layers = 1).
     k_schedule: "fixed" (K every cycle) or "hf-heuristic" (Hugging Face assisted generation's
       num_assistant_tokens schedule: +2 after a fully accepted cycle, −1 otherwise; see
       speculation.schedule), K then being the starting draft length.
@@ -106,6 +111,9 @@ class DrafterConfig:
     prompt_lookup_s_per_seq_per_ktoken: float = PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN
     eagle_version: int = 2
     draft_vocab_size: int | None = None
+    eagle_top_k: int | None = None
+    n_heads_hydra: int = 4
+    hydra_mlp_layers: int = 1
     k_schedule: str = "fixed"
 
     def __post_init__(self) -> None:
@@ -114,7 +122,7 @@ class DrafterConfig:
         if self.family.needs_drafter_model and self.drafter is None:
             raise field_error("drafter", "drafter", None, f"a drafter model for method {self.method!r}")
         for name in ("drafter_tp", "n_heads_medusa", "medusa_layers_per_head", "lookahead_window",
-                     "lookahead_guesses", "sparse_window"):
+                     "lookahead_guesses", "sparse_window", "n_heads_hydra", "hydra_mlp_layers"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise field_error("drafter", name, v, "an integer >= 1")
@@ -137,6 +145,13 @@ class DrafterConfig:
             if self.eagle_version != 3:
                 raise field_error("drafter", "draft_vocab_size", v, "unset unless eagle_version = 3 (EAGLE-1/2 "
                                   "draft through the target's own LM head)")
+        if self.eagle_top_k is not None:
+            v = self.eagle_top_k
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise field_error("drafter", "eagle_top_k", v, "an integer >= 1 (tokens kept per drafting level)")
+            if self.method == "eagle" and self.eagle_version == 1:
+                raise field_error("drafter", "eagle_top_k", v, "unset for eagle_version = 1 (EAGLE-1 drafts a static "
+                                  "tree; its levels are the tree's)")
         if self.k_schedule not in ("fixed", "hf-heuristic"):
             raise field_error("drafter", "k_schedule", self.k_schedule, "'fixed' or 'hf-heuristic'")
         if self.k_schedule != "fixed" and "k_schedule" not in self.family.options:
@@ -158,7 +173,7 @@ class DrafterConfig:
         """The knobs this family reads, with their values (for printing the configuration); an
         unset draft vocabulary is left out (EAGLE-3's default applies, or EAGLE-1/2 do not use one)."""
         return {name: getattr(self, name) for name in self.family.options
-                if not (name == "draft_vocab_size" and self.draft_vocab_size is None)}
+                if not (name in ("draft_vocab_size", "eagle_top_k") and getattr(self, name) is None)}
 
 
 OPTION_KEYS = tuple(f.name for f in fields(DrafterConfig) if f.name not in ("method", "drafter", "drafter_tp"))
@@ -192,6 +207,20 @@ class DrafterWork:
       target's hidden states). A draft model keeps the entries it wrote while drafting (False).
       The serving engine charges this catch-up per cycle (specsim.serving.engine); the analytical
       cycle does not (it prices a drafter whose cache is in step, pass 0 = the bonus token).
+    pass_kind: "model" (each pass is a forward of a model, paying the stack's step overhead) or
+      "head" (a small module the drafting code calls directly: the stack's `[drafting]` head-pass
+      cost instead, `pass_efficiency`).
+    head_ops: tensor operations one head pass runs outside its decoder layers in the family's
+      reference code (charged at the stack's `eager_op_us` where it gives one).
+    level_width: tokens per sequence of every pass after the first (a dynamic tree's top-k per
+      level); None: every pass is `pass_width` wide.
+    tree_ops_per_node: host tensor operations per drafted node when the family's code builds the
+      verified tree node by node (EAGLE-2's mask loop); 0: the tree is static or built in bulk.
+    dense_pass_params / dense_pass_logit_vocab: a pass with no pass_model (Hydra's MLP heads): the
+      dense parameters it applies to each of its tokens (its LM head included) and the logits it
+      writes per token.
+    masked_verify: the family's reference code verifies through its own attention with a tree (or
+      Lookahead's) mask, where a stack's `[drafting] tree_position_layer_us` applies.
     """
 
     pass_model: ModelSpec | None = None
@@ -211,6 +240,18 @@ class DrafterWork:
     cache_tp: int = 1
     cache_label: str = ""
     refeeds_accepted: bool = False
+    pass_kind: str = "model"
+    head_ops: float = 0.0
+    level_width: int | None = None
+    tree_ops_per_node: float = 0.0
+    dense_pass_params: float = 0.0
+    dense_pass_logit_vocab: int = 0
+    masked_verify: bool = False
+
+    @property
+    def has_passes(self) -> bool:
+        """Sequential drafting passes outside the verify pass (a model's, or dense heads')."""
+        return self.n_passes == "k" and (self.pass_model is not None or self.dense_pass_params > 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,32 +373,91 @@ def _prompt_lookup(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWor
 def _medusa(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
     heads = cfg.n_heads_medusa * medusa_head_params(target, cfg)
     return DrafterWork(verify_head_params=heads, verify_head_logit_rows=cfg.n_heads_medusa,
-                       weight_bytes=heads * target.weight_bytes_per_param / tp, weight_label="medusa heads")
+                       weight_bytes=heads * target.weight_bytes_per_param / tp, weight_label="medusa heads",
+                       masked_verify=True)
+
+
+# Tensor operations the reference drafting code runs per pass outside the head's decoder layer, and
+# per node when it builds the tree node by node, counted in the code (each a Python-launched op; a
+# stack whose drafting runs op by op charges them at its `[drafting] eager_op_us`):
+# - EAGLE-2 (SafeAILab/EAGLE eagle/model/cnets.py, the same in Spec-Bench model/eagle2/cnets.py):
+#   Model.forward outside its layer — the embedding, position ids, the causal and tree masks
+#   (_prepare_decoder_attention_mask: about 16 ops), the cast, the concatenation and the fc, 23 ops —
+#   and topK_genrate's work per depth — position ids, parents, the head's LM head, log-softmax, the
+#   top-k, the cumulative scores and their top-k, the gathers of hidden states and token ids, the
+#   tree-mask gather and concatenation, 17 ops: 40 a pass. After drafting it builds the verified tree
+#   in a Python loop over the nodes, `tree_mask[i + 1].add_(tree_mask[mask_index_list[i]])`: 3 ops a
+#   node (two selects and an add on a CPU tensor; the retrieve-index loop is plain Python lists).
+# - EAGLE-3 (SafeAILab/EAGLE cnets.py, use_eagle3): EAGLE-2's, plus the final norm before its own LM
+#   head (8 ops of RMSNorm) and the draft-to-target token mapping (4): 52 a pass.
+# - EAGLE-1 (Spec-Bench model/eagle/cnets.py, static tree): the forward's 23 and per level the
+#   top-k, view, the tree-index select, the repeat of hidden states and the position ids, 7: 30.
+#   Its tree's buffers are built once (generate_tree_buffers), not per cycle.
+EAGLE2_HEAD_OPS = 40
+EAGLE3_HEAD_OPS = 52
+EAGLE1_HEAD_OPS = 30
+DYNAMIC_TREE_OPS_PER_NODE = 3
+# Hydra (Spec-Bench model/hydra/hydra_heads, grounded proposal): a head pass is the head's MLP
+# (dropout, then per ResBlock two linears, SiLU and an add: 5) and its LM head (dropout, linear): 8
+# with one ResBlock, and the concatenation of its inputs: 9. The proposal then walks the expanded
+# paths in Python, a top-k and a concatenation per path and an embedding, two gathers and a
+# concatenation more where a path expands: about 6 ops a path; the default tree mc_sim_7b_63 walks
+# 1 + 10 + 10 + 1 = 22 paths for its 63 drafted nodes, 2.1 ops a node.
+HYDRA_HEAD_OPS_BASE = 4
+HYDRA_OPS_PER_RESBLOCK = 5
+HYDRA_TREE_OPS_PER_NODE = 22 * 6 / 63
 
 
 def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_target: bool, *,
-                projection_params: float | None = None, own_lm_head: bool = False) -> DrafterWork:
+                projection_params: float | None = None, own_lm_head: bool = False, head_ops: float = EAGLE2_HEAD_OPS,
+                level_width: int | None = None, tree_ops_per_node: float = 0.0) -> DrafterWork:
     """A one-layer head drafting K passes with an input projection on every drafted token (default
     EAGLE's [feature; embedding] 2d -> d); own_lm_head: the head holds its LM head (EAGLE-3) instead of
-    borrowing the target's."""
+    borrowing the target's. The passes are head passes (`pass_efficiency`)."""
     d = target.hidden_size
     proj = 2.0 * d * d if projection_params is None else projection_params
     held = head.decoder_layer_params + proj + (head.lm_head_params if own_lm_head else 0)
     return DrafterWork(pass_model=head, pass_tp=tp, n_passes="k", projection_params=proj, drafts_prompt=True,
                        weight_bytes=0.0 if in_target else held * target.weight_bytes_per_param / tp,
                        weight_label=f"{label} weights" + (" (already in the target's weights)" if in_target else ""),
-                       cache_model=head, cache_tp=tp, cache_label=f"{label} KV cache", refeeds_accepted=True)
+                       cache_model=head, cache_tp=tp, cache_label=f"{label} KV cache", refeeds_accepted=True,
+                       pass_kind="head", head_ops=head_ops, level_width=level_width,
+                       tree_ops_per_node=tree_ops_per_node, masked_verify=True)
 
 
 def _eagle(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
-    if cfg.eagle_version != 3:
-        return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False)
+    if cfg.eagle_version == 1:
+        return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False, head_ops=EAGLE1_HEAD_OPS)
+    if cfg.eagle_version == 2:
+        return _eagle_like(eagle_head(target), target, tp, "eagle head", in_target=False, head_ops=EAGLE2_HEAD_OPS,
+                           level_width=cfg.eagle_top_k, tree_ops_per_node=DYNAMIC_TREE_OPS_PER_NODE)
     head = replace(eagle_head(target), vocab_size=eagle3_draft_vocab(cfg, target), tied_embeddings=False,
                    id=f"{target.id}-eagle3-head")
     d = target.hidden_size
     # the fc over three features, and the attention projections' second d of input ([embedding; feature])
     proj = 3.0 * d * d + d * (head.n_heads * head.head_dim + 2 * head.n_kv_heads * head.head_dim)
-    return _eagle_like(head, target, tp, "eagle-3 head", in_target=False, projection_params=proj, own_lm_head=True)
+    return _eagle_like(head, target, tp, "eagle-3 head", in_target=False, projection_params=proj, own_lm_head=True,
+                       head_ops=EAGLE3_HEAD_OPS, level_width=cfg.eagle_top_k,
+                       tree_ops_per_node=DYNAMIC_TREE_OPS_PER_NODE)
+
+
+def hydra_head_params(target: ModelSpec, cfg: DrafterConfig, head_index: int) -> int:
+    """Hydra head i (0-based, grounded): a ResBlock over [hidden; the embeddings of the i + 1 tokens
+    before it], (i + 2)·d → d through two linears (one the residual connection) with biases, then
+    hydra_mlp_layers − 1 ResBlocks d → d (d² + d), then its LM head d × V (Spec-Bench
+    model/hydra/hydra_heads/mlp_head.py, ResBlock(hidden_size, num_condition))."""
+    d = target.hidden_size
+    first = 2 * ((head_index + 2) * d * d + d)
+    return first + (cfg.hydra_mlp_layers - 1) * (d * d + d) + d * target.vocab_size
+
+
+def _hydra(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
+    n = cfg.n_heads_hydra
+    per_head = [hydra_head_params(target, cfg, i) for i in range(n)]
+    return DrafterWork(n_passes="k", dense_pass_params=sum(per_head) / n, dense_pass_logit_vocab=target.vocab_size,
+                       weight_bytes=sum(per_head) * target.weight_bytes_per_param / tp, weight_label="hydra heads",
+                       pass_kind="head", head_ops=HYDRA_HEAD_OPS_BASE + HYDRA_OPS_PER_RESBLOCK * cfg.hydra_mlp_layers,
+                       tree_ops_per_node=HYDRA_TREE_OPS_PER_NODE, pass_tp=tp, masked_verify=True)
 
 
 # EAGLE-3's draft vocabulary: the 32,000 most frequent target tokens (SafeAILab/EAGLE
@@ -376,11 +476,12 @@ def eagle3_draft_vocab(cfg: DrafterConfig, target: ModelSpec) -> int:
 
 
 def _mtp(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
-    return _eagle_like(mtp_module(target), target, tp, "mtp module", in_target=bool(target.n_mtp_layers))
+    return _eagle_like(mtp_module(target), target, tp, "mtp module", in_target=bool(target.n_mtp_layers),
+                       level_width=cfg.eagle_top_k)
 
 
 def _lookahead(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
-    return DrafterWork(verify_q_len=lookahead_width(cfg))
+    return DrafterWork(verify_q_len=lookahead_width(cfg), masked_verify=True)
 
 
 def _layer_skip(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
@@ -438,12 +539,19 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                "hf-eager": StackSupport(name="medusa", source="FasterDecoding/Medusa reference repo on HF models"),
            }),
     Family(name="eagle", title="EAGLE head", paper="Li et al. 2024 (EAGLE, EAGLE-2); Li et al. 2025 (EAGLE-3)",
-           work=_eagle, tree=True, options=("eagle_version", "draft_vocab_size"), self_label="(eagle head)",
+           work=_eagle, tree=True, options=("eagle_version", "draft_vocab_size", "eagle_top_k"), self_label="(eagle head)",
            stacks={
                "vllm": StackSupport(name="eagle", source="vLLM docs, features/speculative_decoding: EAGLE"),
                "sglang": StackSupport(name="EAGLE", source="SGLang docs, speculative decoding: EAGLE-2/EAGLE-3"),
                "trtllm": StackSupport(name="Eagle", source="TensorRT-LLM docs, speculative decoding: EAGLE"),
                "hf-eager": StackSupport(name="eagle", source="SafeAILab/EAGLE reference repo on HF models"),
+           }),
+    Family(name="hydra", title="Hydra heads", paper="Ankner et al. 2024 (Hydra: sequentially-dependent draft heads)",
+           work=_hydra, tree=True, options=("n_heads_hydra", "hydra_mlp_layers"), self_label="(hydra heads)",
+           serving=False,
+           stacks={
+               "hf-eager": StackSupport(name="hydra", source="zankner/hydra reference repo on HF models, as run by "
+                                        "Spec-Bench (evaluation/inference_hydra.py, model/hydra)"),
            }),
     Family(name="lookahead", title="Lookahead decoding", paper="Fu et al. 2024", work=_lookahead,
            options=("lookahead_window", "lookahead_ngram", "lookahead_guesses"), serving=False,
@@ -458,7 +566,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            stacks={"hf-eager": StackSupport(name="assistant_early_exit", source="transformers LayerSkip "
                                             "self-speculation (generate(..., assistant_early_exit=n))")}),
     Family(name="mtp", title="multi-token prediction module", paper="DeepSeek-AI 2024 (DeepSeek-V3 §2.2)",
-           work=_mtp, tree=True, self_label="(mtp module)", weights=False,
+           work=_mtp, tree=True, options=("eagle_top_k",), self_label="(mtp module)", weights=False,
            stacks={
                "vllm": StackSupport(name="deepseek_mtp", source="vLLM docs, features/speculative_decoding: MTP"),
                "sglang": StackSupport(name="EAGLE", source="SGLang docs: DeepSeek MTP runs through the EAGLE "
@@ -522,6 +630,55 @@ def make_config(method: str, target: ModelSpec, *, drafter: str | ModelSpec | No
         raise SpecError(f"{where}: {exc}") from None
 
 
+# ---- published defaults of the draft shape ----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedDefault:
+    """A method's published default draft shape, for a measurement that does not state its own: the
+    depth K, the tree's nodes M (None: a chain) and options, with where they are published."""
+
+    k: int
+    tree_size: int | None
+    options: Mapping[str, object]
+    source: str
+
+
+_EAGLE_DEFAULTS = {
+    1: PublishedDefault(k=5, tree_size=26, options={}, source=(
+        "EAGLE-1's static tree mc_sim_7b_63 (SafeAILab/EAGLE eagle/model/choices.py: 25 choices + the root = 26 "
+        "nodes, depth 5)")),
+    2: PublishedDefault(k=6, tree_size=60, options={"eagle_top_k": 10}, source=(
+        "EAGLE-2's defaults as Spec-Bench runs it (hemingkx/Spec-Bench evaluation/inference_eagle2.py: --total-token "
+        "60 --depth 5 --top-k 10; model/eagle2/cnets.py topK_genrate drafts depth + 1 = 6 levels of 10 tokens and "
+        "verifies 59 nodes + the root = 60)")),
+    3: PublishedDefault(k=8, tree_size=60, options={"eagle_top_k": 10}, source=(
+        "EAGLE-3's defaults (SafeAILab/EAGLE eagle/model/ea_model.py from_pretrained: total_token=60, depth=7, "
+        "top_k=10; cnets.py topK_genrate drafts depth + 1 = 8 levels and verifies 59 nodes + the root = 60)")),
+}
+_TREE_63 = PublishedDefault(k=4, tree_size=64, options={}, source=(
+    "the tree mc_sim_7b_63 (FasterDecoding/Medusa medusa/model/medusa_choices.py; Spec-Bench model/hydra/"
+    "hydra_choices.py has the same: 63 choices + the root = 64 nodes, depth 4)"))
+
+
+def published_default(cfg: DrafterConfig, target: ModelSpec, stack_id: str | None) -> PublishedDefault | None:
+    """The published default draft shape of the family `cfg` drafts with (its version and stack), or
+    None when none is published (vLLM, SGLang and TensorRT-LLM need the draft length set)."""
+    m = cfg.method
+    if m == "eagle":
+        return _EAGLE_DEFAULTS[cfg.eagle_version]
+    if m in ("medusa", "hydra"):
+        return _TREE_63
+    if m == "mtp" and target.n_mtp_layers:
+        return PublishedDefault(k=int(target.n_mtp_layers), tree_size=None, options={}, source=(
+            f"one draft token per MTP module of the target ({target.id}: n_mtp_layers = {target.n_mtp_layers}, "
+            f"its config.json num_nextn_predict_layers)"))
+    if m == "draft_model" and stack_id == "hf-eager":
+        return PublishedDefault(k=5, tree_size=None, options={"k_schedule": "hf-heuristic"}, source=(
+            "transformers' assisted generation defaults (GenerationConfig num_assistant_tokens = 5, "
+            "num_assistant_tokens_schedule = 'heuristic', transformers 4.37)"))
+    return None
+
+
 # ---- cost per cycle ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -564,10 +721,47 @@ def verify_q_len(cfg: DrafterConfig, work: DrafterWork, k, tree_size=None) -> np
 
 def pass_width(work: DrafterWork, k, tree_size=None) -> np.ndarray:
     """Tokens per sequence in one drafting pass: 1 for chains and one-token passes, a tree level's
-    width ⌈(M − 1)/K⌉ when the family drafts a tree one level a pass."""
+    width ⌈(M − 1)/K⌉ when the family drafts a tree one level a pass (the passes after the first
+    of a family with a `level_width`, a dynamic tree's top-k, are `pass_widths`' business)."""
     if tree_size is None or not work.by_level:
         return np.ones(np.shape(np.asarray(k)))
     return tree_level_width(k, tree_size)
+
+
+def pass_widths(work: DrafterWork, k, tree_size=None) -> tuple[np.ndarray, np.ndarray]:
+    """(first, later): tokens per sequence of a cycle's first drafting pass and of each pass after it.
+    A dynamic tree with a top-k (`level_width`) drafts its root's children from the one new token and
+    then top-k tokens a level (SafeAILab/EAGLE topK_genrate; SGLang's EAGLE worker); otherwise every
+    pass is `pass_width` wide."""
+    w = pass_width(work, k, tree_size)
+    if tree_size is None or work.level_width is None:
+        return w, w
+    return np.ones(np.shape(w)), np.full(np.shape(w), float(work.level_width))
+
+
+def pass_efficiency(work: DrafterWork, dep) -> Efficiency:
+    """The efficiency a drafting pass runs at on deployment `dep`: the stack's own for a model pass;
+    for a head pass, the same with the stack's `[drafting]` head-pass cost (the family's op count times
+    the stack's eager_op_us, or its flat head_pass_us) in place of the per-pass step overhead. A stack
+    without a `[drafting]` table charges a head pass like a model pass."""
+    eff = dep.eff
+    if work.pass_kind != "head":
+        return eff
+    t = dep.drafting.head_pass_time_s(work.head_ops, layered=work.pass_model is not None)
+    return eff if t is None else replace(eff, step_overhead_s=t)
+
+
+def drafting_deployment(dep, work: DrafterWork):
+    """The deployment as this family's drafting code uses it: where the family builds its verified tree
+    node by node (`tree_ops_per_node`) and the stack prices that work (`[drafting]` tree_node_us or
+    eager_op_us), the host's work per drafted token includes it, so every consumer of the host model
+    (the analytical cycle, the serving engine) charges it the same way."""
+    if not work.tree_ops_per_node:
+        return dep
+    t = dep.drafting.tree_node_time_s(work.tree_ops_per_node)
+    if not t:
+        return dep
+    return replace(dep, host=replace(dep.host, spec_per_draft_token_s=dep.host.spec_per_draft_token_s + t))
 
 
 def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, context_len,
@@ -577,7 +771,9 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
     batch_size B, k K (draft depth: tokens for a chain, levels for a tree), tree_size M (nodes of the
     verified tree including the root; None for a chain), context_len L (cached tokens): arrays that
     broadcast together. dep: a `speculation.cycle.Deployment` (hardware, efficiency, tp, attention).
-    Drafting pass j (0-based) of a cycle sees min(L + j·w, cap) cached tokens, w the pass width.
+    Drafting pass j (0-based) sees min(L + w₀ + (j − 1)·w, cap) cached tokens (L for the first), w₀ and
+    w the widths of the first and later passes (`pass_widths`). A head pass runs at
+    `pass_efficiency` (the stack's head-pass cost instead of a model step's overhead).
     work: the family's DrafterWork when already resolved (`OperatingPoint.work`); else derived here."""
     work = cfg.family.work(cfg, target, dep.tp) if work is None else work
     b = np.asarray(batch_size, dtype=float)
@@ -593,22 +789,39 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
     draft = zero.copy()
     n_steps = zero.copy()
     first = None
-    if work.pass_model is not None and work.n_passes == "k":
-        w = pass_width(work, kk, None if tree_size is None else m)
+    if work.has_passes:
+        w0, w = pass_widths(work, kk, None if tree_size is None else m)
         kmax = int(kk.max()) if kk.size else 0
-        proj = 0.0
-        if work.projection_params:  # the same b·w tokens every pass: one roofline evaluation
-            proj = dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
-                                hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=work.pass_tp)
+        peff = pass_efficiency(work, dep)
+        wb = target.weight_bytes_per_param
+
+        def dense(params, width, vocab=0):  # one roofline evaluation per distinct width
+            logits = b * width * vocab * LOGIT_BYTES
+            return dense_time_s(params, b * width, weight_bytes_per_param=wb, hw=dep.hardware, eff=eff,
+                                dtype=target.compute_dtype, tp=work.pass_tp, extra_bytes=logits)
+
+        same = np.array_equal(w0, w)
+        proj0 = proj = 0.0
+        if work.projection_params:
+            proj0 = dense(work.projection_params, w0)
+            proj = proj0 if same else dense(work.projection_params, w)
+        heads0 = heads = 0.0
+        if work.pass_model is None:  # dense heads (Hydra): their MLP and LM head, and the pass's fixed cost
+            heads0 = dense(work.dense_pass_params, w0, work.dense_pass_logit_vocab) + peff.step_overhead_s
+            heads = heads0 if same else dense(work.dense_pass_params, w, work.dense_pass_logit_vocab) + peff.step_overhead_s
         for j in range(kmax):
-            ctx = l + j * w
+            width = w0 if j == 0 else w
+            ctx = l if j == 0 else l + w0 + (j - 1) * w
             if work.context_cap is not None:
                 ctx = np.minimum(ctx, float(work.context_cap))
-            c = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=w, context_len=ctx, tp=work.pass_tp,
-                          attention=dep.attention, efficiency=eff)
-            if j == 0:
-                first = c
-            draft = draft + np.where(j < kk, c.time_s + proj, 0.0)
+            t = (proj0 + heads0) if j == 0 else (proj + heads)
+            if work.pass_model is not None:
+                c = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=width, context_len=ctx,
+                              tp=work.pass_tp, attention=dep.attention, efficiency=peff)
+                if j == 0:
+                    first = c
+                t = t + c.time_s
+            draft = draft + np.where(j < kk, t, 0.0)
         n_steps = kk.copy()
     if work.host_s_per_seq_per_ktoken:
         draft = draft + b * work.host_s_per_seq_per_ktoken * np.maximum(l, 1.0) / 1000.0
@@ -616,9 +829,11 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
     step = np.divide(draft, n_steps, out=zero.copy(), where=n_steps > 0)
     extra = zero
     if work.verify_head_params:
-        logits = b * q * work.verify_head_logit_rows * target.vocab_size * 4.0
+        logits = b * q * work.verify_head_logit_rows * target.vocab_size * LOGIT_BYTES
         extra = dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
                              hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=dep.tp, extra_bytes=logits)
+    if work.masked_verify and dep.drafting.tree_position_layer_s:
+        extra = extra + (q - 1.0) * target.n_layers * dep.drafting.tree_position_layer_s
     return DraftCost(draft_step_time_s=step, draft_time_s=draft, n_draft_steps=n_steps, verify_q_len=q,
                      verify_extra_s=extra, first_pass=first)
 
@@ -647,5 +862,6 @@ def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, context_len,
 
 __all__ = ["FAMILIES", "Family", "StackSupport", "DrafterConfig", "DrafterWork", "DraftCost", "METHODS",
            "TREE_METHODS", "OPTION_KEYS", "family", "make_config", "check_tokenizers", "draft_cost", "footprint",
-           "verify_q_len", "pass_width", "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
-           "medusa_head_params", "tree_level_width", "lookahead_width", "stacks_shipping"]
+           "verify_q_len", "pass_width", "pass_widths", "pass_efficiency", "drafting_deployment", "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
+           "medusa_head_params", "hydra_head_params", "tree_level_width", "lookahead_width", "stacks_shipping",
+           "PublishedDefault", "published_default"]

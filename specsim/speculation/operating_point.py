@@ -30,7 +30,8 @@ from ..specs.scenario import DEFAULTS, Scenario
 from ..specs.stacks import StackProfile, load_stack
 from .acceptance import AcceptanceModel, alpha_from_tau
 from .cycle import DEFAULT_N_RANKS, DEFAULT_RANK_DECAY
-from .families import FAMILIES, METHODS, DrafterConfig, DrafterWork, footprint, make_config, verify_q_len
+from .families import (FAMILIES, METHODS, DrafterConfig, DrafterWork, drafting_deployment, footprint, make_config,
+                       verify_q_len)
 
 ACCEPTANCE_KEYS = ("by_position", "context_decay_per_token", "reference_context_len", "temperature_slope",
                    "reference_temperature", "n_ranks", "rank_decay")
@@ -212,7 +213,8 @@ class OperatingPoint:
         dep = self.deployment
         rows = [
             ("hardware", f"{self.hardware.name} ({self.hardware.id}) × {dep.n_devices}", s.get("hardware", "")),
-            ("target", f"{self.target.id}, {self.target.weight_format}", s.get("target", "")),
+            ("target", f"{self.target.id}, {self.target.weight_format}",
+             s.get("target_weight_format") or s.get("target", "")),
             ("stack", (f"{self.stack.name} ({self.stack.id})" if self.stack else
                        "none: the hardware's own efficiency (an idealised roofline)"), s.get("stack", "")),
             ("deployment", f"{dep.multi_gpu.replace('_', ' ')}, tp {dep.tp}, {dep.attention} attention, bandwidth "
@@ -454,6 +456,23 @@ def memory_fit(target: ModelSpec, dep: Deployment, drafter: DrafterConfig | None
                      max_batch_speculative=max_batch(True) if drafter is not None else None, what=what)
 
 
+def run_as_loaded(model: ModelSpec, hw: HardwareProfile) -> tuple[ModelSpec, str]:
+    """The model as `hw`'s usual software loads it: a checkpoint's dtype is what is stored; what runs is
+    what the device runs (`HardwareProfile.runs_checkpoint_as`: a TPU v4 restores fp32 checkpoints as
+    bf16, weights and cache). Returns the model (unchanged when the part runs it as stored) and a note
+    saying what was assumed and why ("" when nothing was)."""
+    runs = hw.runs_checkpoint_as(model.weight_format)
+    if runs is None or runs == model.weight_format:
+        return model, ""
+    stored = model.weight_format
+    out = model.with_weight_format(runs)
+    if model.kv_cache_dtype == stored:
+        out = replace(out, kv_cache_dtype=runs)
+    what = "weights and cache" if out.kv_cache_dtype == runs and model.kv_cache_dtype != runs else "weights"
+    return out, (f"{model.id}: its {stored} checkpoint runs as {runs} on {hw.id} ({what}; the hardware file's "
+                 f"[loads_as] {stored} = \"{runs}\", sourced there)")
+
+
 def check_context(op_or_models, context_len: int, q_len: int, *, where: str, q_field: str | None = None,
                   q_value=None) -> None:
     """Refuse a context whose step would run past a model's maximum context: L + q ≤ max_context
@@ -482,8 +501,13 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         raise field_error(where, "method", s.method, f"one of {', '.join(ALL_METHODS)}")
     hw = load_hardware(s.hardware)
     target = load_model(s.target)
+    loaded_as = {}
     if s.target_dtype:
         target = target.with_weight_format(s.target_dtype)
+    else:
+        target, note = run_as_loaded(target, hw)
+        if note:
+            loaded_as["target_weight_format"] = note
     stack = stack_profile if stack_profile is not None else (load_stack(s.stack) if s.stack else None)
     dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention)
     if s.method == "draft_model" and s.drafter_tp > s.tp:  # refused with K = 0 too: nothing given goes unread
@@ -506,6 +530,11 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         options = dict(s.section("drafter_options"))
         cfg = make_config(method, target, drafter=s.drafter, drafter_tp=s.drafter_tp,
                           allow_cross_tokenizer=s.allow_cross_tokenizer, options=options, where=where)
+        if cfg.drafter is not None:
+            d, note = run_as_loaded(cfg.drafter, hw)
+            if note:
+                cfg = replace(cfg, drafter=d)
+                loaded_as["drafter_weight_format"] = note
         if tree_size is not None and tree_size != s.k + 1:
             if not fam.tree:
                 raise field_error(where, "tree_size", tree_size,
@@ -526,6 +555,7 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
     if cfg is not None:  # the drafter's work and the verify width, resolved once for every consumer
         work = cfg.family.work(cfg, target, dep.tp)
         q = int(verify_q_len(cfg, work, s.k, tree_size))
+        dep = drafting_deployment(dep, work)  # the family's tree building on this stack's host, if any
     check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
                   where=where, q_field="tree_size" if tree_size is not None else "k",
                   q_value=tree_size if tree_size is not None else s.k)
@@ -548,7 +578,7 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
                           acceptance=acceptance, memory=mem, work=work if method != "none" else None,
                           verify_q_len=q if method != "none" else 1, allow_cross_tokenizer=s.allow_cross_tokenizer,
                           anchor=None if anchor is None else MappingProxyType(anchor),
-                          sources=MappingProxyType(_sources(scenario, given)),
+                          sources=MappingProxyType({**_sources(scenario, given), **loaded_as}),
                           sections=MappingProxyType(dict(sections)), scenario=s)
 
 
@@ -637,5 +667,5 @@ def resolve_id(id_or_path: str, **overrides) -> OperatingPoint:
 
 
 __all__ = ["OperatingPoint", "Acceptance", "MemoryFit", "resolve", "resolve_id", "memory_fit", "memory_parts",
-           "check_context", "ALL_METHODS",
+           "check_context", "run_as_loaded", "ALL_METHODS",
            "ACCEPTANCE_KEYS", "DEFAULT_N_RANKS", "DEFAULT_RANK_DECAY"]

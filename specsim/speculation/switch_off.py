@@ -27,7 +27,7 @@ import numpy as np
 
 from ..cost.roofline import mixed_step_cost
 from ..errors import field_error
-from .families import dense_time_s, pass_width, verify_q_len
+from .families import dense_time_s, pass_efficiency, pass_widths, verify_q_len
 from .operating_point import OperatingPoint
 from .predict import grid, tokens_per_cycle_at
 
@@ -149,19 +149,26 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     cfg = op.drafter
     work = op.work
     tree = op.tree_size if op.is_tree else None
-    w = int(pass_width(work, k, tree))
-    if work.pass_model is not None and work.n_passes == "k":
+    w0, wl = (int(x) for x in pass_widths(work, k, tree))
+    peff = pass_efficiency(work, dep)
+    if work.has_passes:
         for j in range(k):
-            c = ctx_i + j * w
+            w = w0 if j == 0 else wl
+            c = ctx_i if j == 0 else ctx_i + w0 + (j - 1) * wl
             if work.context_cap is not None:
                 c = min(c, work.context_cap)
+            if work.pass_model is None:  # dense heads (Hydra)
+                t += float(dense_time_s(work.dense_pass_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
+                                        hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=work.pass_tp,
+                                        extra_bytes=b * w * work.dense_pass_logit_vocab * 4.0)) + peff.step_overhead_s
+                continue
             ql, cl, gl = np.full(b, w), np.full(b, c), np.full(b, w)
             if j == 0 and work.drafts_prompt and n_p:
                 ql, cl, gl = (np.concatenate([ql, np.full(n_p, chunk)]), np.concatenate([cl, np.full(n_p, chunk_ctx)]),
                               np.concatenate([gl, np.ones(n_p)]))
             t += float(mixed_step_cost(work.pass_model, op.hardware, q_lens=ql.astype(np.int64),
                                        context_lens=cl.astype(np.int64), logit_lens=gl.astype(np.int64), tp=work.pass_tp,
-                                       attention=dep.attention, efficiency=dep.eff).time_s)
+                                       attention=dep.attention, efficiency=peff).time_s)
             if work.projection_params:
                 t += float(dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
                                         hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=work.pass_tp))
@@ -176,7 +183,7 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
     t += float(device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q, tokens_per_cycle=tau,
                                        tree=tree is not None))
-    passes = k if (work.pass_model is not None and work.n_passes == "k") else 0
+    passes = k if work.has_passes else 0
     host = dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens, n_spec_seqs=b, n_draft_tokens=b * (q - 1),
                            n_draft_passes=passes)
     return float(dep.iteration_time_s(t, host, speculative=True))
