@@ -218,7 +218,7 @@ def _hf_eagle2(k=6, tree=60, top_k=10):
 def test_eagle2_drafts_top_k_a_level_each_pass_a_head_pass_not_a_model_step():
     """EAGLE-2 as SafeAILab/EAGLE topK_genrate runs it on hf-eager, K = 6 levels, top-k 10, B = 1, L = 512:
     pass 0 scores the 1 new token at L cached; pass j >= 1 scores 10 tokens after L + 1 + 10 (j - 1).
-    Every pass pays the stack's head-pass cost, 2266 us (stacks/hf-eager.toml [drafting] head_pass_us),
+    Every pass pays the stack's head-pass cost, 2287 us (stacks/hf-eager.toml [drafting] head_pass_us),
     not its model step overhead of 3000 us, plus its one layer's 830 us; the 2d -> d projection on each
     scored token. A plain twin adds the six passes up from step_cost and the numbers in the stack file."""
     from dataclasses import replace
@@ -228,7 +228,7 @@ def test_eagle2_drafts_top_k_a_level_each_pass_a_head_pass_not_a_model_step():
     op = _hf_eagle2()
     dep, target = op.deployment, op.target
     head = eagle_head(target)
-    eff = replace(dep.eff, step_overhead_s=2266e-6)
+    eff = replace(dep.eff, step_overhead_s=2287e-6)
     assert dep.eff.step_overhead_s == pytest.approx(3000e-6) and dep.eff.per_layer_overhead_s == pytest.approx(830e-6)
     total = 0.0
     for j, (w, ctx) in enumerate([(1, 512)] + [(10, 512 + 1 + 10 * (j - 1)) for j in range(1, 6)]):
@@ -238,24 +238,26 @@ def test_eagle2_drafts_top_k_a_level_each_pass_a_head_pass_not_a_model_step():
         total += t
     c = draft_cost(op.drafter, target, dep, batch_size=1, k=6, tree_size=60, context_len=512, work=op.work)
     assert float(c.draft_time_s) == pytest.approx(total, rel=1e-12)
-    # the head-pass cost replaced the step overhead: 6 passes x (3000 - 2266) us cheaper than model steps
+    # the head-pass cost replaced the step overhead: 6 passes x (3000 - 2287) us cheaper than model steps
     as_model = draft_cost(op.drafter, target, replace(dep, drafting=type(dep.drafting)()), batch_size=1, k=6,
                           tree_size=60, context_len=512, work=op.work)
-    assert float(as_model.draft_time_s) - float(c.draft_time_s) == pytest.approx(6 * (3000e-6 - 2266e-6), rel=1e-9)
+    assert float(as_model.draft_time_s) - float(c.draft_time_s) == pytest.approx(6 * (3000e-6 - 2287e-6), rel=1e-9)
 
 
 def test_eagle2_tree_is_built_per_node_on_the_host_and_verified_through_a_masked_pass():
     """After drafting, topK_genrate builds the tree's mask in a Python loop, 3 ops a node (two selects and
     an add) at eager_op_us = 11.4 us: 34.2 us a drafted node, charged with the host's per-drafted-token
-    work. The verify pass through the reference repo's masked attention pays tree_position_layer_us =
-    7.4 us per verified position beyond the first per layer: (60 - 1) x 32 layers x 7.4 us = 13.97 ms."""
+    work. The verify pass through the reference repo's masked eager attention moves masked_score_bytes =
+    421.6 bytes per score of the 59 extra positions: 59 x (512 + 61/2) keys x 32 heads x 32 layers = 32.8 M
+    scores, 13.8 GB at 2039 GB/s x 0.685 (the stack's bandwidth fraction): 9.89 ms."""
     from specsim.specs.stacks import load_stack
 
     op = _hf_eagle2()
     stack = load_stack("hf-eager")
     assert op.deployment.host.spec_per_draft_token_s == pytest.approx(stack.host.spec_per_draft_token_s + 3 * 11.4e-6)
     c = draft_cost(op.drafter, op.target, op.deployment, batch_size=1, k=6, tree_size=60, context_len=512, work=op.work)
-    assert float(c.verify_extra_s) == pytest.approx(59 * 32 * 7.4e-6, rel=1e-12)
+    scores = 59 * (512 + 61 / 2) * 32 * 32
+    assert float(c.verify_extra_s) == pytest.approx(scores * 421.6 / (2039e9 * 0.685), rel=1e-12)
     # EAGLE-1 drafts a static tree: no per-node host loop, its head's 30 ops a pass if no head_pass_us
     e1 = make_config("eagle", op.target, options={"eagle_version": 1})
     assert e1.family.work(e1, op.target, 1).tree_ops_per_node == 0.0

@@ -162,3 +162,6 @@ def test_drafting_table_is_sourced_typed_and_read():
         stack_from_dict({**good, "drafting": {"head_pass_us": "fast"},
                          "sources": {**good["sources"], "drafting": {"head_pass_us": "x"}}})
     assert load_stack("hf-eager").drafting.eager_op_s == pytest.approx(11.4e-6)
+    t = stack_from_dict({**good, "drafting": {"masked_score_bytes": 400},
+                         "sources": {**good["sources"], "drafting": {"masked_score_bytes": "fitted"}}})
+    assert t.drafting.masked_score_bytes == 400.0  # bytes, not converted like the microsecond figures

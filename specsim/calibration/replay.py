@@ -479,7 +479,7 @@ __all__ = ["replay", "replay_file", "predict_row", "predict_row_cycle", "row_sce
 
 HOST_TERMS = ("step_us", "per_seq_us", "per_token_us", "multi_gpu_step_us", "spec_per_seq_us",
               "spec_per_draft_token_us", "spec_per_draft_pass_us", "cycle_overhead_us",
-              "drafting.head_pass_us", "drafting.tree_position_layer_us")
+              "drafting.head_pass_us", "drafting.masked_score_bytes")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -500,6 +500,8 @@ def _with_term(stack, term: str, value_us: float):
 
     if term == "cycle_overhead_us":
         return _replace(stack, cycle_overhead_s=value_us * 1e-6)
+    if term == "drafting.masked_score_bytes":  # a figure in bytes: 'value_us' carries it as is
+        return _replace(stack, drafting=_replace(stack.drafting, masked_score_bytes=value_us))
     if term.startswith("drafting."):
         attr = term[len("drafting."): -len("_us")] + "_s"
         return _replace(stack, drafting=_replace(stack.drafting, **{attr: value_us * 1e-6}))
@@ -541,7 +543,9 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids) ->
         s = speedups(value_us)
         return float(sum(np.log(s[i] / measured[i]) ** 2 for i in fit_ids))
 
-    if term.startswith("drafting."):
+    if term == "drafting.masked_score_bytes":
+        before_us = stack.drafting.masked_score_bytes
+    elif term.startswith("drafting."):
         before_us = (getattr(stack.drafting, term[len("drafting."): -len("_us")] + "_s") or 0.0) * 1e6
     else:
         before_us = {"cycle_overhead_us": stack.cycle_overhead_s * 1e6}.get(

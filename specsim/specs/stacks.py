@@ -28,10 +28,11 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   Python, for stacks whose drafting code runs op by op (then a head pass costs the family's own
   op count times it, and a tree built node by node its ops per node times it); `tree_node_us`,
   host work per node of a tree the stack's code builds node by node, where it is measured
-  directly; `tree_position_layer_us`, the verify pass's extra time per verified position beyond
-  the first and per target layer where the family's reference code verifies through its own
-  attention with a tree mask (the Medusa, EAGLE, Hydra and Lookahead repos on HF models). A stack
-  without the table charges a head pass its `step_overhead_us`, as a model pass;
+  directly; `masked_score_bytes`, where the family's reference code verifies through its own eager
+  attention with a tree mask (the Medusa, EAGLE, Hydra and Lookahead repos on HF models), the
+  device bytes moved per attention score (query × key × head × layer) of the verified positions
+  beyond the first, over the part's bandwidth. A stack without the table charges a head pass its
+  `step_overhead_us`, as a model pass;
 - `tree_verification`: "none" (chains only), "static" (a fixed tree/choice list), "dynamic"
   (EAGLE-2-style trees rebuilt every cycle);
 - `multi_gpu`: "tensor_parallel" (each layer split across devices, all-reduce per layer) or
@@ -101,10 +102,10 @@ class DraftingCost:
     head_pass_s: float | None = None
     eager_op_s: float | None = None
     tree_node_s: float | None = None
-    tree_position_layer_s: float = 0.0
+    masked_score_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("head_pass_s", "eager_op_s", "tree_node_s", "tree_position_layer_s"):
+        for name in ("head_pass_s", "eager_op_s", "tree_node_s", "masked_score_bytes"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v))):
                 raise field_error("drafting", name, v, "a finite duration >= 0 s")
@@ -127,8 +128,8 @@ class DraftingCost:
         return n_ops * self.eager_op_s if self.eager_op_s is not None else 0.0
 
 
-_DRAFTING_US = {"head_pass_us": "head_pass_s", "eager_op_us": "eager_op_s", "tree_node_us": "tree_node_s",
-                "tree_position_layer_us": "tree_position_layer_s"}
+_DRAFTING_US = {"head_pass_us": "head_pass_s", "eager_op_us": "eager_op_s", "tree_node_us": "tree_node_s"}
+_DRAFTING_PLAIN = {"masked_score_bytes": "masked_score_bytes"}
 _HOST_US = {"step_us": "step_s", "per_seq_us": "per_seq_s", "per_token_us": "per_token_s",
             "multi_gpu_step_us": "multi_gpu_step_s", "spec_per_seq_us": "spec_per_seq_s",
             "spec_per_draft_token_us": "spec_per_draft_token_s", "spec_per_draft_pass_us": "spec_per_draft_pass_s"}
@@ -207,7 +208,7 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
     drafting_raw = raw.get("drafting", {})
     if not isinstance(drafting_raw, dict):
         raise field_error(where, "drafting", drafting_raw, "a [drafting] table")
-    reject_unknown_keys(f"{where} [drafting]", drafting_raw, set(_DRAFTING_US))
+    reject_unknown_keys(f"{where} [drafting]", drafting_raw, set(_DRAFTING_US) | set(_DRAFTING_PLAIN))
     drafting_sources = sources.get("drafting", {})
     if drafting_raw and not isinstance(drafting_sources, dict):
         raise field_error(where, "sources.drafting", drafting_sources, "a [sources.drafting] table citing each figure")
@@ -215,10 +216,12 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
         if not str(drafting_sources.get(key, "")).strip():
             raise field_error(where, f"sources.drafting.{key}", None, "a citation or 'estimate: …' for each [drafting] figure")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise field_error(f"{where} [drafting]", key, value, "a number of microseconds")
+            raise field_error(f"{where} [drafting]", key, value,
+                              "a number of bytes" if key in _DRAFTING_PLAIN else "a number of microseconds")
     try:
         drafting = DraftingCost(**{attr: float(drafting_raw[k]) * 1e-6 for k, attr in _DRAFTING_US.items()
-                                   if k in drafting_raw})
+                                   if k in drafting_raw},
+                                **{attr: float(drafting_raw[k]) for k, attr in _DRAFTING_PLAIN.items() if k in drafting_raw})
         host = HostCost(**{attr: float(host_raw[k]) * 1e-6 for k, attr in _HOST_US.items() if k in host_raw},
                         overlap=host_raw.get("overlap", "none"))
         eff = Efficiency(bandwidth_frac=float(raw["bandwidth_frac"]), compute_frac=float(raw["compute_frac"]),

@@ -220,7 +220,7 @@ class DrafterWork:
       dense parameters it applies to each of its tokens (its LM head included) and the logits it
       writes per token.
     masked_verify: the family's reference code verifies through its own attention with a tree (or
-      Lookahead's) mask, where a stack's `[drafting] tree_position_layer_us` applies.
+      Lookahead's) mask, where a stack's `[drafting] masked_score_bytes` applies.
     """
 
     pass_model: ModelSpec | None = None
@@ -764,6 +764,19 @@ def drafting_deployment(dep, work: DrafterWork):
     return replace(dep, host=replace(dep.host, spec_per_draft_token_s=dep.host.spec_per_draft_token_s + t))
 
 
+def masked_score_time_s(target: ModelSpec, dep, *, batch_size, q_len, context_len) -> np.ndarray:
+    """Device time of the scores a masked eager verify pass materialises beyond the first position's: the
+    stack's `[drafting] masked_score_bytes` per (query, key, head, layer) score, for the q − 1 extra
+    positions of each of B sequences against the L cached keys and their share of the block's own
+    (L + (q + 1)/2 each, causal), over the part's bandwidth × the stack's bandwidth fraction; seconds."""
+    b = np.asarray(batch_size, dtype=float)
+    q = np.asarray(q_len, dtype=float)
+    l = np.asarray(context_len, dtype=float)
+    scores = b * (q - 1.0) * (l + (q + 1.0) / 2.0) * target.n_heads * target.n_layers / dep.tp
+    bw = dep.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
+    return scores * dep.drafting.masked_score_bytes / bw
+
+
 def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, context_len,
                work: DrafterWork | None = None) -> DraftCost:
     """Drafting cost per cycle and the verify pass's query length for one family on a deployment.
@@ -832,8 +845,8 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
         logits = b * q * work.verify_head_logit_rows * target.vocab_size * LOGIT_BYTES
         extra = dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
                              hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=dep.tp, extra_bytes=logits)
-    if work.masked_verify and dep.drafting.tree_position_layer_s:
-        extra = extra + (q - 1.0) * target.n_layers * dep.drafting.tree_position_layer_s
+    if work.masked_verify and dep.drafting.masked_score_bytes:
+        extra = extra + masked_score_time_s(target, dep, batch_size=b, q_len=q, context_len=l)
     return DraftCost(draft_step_time_s=step, draft_time_s=draft, n_draft_steps=n_steps, verify_q_len=q,
                      verify_extra_s=extra, first_pass=first)
 
@@ -862,6 +875,6 @@ def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, context_len,
 
 __all__ = ["FAMILIES", "Family", "StackSupport", "DrafterConfig", "DrafterWork", "DraftCost", "METHODS",
            "TREE_METHODS", "OPTION_KEYS", "family", "make_config", "check_tokenizers", "draft_cost", "footprint",
-           "verify_q_len", "pass_width", "pass_widths", "pass_efficiency", "drafting_deployment", "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
+           "verify_q_len", "pass_width", "pass_widths", "pass_efficiency", "drafting_deployment", "masked_score_time_s", "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
            "medusa_head_params", "hydra_head_params", "tree_level_width", "lookahead_width", "stacks_shipping",
            "PublishedDefault", "published_default"]
