@@ -7,6 +7,8 @@ parser and sets `func(args) -> int`; adding one (`machine`, `acceptance`) is a f
   latency) fitted to measured forward-pass times.
 - `operators`: a part's kernel curve and all-reduce figures fitted to Vidur's published operator and
   collective profiles, with every model's error before and after, a CSV and a plot.
+- `load FILE...`: a deployment fitted to its own load sweep (calibration.load_fit), the rest of the
+  curve predicted, each sweep's calibrated scenario written with --write-scenario.
 """
 from __future__ import annotations
 
@@ -626,6 +628,128 @@ def _run_acceptance_import(args) -> int:
     return 0
 
 
+def _register_load(sub) -> None:
+    from ..calibration.load_fit import ROLE_MODES
+    from ..calibration.load_import import FORMATS
+
+    p = sub.add_parser(
+        "load", help="calibrate a deployment from its own load sweep, then predict the rest of the curve",
+        description="Fit each sweep's stack on its fit rows (the plain curve fixes the device's scale and per-sequence "
+        "cost; the speculative points the per-cycle cost and, where no acceptance is given, α), predict every row "
+        "(concurrency and rate rows with the serving simulator, batch rows as one decode iteration) and print a table "
+        "per sweep. FILE is a load-sweep CSV (data/published/README.md, `specsim.calibration.load`) or, with --format, "
+        "result files of vllm bench serve --save-result, sglang.bench_serving --output-file, or guidellm benchmark "
+        "(prefix a path with plain: or spec: to say whether it ran with speculation).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE", help="load-sweep CSV, or benchmark result files")
+    p.add_argument("--format", choices=("table",) + FORMATS, default="table", help="input format")
+    p.add_argument("--roles", choices=ROLE_MODES, default="table",
+                   help="which rows fit: as the table says; plain (the plain curve only: speculation from the catalog and "
+                        "the rows' acceptance); plain+lowest (the plain curve and the lowest-load speculative row); "
+                        "plain+2lowest (and the second-lowest, which separates per-cycle from per-sequence costs)")
+    p.add_argument("--sweep", action="append", help="a sweep to calibrate (repeatable; default every sweep), or the "
+                                                     "imported sweep's name")
+    for flag, what in (("--stack", "stack id or file"), ("--stack-version", "the stack's release, e.g. 0.10.1"),
+                       ("--hardware", "hardware id"), ("--target", "target model id"),
+                       ("--target-dtype", "the target's weight format"), ("--method", "drafter family of the "
+                                                                          "speculative runs"),
+                       ("--drafter", "draft model id"), ("--drafter-options", "key=value;... family options")):
+        p.add_argument(flag, help=f"import: {what}")
+    p.add_argument("--n-devices", type=int, help="import: devices serving the target")
+    p.add_argument("--k", type=int, help="import: draft length (a tree's depth)")
+    p.add_argument("--tree-size", type=int, help="import: nodes verified per sequence, for a tree")
+    p.add_argument("--seed", type=int, default=0, help="simulation seed")
+    p.add_argument("--json", action="store_true", help="print one JSON object (sweeps, rows, summary)")
+    p.add_argument("--out", help="write every row (measured and predicted) to this CSV")
+    p.add_argument("--write-scenario", metavar="DIR", help="write each sweep's calibrated stack and scenario into DIR")
+    p.set_defaults(func=_run_load)
+
+
+def _run_load(args) -> int:
+    import sys
+
+    from ..calibration.load import read_load_sweeps, sweeps_from_table
+    from ..calibration.load_fit import calibrate_load, write_scenarios
+    from ..presentation.output import write_file_atomically
+
+    if args.format == "table":
+        if len(args.files) != 1:
+            raise SpecError(f"FILE: one load-sweep CSV, got {len(args.files)} (give --format for result files)")
+        sweeps = read_load_sweeps(args.files[0], sweeps=args.sweep)
+    else:
+        from ..calibration.load_import import import_load_files
+
+        if args.sweep and len(args.sweep) > 1:
+            raise SpecError("--sweep: one name for the imported sweep")
+        config = {"sweep": args.sweep[0] if args.sweep else "imported", "stack": args.stack,
+                  "stack_version": args.stack_version, "hardware": args.hardware, "n_devices": args.n_devices,
+                  "target": args.target, "target_dtype": args.target_dtype, "method": args.method,
+                  "drafter": args.drafter, "k": args.k, "tree_size": args.tree_size,
+                  "drafter_options": args.drafter_options}
+        config = {k: ("" if v is None else v) for k, v in config.items()}
+        table = import_load_files(args.files, format=args.format, config=config)
+        sweeps = sweeps_from_table(table.astype(str).replace({"None": ""}), where=f"{args.format} results")
+    quiet = args.json or not sys.stderr.isatty()
+    cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed,
+                         progress=None if quiet else (lambda name: print(f"calibrating {name} ...", file=sys.stderr)))
+    command = "specsim calibrate load " + " ".join(args.files) + (f" --roles {args.roles}" if args.roles != "table" else "")
+    written = []
+    if args.write_scenario:
+        written = write_scenarios(cal, args.write_scenario, command=command)
+    if args.out:
+        write_file_atomically(args.out, cal.rows.to_csv(index=False), flag="--out")
+    if args.json:
+        out = cal.to_dict()
+        out["written"] = [str(p) for p in written]
+        print_json(out)
+        return 0
+    print(format_load_calibration(cal))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def format_load_calibration(cal) -> str:
+    """The calibration as text: a table per sweep, then the summary."""
+    lines = []
+    for f in cal.fits:
+        sw = f.sweep
+        t = f.terms
+        lines.append(f"{sw.name}: {sw.target} on {sw.n_devices} x {sw.hardware}, {sw.stack}"
+                     f"{' ' + sw.stack_version if sw.stack_version else ''}, {sw.method}"
+                     + (f" K = {sw.k}" if sw.method != "none" else "") + (f", tree {sw.tree_size}" if sw.tree_size else "")
+                     + f" ({sw.load_kind})")
+        fitted = ", ".join(f.fitted) or "nothing"
+        lines.append(f"  fitted {fitted}: device x{t.device_scale:.3f} + {t.device_per_seq_s * 1e6:.1f} µs a sequence; "
+                     f"cycle {t.cycle_s * 1e6:+.0f} µs, per speculating sequence {t.spec_per_seq_s * 1e6:+.1f} µs"
+                     + (f"; α = {f.alpha:.3f}" if f.alpha is not None else ""))
+        lines.append(f"  {'load':>8}  {'role':<5} {'mode':<5} {'measured':>10} {'predicted':>10} {'error':>8}  metric")
+        for r in f.rows.itertuples():
+            mode = "spec" if r.speculative else "plain"
+            if r.relative_error is None or r.relative_error != r.relative_error:
+                lines.append(f"  {r.load:>8g}  {r.role:<5} {mode:<5} {'':>10} {'':>10} {'':>8}  not predicted: {r.reason}")
+                continue
+            lines.append(f"  {r.load:>8g}  {r.role:<5} {mode:<5} {r.measured:>10.4g} {r.predicted:>10.4g} "
+                         f"{r.relative_error:>+8.1%}  {r.metric}")
+        err = (f"fit median |error| {f.fit_error:.1%}" if f.fit_error is not None else "no fit rows")
+        chk = (f", check {f.check_error:.1%}" if f.check_error is not None else "")
+        lines.append(f"  {err}{chk}")
+        for n in f.notes:
+            lines.append(f"  note: {n}")
+        lines.append("")
+    s = cal.summary()
+    med = s["median_relative_error"]
+    lines.append(f"{s['n_sweeps']} sweeps, {s['n_rows']} rows, {s['n_check_rows']} check rows: median |error| "
+                 + (f"{med:.1%}" if med is not None else "n/a") + f"; measured slowdowns (< {s['slowdown_below']:g}): "
+                 f"{s['n_slowdowns']}, predicted at or above {s['slowdown_bar']:g}: {s['n_slowdowns_missed']}"
+                 + (f" ({', '.join(s['slowdowns_missed'])})" if s["slowdowns_missed"] else ""))
+    for key in ("stack", "method"):
+        for g in cal.by(key):
+            lines.append(f"  {key} {g[key]}: {g['n_rows']} check rows, median |error| {g['median_abs_error']:.1%}, "
+                         f"worst {g['worst_abs_error']:.1%}")
+    return "\n".join(lines)
+
+
 SUBCOMMANDS = {
     "steps": ("a stack's efficiency from measured forward-pass times", _register_steps),
     "operators": ("a part's kernel curve and all-reduce figures from Vidur's operator profiles", _register_operators),
@@ -633,4 +757,5 @@ SUBCOMMANDS = {
     "stack-term": ("one host figure of a stack fitted to chosen rows of a replay table", _register_stack_term),
     "machine": ("this machine as a hardware profile, measured with the decoder's kernels", _register_machine),
     "acceptance": ("acceptance fitted from decoder runs or from a stack's logs and metrics", _register_acceptance),
+    "load": ("a deployment fitted to its own load sweep, the rest of the curve predicted", _register_load),
 }

@@ -1,0 +1,351 @@
+"""A deployment's load sweep as specsim reads it: one row per measured point, grouped into sweeps.
+
+The table (CSV, `specsim calibrate load FILE`; the importers in `load_import` produce the same):
+
+    sweep, stack, hardware, n_devices, target, target_dtype, method, drafter, k, tree_size,
+    drafter_options, load_kind, load, prompt_tokens, output_tokens, context_len, speculative,
+    tpot_s, e2e_latency_s, output_tokens_per_s, measured_speedup, tau, alpha, role, source
+
+optional: stack_version (the stack's release, for its load regimes), n_requests (requests the
+benchmark sent at that load; default 4 a user, 100 at a rate), n_users (the users a concurrency row's
+closed loop really had, when the benchmark sent fewer independent prompts than its concurrency: a
+multi-turn benchmark of 20 questions at concurrency 64 keeps 20 in flight; default `load`),
+temperature, notes, and any
+`x_` column (carried through untouched). Rows of one `sweep` share its configuration (stack,
+version, hardware, devices, target and dtype, the load kind, and for its speculative rows the
+method, drafter, K, tree and options; a plain row may leave the drafting columns empty).
+
+- load_kind: `concurrency` (a closed loop of `load` users, think time 0), `rate` (Poisson arrivals
+  at `load` requests/s), `batch` (decode at a fixed batch of `load` sequences and `context_len`);
+  concurrency and rate rows need prompt_tokens and output_tokens, batch rows context_len.
+- speculative: 0 (plain decoding) or 1; a row gives at least one metric (tpot_s, e2e_latency_s,
+  output_tokens_per_s), or, speculative, measured_speedup against plain decoding at the same load.
+- tau (tokens per verify, bonus included) or alpha may be empty: the fit then finds the acceptance.
+- role: `fit` (the calibration may use it) or `check` (it only checks the calibration).
+
+Every bad cell is refused in one line naming the file, its line, the column, the value and what
+was expected (`specs.tables`).
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import pandas as pd
+
+from ..errors import InputError, SpecError
+from ..specs.tables import numeric_column, read_csv_table, require_columns
+
+COLUMNS = ("sweep", "stack", "hardware", "n_devices", "target", "target_dtype", "method", "drafter", "k", "tree_size",
+           "drafter_options", "load_kind", "load", "prompt_tokens", "output_tokens", "context_len", "speculative",
+           "tpot_s", "e2e_latency_s", "output_tokens_per_s", "measured_speedup", "tau", "alpha", "role", "source")
+OPTIONAL = ("stack_version", "n_requests", "n_users", "temperature", "notes")
+LOAD_KINDS = ("concurrency", "rate", "batch")
+ROLES = ("fit", "check")
+METRICS = ("output_tokens_per_s", "tpot_s", "e2e_latency_s")  # preference order for a speedup
+# configuration every row of a sweep shares, and what drafting rows share besides
+SWEEP_KEYS = ("stack", "stack_version", "hardware", "n_devices", "target", "target_dtype", "load_kind", "temperature")
+DRAFT_KEYS = ("method", "drafter", "k", "tree_size", "drafter_options")
+DEFAULT_REQUESTS_PER_USER = 4
+DEFAULT_RATE_REQUESTS = 100
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadRow:
+    """One measured point (SI units; None where the table left the cell empty)."""
+
+    sweep: str
+    line: int
+    load: float
+    speculative: bool
+    role: str
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    context_len: int | None = None
+    n_requests: int | None = None
+    n_users: int | None = None
+    tpot_s: float | None = None
+    e2e_latency_s: float | None = None
+    output_tokens_per_s: float | None = None
+    measured_speedup: float | None = None
+    tau: float | None = None
+    alpha: float | None = None
+    source: str = ""
+    notes: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def metric(self, name: str) -> float | None:
+        return getattr(self, name)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return {m: getattr(self, m) for m in METRICS if getattr(self, m) is not None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSweep:
+    """The rows of one sweep and the configuration they share."""
+
+    name: str
+    stack: str
+    hardware: str
+    n_devices: int
+    target: str
+    load_kind: str
+    rows: tuple
+    file: str = ""
+    stack_version: str | None = None
+    target_dtype: str | None = None
+    method: str = "none"
+    drafter: str | None = None
+    k: int = 0
+    tree_size: int | None = None
+    drafter_options: Mapping[str, object] = field(default_factory=dict)
+    temperature: float = 0.0
+
+    def plain(self, role: str | None = None) -> list[LoadRow]:
+        return [r for r in self.rows if not r.speculative and (role is None or r.role == role)]
+
+    def speculative(self, role: str | None = None) -> list[LoadRow]:
+        return [r for r in self.rows if r.speculative and (role is None or r.role == role)]
+
+    def plain_at(self, load: float) -> LoadRow | None:
+        for r in self.rows:
+            if not r.speculative and math.isclose(r.load, load, rel_tol=1e-9):
+                return r
+        return None
+
+    def measured_speedup(self, row: LoadRow) -> tuple[float | None, str | None]:
+        """(speedup, the metric it came from) of a speculative row: as published, else the ratio of
+        its metric to the plain row's at the same load (throughput spec/plain; latencies plain/spec)."""
+        if row.measured_speedup is not None:
+            return row.measured_speedup, "measured_speedup"
+        base = self.plain_at(row.load)
+        if base is None:
+            return None, None
+        for m in METRICS:
+            a, b = row.metric(m), base.metric(m)
+            if a is not None and b is not None:
+                return (a / b if m == "output_tokens_per_s" else b / a), m
+        return None, None
+
+    @property
+    def loads(self) -> list[float]:
+        return sorted({r.load for r in self.rows})
+
+    def load_range(self, rows=None) -> tuple[float, float]:
+        ls = [r.load for r in (rows if rows is not None else self.rows)]
+        return min(ls), max(ls)
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value).strip()
+
+
+def _options(text: str, *, where: str) -> dict:
+    """'key=value;key=value' -> {key: int | float | str}."""
+    out: dict = {}
+    if not text:
+        return out
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise SpecError(f"{where}: column 'drafter_options' = {text!r}: expected key=value;key=value")
+        k, v = (x.strip() for x in part.split("=", 1))
+        for conv in (int, float):
+            try:
+                out[k] = conv(v)
+                break
+            except ValueError:
+                continue
+        else:
+            out[k] = v
+    return out
+
+
+def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
+    """The sweeps of a load-sweep table (see the module docstring), validated."""
+    require_columns(table, COLUMNS, where=where, what="a load-sweep table: `specsim calibrate load --help`")
+    known = set(COLUMNS) | set(OPTIONAL)
+    for c in table.columns:
+        if c not in known and not c.startswith("x_"):
+            close = difflib.get_close_matches(c, sorted(known), n=1)
+            raise InputError(f"{where}: line 1: unknown column {c!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + "; extra columns must start with x_")
+    t = table.copy()
+    for c in OPTIONAL:
+        if c not in t.columns:
+            t[c] = ""
+    num = {}
+    num["n_devices"] = numeric_column(t, "n_devices", where=where, integer=True, minimum=1)
+    num["load"] = numeric_column(t, "load", where=where, minimum=0, exclusive_minimum=True)
+    num["speculative"] = numeric_column(t, "speculative", where=where, integer=True, minimum=0, maximum=1,
+                                        expected="0 (plain decoding) or 1 (speculative)")
+    for c in ("prompt_tokens", "output_tokens", "n_requests", "n_users"):
+        num[c] = numeric_column(t, c, where=where, integer=True, minimum=1, blank=True)
+    num["context_len"] = numeric_column(t, "context_len", where=where, integer=True, minimum=0, blank=True)
+    num["k"] = numeric_column(t, "k", where=where, integer=True, minimum=0, maximum=64, blank=True)
+    num["tree_size"] = numeric_column(t, "tree_size", where=where, integer=True, minimum=1, blank=True)
+    for c in ("tpot_s", "e2e_latency_s", "output_tokens_per_s", "measured_speedup"):
+        num[c] = numeric_column(t, c, where=where, minimum=0, exclusive_minimum=True, blank=True)
+    num["tau"] = numeric_column(t, "tau", where=where, minimum=1, blank=True,
+                                expected="mean tokens per verify >= 1 (the bonus token included), or empty")
+    num["alpha"] = numeric_column(t, "alpha", where=where, minimum=0, maximum=1, blank=True)
+    num["temperature"] = numeric_column(t, "temperature", where=where, minimum=0, blank=True)
+
+    def val(c, i):
+        v = float(num[c].iloc[i])
+        return None if math.isnan(v) else v
+
+    groups: dict[str, list[int]] = {}
+    for i in range(len(t)):
+        line = i + 2
+        name = _cell(t["sweep"].iloc[i])
+        if not name:
+            raise SpecError(f"{where}: line {line}: column 'sweep' is empty: expected the sweep's name")
+        for c in ("stack", "hardware", "target", "source"):
+            if not _cell(t[c].iloc[i]):
+                raise SpecError(f"{where}: line {line}: column {c!r} is empty: expected a value")
+        kind = _cell(t["load_kind"].iloc[i])
+        if kind not in LOAD_KINDS:
+            raise SpecError(f"{where}: line {line}: column 'load_kind' = {kind!r}: expected one of {', '.join(LOAD_KINDS)}")
+        role = _cell(t["role"].iloc[i])
+        if role not in ROLES:
+            raise SpecError(f"{where}: line {line}: column 'role' = {role!r}: expected fit or check")
+        load = float(num["load"].iloc[i])
+        if kind in ("concurrency", "batch") and load != int(load):
+            raise SpecError(f"{where}: line {line}: column 'load' = {t['load'].iloc[i]!r}: expected a whole number "
+                            f"of {'users' if kind == 'concurrency' else 'sequences'} for load_kind = {kind}")
+        if kind in ("concurrency", "rate"):
+            for c in ("prompt_tokens", "output_tokens"):
+                if val(c, i) is None:
+                    raise SpecError(f"{where}: line {line}: column {c!r} is empty: expected tokens per request for "
+                                    f"load_kind = {kind} (the serving simulator runs those lengths)")
+        if kind == "batch" and val("context_len", i) is None:
+            raise SpecError(f"{where}: line {line}: column 'context_len' is empty: expected the cached tokens per "
+                            f"sequence for load_kind = batch")
+        if val("n_users", i) is not None:
+            if kind != "concurrency" or val("n_users", i) > load:
+                raise SpecError(f"{where}: line {line}: column 'n_users' = {t['n_users'].iloc[i]!r}: expected at most "
+                                f"the load for load_kind = concurrency (empty otherwise)")
+            if val("n_requests", i) is not None and val("n_users", i) > val("n_requests", i):
+                raise SpecError(f"{where}: line {line}: column 'n_users' = {t['n_users'].iloc[i]!r}: expected at most "
+                                f"n_requests = {int(val('n_requests', i))}")
+        spec = bool(val("speculative", i))
+        has_metric = any(val(c, i) is not None for c in METRICS)
+        if not has_metric and not (spec and val("measured_speedup", i) is not None):
+            raise SpecError(f"{where}: line {line}: no metric: expected tpot_s, e2e_latency_s or output_tokens_per_s"
+                            + (", or measured_speedup" if spec else " (a plain row has no speedup)"))
+        if not spec and val("measured_speedup", i) is not None:
+            raise SpecError(f"{where}: line {line}: column 'measured_speedup' = {t['measured_speedup'].iloc[i]!r}: "
+                            f"expected empty on a plain row (speculative = 0)")
+        if spec:
+            m = _cell(t["method"].iloc[i])
+            if not m or m == "none":
+                raise SpecError(f"{where}: line {line}: column 'method' = {m!r}: expected the drafter family of a "
+                                f"speculative row")
+            if val("k", i) is None:
+                raise SpecError(f"{where}: line {line}: column 'k' is empty: expected the draft length (a tree's depth)")
+            if val("tau", i) is not None and val("alpha", i) is not None:
+                raise SpecError(f"{where}: line {line}: columns 'tau' and 'alpha' both given: expected one of them")
+        groups.setdefault(name, []).append(i)
+
+    sweeps = []
+    for name, idx in groups.items():
+        first = idx[0]
+        shared = {}
+        for c in SWEEP_KEYS:
+            vals = {(_cell(t[c].iloc[i]) if c not in num else val(c, i)) for i in idx}
+            if len(vals) > 1:
+                raise SpecError(f"{where}: sweep {name!r}: column {c!r} differs between its rows ({sorted(map(str, vals))}): "
+                                f"expected one configuration a sweep")
+            shared[c] = next(iter(vals))
+        spec_idx = [i for i in idx if val("speculative", i)]
+        draft = {"method": "none", "drafter": "", "k": 0, "tree_size": None, "drafter_options": ""}
+        if spec_idx:
+            for c in DRAFT_KEYS:
+                vals = {(_cell(t[c].iloc[i]) if c not in num else val(c, i)) for i in spec_idx}
+                if len(vals) > 1:
+                    raise SpecError(f"{where}: sweep {name!r}: column {c!r} differs between its speculative rows "
+                                    f"({sorted(map(str, vals))}): expected one drafting configuration a sweep")
+                draft[c] = next(iter(vals))
+            for i in idx:
+                if not val("speculative", i):
+                    for c in ("method", "k"):
+                        v = _cell(t[c].iloc[i]) if c not in num else val(c, i)
+                        if v not in ("", None, "none", draft[c], 0) and v != draft[c]:
+                            raise SpecError(f"{where}: line {i + 2}: column {c!r} = {v!r} on a plain row of sweep "
+                                            f"{name!r} whose speculative rows give {draft[c]!r}: expected the same or empty")
+        rows = []
+        for i in idx:
+            extra = {c: _cell(t[c].iloc[i]) for c in t.columns if c.startswith("x_")}
+            rows.append(LoadRow(
+                sweep=name, line=i + 2, load=float(val("load", i)), speculative=bool(val("speculative", i)),
+                role=_cell(t["role"].iloc[i]), prompt_tokens=_int(val("prompt_tokens", i)),
+                output_tokens=_int(val("output_tokens", i)), context_len=_int(val("context_len", i)),
+                n_requests=_int(val("n_requests", i)), n_users=_int(val("n_users", i)), tpot_s=val("tpot_s", i), e2e_latency_s=val("e2e_latency_s", i),
+                output_tokens_per_s=val("output_tokens_per_s", i), measured_speedup=val("measured_speedup", i),
+                tau=val("tau", i), alpha=val("alpha", i), source=_cell(t["source"].iloc[i]),
+                notes=_cell(t["notes"].iloc[i]), extra=MappingProxyType(extra)))
+        rows.sort(key=lambda r: (r.load, r.speculative))
+        dupes = {(r.load, r.speculative) for r in rows if sum((q.load, q.speculative) == (r.load, r.speculative)
+                                                               for q in rows) > 1}
+        if dupes:
+            load, s = sorted(dupes)[0]
+            raise SpecError(f"{where}: sweep {name!r}: two {'speculative' if s else 'plain'} rows at load {load:g}: "
+                            f"expected one row per load and mode")
+        kind = shared["load_kind"]
+        if kind == "batch":
+            ctxs = {r.context_len for r in rows}
+            if len(ctxs) > 1:
+                pass  # a batch sweep may vary the context with the batch; each row keeps its own
+        sweeps.append(LoadSweep(
+            name=name, stack=shared["stack"], stack_version=shared["stack_version"] or None, hardware=shared["hardware"],
+            n_devices=int(shared["n_devices"]), target=shared["target"], target_dtype=shared["target_dtype"] or None,
+            load_kind=kind, method=draft["method"] or "none", drafter=draft["drafter"] or None, k=int(draft["k"] or 0),
+            tree_size=_int(draft["tree_size"]),
+            drafter_options=MappingProxyType(_options(draft["drafter_options"], where=f"{where}: sweep {name!r}")),
+            temperature=float(shared["temperature"]) if shared["temperature"] is not None else 0.0,
+            rows=tuple(rows), file=where))
+        del first
+    return sweeps
+
+
+def _int(v) -> int | None:
+    return None if v is None else int(v)
+
+
+def read_load_sweeps(path, *, sweeps=None) -> list[LoadSweep]:
+    """The sweeps of the load-sweep CSV at `path` (only those named in `sweeps`, when given)."""
+    table = read_csv_table(path, what="load-sweep CSV (specsim calibrate load)")
+    out = sweeps_from_table(table, where=str(path))
+    if sweeps:
+        names = [s.name for s in out]
+        missing = [n for n in sweeps if n not in names]
+        if missing:
+            close = difflib.get_close_matches(missing[0], names, n=3)
+            raise SpecError(f"--sweep {missing[0]!r}: no such sweep in {path}"
+                            + (f" (did you mean {', '.join(close)}?)" if close else f"; its sweeps: {', '.join(names)}"))
+        out = [s for s in out if s.name in sweeps]
+    return out
+
+
+def rows_to_table(rows: list[dict]) -> pd.DataFrame:
+    """Row dicts (the importers' output) as a load-sweep table with the columns in order."""
+    df = pd.DataFrame(rows)
+    for c in COLUMNS:
+        if c not in df.columns:
+            df[c] = ""
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return df[list(COLUMNS) + extra].astype(object).where(df[list(COLUMNS) + extra].notna(), "")
+
+
+__all__ = ["COLUMNS", "OPTIONAL", "LOAD_KINDS", "ROLES", "METRICS", "LoadRow", "LoadSweep", "read_load_sweeps",
+           "sweeps_from_table", "rows_to_table", "DEFAULT_REQUESTS_PER_USER", "DEFAULT_RATE_REQUESTS"]
