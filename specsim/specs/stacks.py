@@ -108,7 +108,8 @@ class DraftingCost:
         for name in ("head_pass_s", "eager_op_s", "tree_node_s", "masked_score_bytes"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v))):
-                raise field_error("drafting", name, v, "a finite duration >= 0 s")
+                raise field_error("drafting", name, v, "a finite number of bytes >= 0" if name == "masked_score_bytes"
+                                  else "a finite duration >= 0 s")
 
     def head_pass_time_s(self, n_ops: float, *, layered: bool = True) -> float | None:
         """The fixed cost of one head pass whose code runs n_ops tensor operations outside its layers:
