@@ -174,7 +174,8 @@ def _published_shape(method: str, row: dict, options: dict) -> tuple[int, int | 
                             drafter=load_model(_str(row, "drafter")) if _str(row, "drafter") else None)
         target = load_model(_str(row, "target"))
     except (SpecError, TypeError) as exc:
-        raise SpecError(f"missing k (draft length or tree depth), and no published default could be looked up: {exc}") from None
+        raise SpecError(f"missing k (draft length or tree depth), and no published default could be looked up: "
+                        f"{exc}") from None
     d = published_default(cfg, target, _str(row, "stack"))
     if d is None:
         raise SpecError(f"missing k (draft length or tree depth): method {method!r} on stack {_str(row, 'stack')!r} has "
@@ -224,16 +225,16 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
         from ..speculation.families import DrafterConfig, lookahead_width
 
         try:
-            width = lookahead_width(DrafterConfig(method=method, **{k_: v for k_, v in options.items() if k_ in OPTION_KEYS}))
+            known = {k_: v for k_, v in options.items() if k_ in OPTION_KEYS}
+            width = lookahead_width(DrafterConfig(method=method, **known))
         except (SpecError, TypeError) as exc:
             raise SpecError(f"column 'drafter_options': {exc}") from None
         if m != width:
-            raise SpecError(f"column 'tree_size' = {m}: expected Lookahead's verify width 1 + (W + G)(N - 1) = {width} for the "
-                            f"row's W = {options.get('lookahead_window', 'default')}, N = "
-                            f"{options.get('lookahead_ngram', 'default')}, G = {options.get('lookahead_guesses', 'default')} "
-                            f"(or empty)")
-        assumed.append(f"tree_size = {m} read as Lookahead's verify width, which agrees with 1 + (W + G)(N - 1) of the row's "
-                       f"W, N, G (that width is used)")
+            w_, n_, g_ = (options.get(f"lookahead_{x}", "default") for x in ("window", "ngram", "guesses"))
+            raise SpecError(f"column 'tree_size' = {m}: expected Lookahead's verify width 1 + (W + G)(N - 1) = {width} "
+                            f"for the row's W = {w_}, N = {n_}, G = {g_} (or empty)")
+        assumed.append(f"tree_size = {m} read as Lookahead's verify width, which agrees with 1 + (W + G)(N - 1) of the "
+                       f"row's W, N, G (that width is used)")
         m = None
     tau, alpha = _float(row, "tau"), _float(row, "alpha")
     if tau is None and alpha is None:
@@ -466,7 +467,8 @@ def format_replay(r: ReplayResult) -> str:
                      f"{r.median_relative_error:.1%}, p90 {r.p90_relative_error:.1%}, worst "
                      f"{r.worst_relative_error:.1%} ({r.worst_id})"
                      + (f"; over the {r.n_predicted - r.n_fit_rows} rows no figure was fitted to: median "
-                        f"{r.median_relative_error_check:.1%}" if fits and r.median_relative_error_check is not None else ""))
+                        f"{r.median_relative_error_check:.1%}"
+                        if fits and r.median_relative_error_check is not None else ""))
     return "\n".join(lines)
 
 

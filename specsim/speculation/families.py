@@ -539,7 +539,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                "hf-eager": StackSupport(name="medusa", source="FasterDecoding/Medusa reference repo on HF models"),
            }),
     Family(name="eagle", title="EAGLE head", paper="Li et al. 2024 (EAGLE, EAGLE-2); Li et al. 2025 (EAGLE-3)",
-           work=_eagle, tree=True, options=("eagle_version", "draft_vocab_size", "eagle_top_k"), self_label="(eagle head)",
+           work=_eagle, tree=True, options=("eagle_version", "draft_vocab_size", "eagle_top_k"),
+           self_label="(eagle head)",
            stacks={
                "vllm": StackSupport(name="eagle", source="vLLM docs, features/speculative_decoding: EAGLE"),
                "sglang": StackSupport(name="EAGLE", source="SGLang docs, speculative decoding: EAGLE-2/EAGLE-3"),
@@ -821,7 +822,8 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
         heads0 = heads = 0.0
         if work.pass_model is None:  # dense heads (Hydra): their MLP and LM head, and the pass's fixed cost
             heads0 = dense(work.dense_pass_params, w0, work.dense_pass_logit_vocab) + peff.step_overhead_s
-            heads = heads0 if same else dense(work.dense_pass_params, w, work.dense_pass_logit_vocab) + peff.step_overhead_s
+            heads = heads0 if same else (dense(work.dense_pass_params, w, work.dense_pass_logit_vocab)
+                                         + peff.step_overhead_s)
         for j in range(kmax):
             width = w0 if j == 0 else w
             ctx = l if j == 0 else l + w0 + (j - 1) * w
@@ -875,6 +877,7 @@ def footprint(cfg: DrafterConfig, target: ModelSpec, *, batch_size, context_len,
 
 __all__ = ["FAMILIES", "Family", "StackSupport", "DrafterConfig", "DrafterWork", "DraftCost", "METHODS",
            "TREE_METHODS", "OPTION_KEYS", "family", "make_config", "check_tokenizers", "draft_cost", "footprint",
-           "verify_q_len", "pass_width", "pass_widths", "pass_efficiency", "drafting_deployment", "masked_score_time_s", "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
+           "verify_q_len", "pass_width", "pass_widths", "pass_efficiency", "drafting_deployment", "masked_score_time_s",
+           "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
            "medusa_head_params", "hydra_head_params", "tree_level_width", "lookahead_width", "stacks_shipping",
            "PublishedDefault", "published_default"]
