@@ -1,7 +1,7 @@
 """Every drafter on the real target (SmolLM2-135M-Instruct, Q4_1), side by side on held-out prompts.
 
   python benchmarks/bench_drafters.py [--repeats 3] [--tokens 128] [--n-prompts 3]
-      [--drafters old-lookup,prompt-lookup,layer-skip,draft-model,medusa,eagle] [--workloads code-edit,prose-heldout]
+      [--drafters prompt-lookup-earliest,prompt-lookup,layer-skip,draft-model,medusa,eagle] [--workloads code-edit,prose-heldout]
       [--temperatures 0,1] [--threads N] [--json out.json]
 
 For each drafter, workload and temperature: `measure` (plain and speculative decoding of the same
@@ -26,26 +26,20 @@ import sys
 
 import numpy as np
 
-DEFAULT_DRAFTERS = "old-lookup,prompt-lookup,layer-skip,draft-model,medusa,eagle"
+DEFAULT_DRAFTERS = "prompt-lookup-earliest,prompt-lookup,layer-skip,draft-model,medusa,eagle"
 
 
 def make_drafter(name: str, model):
-    from specsim.decoder import drafters as D
-    from specsim.decoder import trained as TR
+    """A decoder drafter by its `decoder run` name (specsim.decoder.registry), built as `decoder run` builds it
+    with its defaults, except layer skip at half the target's layers and the earliest-match lookup at k = 4,
+    max_n = 3 (this benchmark's settings)."""
+    from specsim.decoder.registry import DRAFTERS
+    from specsim.decoder.run import RunConfig
 
-    if name == "old-lookup":
-        return D.PromptLookupDrafter(k=4, min_n=1, max_n=3)
-    if name == "prompt-lookup":
-        return D.NgramLookupDrafter()
-    if name == "layer-skip":
-        return D.layer_skip(model, k=4, n_layers=model.config.n_layer // 2)
-    if name == "draft-model":
-        return D.distilled(model, k=4)
-    if name == "medusa":
-        return TR.MedusaDrafter(model)
-    if name == "eagle":
-        return TR.EagleDrafter(model)
-    raise SystemExit(f"unknown drafter {name!r}")
+    if name not in DRAFTERS:
+        raise SystemExit(f"unknown drafter {name!r}: expected one of {', '.join(DRAFTERS)}")
+    cfg = RunConfig(drafter=name, k=4, layers=model.config.n_layer // 2 if name == "layer-skip" else None)
+    return DRAFTERS[name].build(model, cfg, model.config.n_ctx)
 
 
 def spread(xs) -> dict:

@@ -60,7 +60,7 @@ def test_bench_returns_rows(tiny_path):
 def test_config_errors_name_the_flag():
     with pytest.raises(SpecError, match=r"^--tokens 0: expected an integer >= 1$"):
         RunConfig(tokens=0)
-    with pytest.raises(SpecError, match=r"^--drafter 'medusa-9': expected one of prompt-lookup, layer-skip"):
+    with pytest.raises(SpecError, match=r"^--drafter 'medusa-9': expected one of prompt-lookup, prompt-lookup-earliest, layer-skip"):
         RunConfig(drafter="medusa-9")
     with pytest.raises(SpecError, match=r"^-k True: expected an integer in 1..64$"):
         RunConfig(k=True)
@@ -192,13 +192,13 @@ def test_without_max_n_each_lookup_drafter_keeps_its_own_default():
     import inspect
 
     from specsim.decoder import drafters as D
-    from specsim.decoder.run import DEFAULT_MAX_N, DRAFTERS
+    from specsim.decoder.registry import DRAFTERS
 
     own = {"prompt-lookup": D.NgramLookupDrafter, "prompt-lookup-earliest": D.PromptLookupDrafter}
     for name, cls in own.items():
-        assert DEFAULT_MAX_N[name] == inspect.signature(cls).parameters["max_n"].default
+        assert DRAFTERS[name].default_max_n == inspect.signature(cls).parameters["max_n"].default
         built = DRAFTERS[name].build(None, RunConfig(drafter=name), 64)
-        assert built.max_n == DEFAULT_MAX_N[name]
+        assert built.max_n == DRAFTERS[name].default_max_n
     assert DRAFTERS["prompt-lookup"].build(None, RunConfig(max_n=2), 64).max_n == 2
     with pytest.raises(SpecError, match=r"--min-n 4 --max-n 3 \(the prompt-lookup-earliest default\)"):
         RunConfig(drafter="prompt-lookup-earliest", min_n=4)

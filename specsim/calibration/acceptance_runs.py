@@ -32,12 +32,10 @@ import numpy as np
 from scipy.optimize import brentq, minimize
 from scipy.special import chdtri, expit, logit
 
+from ..decoder.registry import family_of
 from ..errors import SpecError
 from ..speculation.acceptance import fit_iid_alpha, fit_rank_acceptance
 
-# decoder drafter -> analytical drafter family (specsim.speculation.families)
-FAMILY = {"prompt-lookup": "prompt_lookup", "layer-skip": "layer_skip", "tree": "layer_skip",
-          "draft-model": "draft_model", "medusa": "medusa", "eagle": "eagle"}
 TEMPERATURES = (0.0, 0.7, 1.0)
 WORKLOADS = ("code-edit", "prose")
 
@@ -92,9 +90,11 @@ class AcceptanceRunConfig:
         if not 0 < self.level < 1:
             raise SpecError(f"--level {self.level!r}: expected a number in (0, 1)")
         if self.drafters is not None:
-            bad = [d for d in self.drafters if d not in FAMILY]
+            from ..decoder.registry import calibrated
+
+            bad = [d for d in self.drafters if d not in calibrated()]
             if bad:
-                raise SpecError(f"--drafters {bad[0]!r}: expected among {', '.join(FAMILY)}")
+                raise SpecError(f"--drafters {bad[0]!r}: expected among {', '.join(calibrated())}")
         from ..decoder.workloads import WORKLOADS as KNOWN
 
         bad = [w for w in self.workloads if w not in KNOWN]
@@ -103,33 +103,18 @@ class AcceptanceRunConfig:
 
 
 def available_drafters(target, *, k: int, layers: int | None = None) -> dict:
-    """name -> (build(capacity) -> drafter, note): the decoder's drafters, and the trained ones whose
-    weights this install holds (specsim/decoder/weights)."""
-    from ..decoder import drafters as D
-    from ..decoder import run, trained
-    from ..speculation.trees import from_choices
+    """name -> (build(capacity) -> drafter, note): the decoder's calibrated drafters (`decoder.registry`, each
+    at the fixed K), those with trained weights only where this install holds them (specsim/decoder/weights)."""
+    from ..decoder.registry import DRAFTERS, calibrated
 
     n = max(1, (4 * target.config.n_layer) // 5) if layers is None else layers
     if not 1 <= n <= target.config.n_layer:
         raise SpecError(f"--layers {layers}: expected 1..{target.config.n_layer}")
-    from dataclasses import fields
-
-    default_tree = next(f.default for f in fields(run.RunConfig) if f.name == "tree")
-    tree = from_choices(run.parse_tree(default_tree))
-    out = {
-        "prompt-lookup": (lambda cap: D.PromptLookupDrafter(k=k), f"k = {k}, n-grams 1..3 (earliest longest match)"),
-        "layer-skip": (lambda cap: D.layer_skip(target, k=k, n_layers=n, capacity=cap),
-                       f"k = {k}, the first {n} of {target.config.n_layer} layers + the LM head"),
-        "tree": (lambda cap: D.TreeDrafter(D.layer_skip(target, k=1, n_layers=n, capacity=cap), tree),
-                 f"tree {default_tree} ({tree.n_nodes} nodes) from the layer-skip drafter's top-k"),
-    }
-    w = trained.weights_dir()
-    if (w / trained.DRAFT_GGUF).is_file():
-        out["draft-model"] = (lambda cap: D.distilled(target, k=k, capacity=cap), f"k = {k}, the distilled draft model")
-    if (w / trained.MEDUSA_NPZ).is_file():
-        out["medusa"] = (lambda cap: trained.MedusaDrafter(target), "Medusa heads, the shipped tree")
-    if (w / trained.EAGLE_NPZ).is_file():
-        out["eagle"] = (lambda cap: trained.EagleDrafter(target, capacity=cap), "EAGLE head, dynamic tree")
+    out = {}
+    for name in calibrated():
+        d = DRAFTERS[name]
+        if d.available():
+            out[name] = ((lambda cap, d=d: d.fixed_k(target, k, n, cap)), d.fixed_k_note(target, k, n))
     return out
 
 
@@ -461,7 +446,7 @@ def calibration_table(records: list[CycleRecord], *, target_id: str, name: str, 
                          group=np.concatenate(all_p))
     pos = fit_positions(drafted, accepted, k=k, level=level)
     table = {
-        "name": name, "target": target_id, "drafter": records[0].drafter, "method": FAMILY[records[0].drafter],
+        "name": name, "target": target_id, "drafter": records[0].drafter, "method": family_of(records[0].drafter),
         "workload": records[0].workload, "command": command, "level": level,
         "notes": "; ".join(x for x in (note, *dep.notes,
                                       "i.i.d. alpha and per-position rates at the reference temperature; the "
@@ -604,4 +589,4 @@ def calibrate_acceptance(config: AcceptanceRunConfig, *, command: str, target_id
 __all__ = ["AcceptanceRunConfig", "CycleRecord", "DependenceFit", "calibrate_acceptance", "calibration_table",
            "fit_dependence", "fit_iid", "fit_positions", "bernoulli_trials", "available_drafters", "run_drafter",
            "prompt_index", "between_prompt_interval",
-           "FAMILY", "TEMPERATURES", "WORKLOADS"]
+           "TEMPERATURES", "WORKLOADS"]

@@ -40,8 +40,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..decoder.registry import validated
 from ..errors import SpecError
-from .acceptance_runs import FAMILY, fit_iid
+from .acceptance_runs import fit_iid
 
 PARTS = ("verify", "spec")
 SEED_BREAK_EVEN = (0.50, 0.60)  # the seed article: below roughly 50-60 % acceptance, switch it off
@@ -60,7 +61,7 @@ class ValidateConfig:
     m_values: tuple = (1, 2, 3, 4, 5, 8, 9, 16, 32, 64)
     contexts: tuple = (128, 512, 2048)
     repeats: int = 5
-    drafters: tuple = ("prompt-lookup", "layer-skip")
+    drafters: tuple = validated()
     ks: tuple = (2, 4, 8)
     workloads: tuple = ("code-edit",)
     calibration_workload: str | None = None  # predict every run from this workload's calibration (held-out runs)
@@ -89,9 +90,9 @@ class ValidateConfig:
             raise SpecError(f"--clock {self.clock!r}: expected wall or thread")
         if self.clock == "thread" and self.threads != 1:
             raise SpecError("--clock thread: needs --threads 1 (this thread's CPU time leaves out numba's other threads)")
-        bad = [d for d in self.drafters if d not in ("prompt-lookup", "layer-skip")]
+        bad = [d for d in self.drafters if d not in validated()]
         if bad:
-            raise SpecError(f"--drafters {bad[0]!r}: validate predicts the chain drafters prompt-lookup and layer-skip")
+            raise SpecError(f"--drafters {bad[0]!r}: validate predicts the chain drafters {' and '.join(validated())}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,10 +303,12 @@ def _scenario(config: ValidateConfig, *, drafter: str, workload: str, k: int, co
         calibration_path(name)
     except SpecError:
         return None, name
-    options = {"skip_layers": layers} if drafter == "layer-skip" else \
-        {"prompt_lookup_s_per_seq_per_ktoken": lookup_s_per_ktoken}
+    from ..decoder.registry import DRAFTERS
+
+    entry = DRAFTERS[drafter]
+    options = entry.scenario_options(layers, lookup_s_per_ktoken)
     raw = {"name": f"validate {drafter} K={k} on {workload}", "hardware": config.hardware, "stack": config.stack,
-           "target": config.target, "method": FAMILY[drafter], "k": k, "batch_size": 1, "context_len": int(context_len),
+           "target": config.target, "method": entry.family, "k": k, "batch_size": 1, "context_len": int(context_len),
            "temperature": 0.0, "acceptance": {"calibrated": name, "workload": workload}, "drafter_options": options}
     return scenario_from_dict(raw, where=f"validate ({drafter}, K = {k}, {workload})"), name
 
@@ -389,7 +392,7 @@ def measure_run(model, drafter, prompts, tokens: int, *, repeats: int, seed: int
 
 def validate_spec(model, config: ValidateConfig, *, say=None, workloads=None, ks=None, drafters=None,
                   layer_options=None) -> pd.DataFrame:
-    from ..decoder import drafters as D
+    from ..decoder.registry import DRAFTERS
     from ..decoder.workloads import chat_prompt, load_workload
     from ..speculation.operating_point import resolve
     from .decoder_stack import measure_prompt_lookup
@@ -402,14 +405,15 @@ def validate_spec(model, config: ValidateConfig, *, say=None, workloads=None, ks
         work = load_workload(w, config.n_prompts, seed=config.seed)
         prompts = [chat_prompt(tok, t, work.response_prefix) for t in work.prompts]
         for d in drafters or config.drafters:
-            for layers in (layer_options or [config.layers]) if d == "layer-skip" else [None]:
-                n = max(1, (4 * n_layer) // 5) if (d == "layer-skip" and layers is None) else layers
+            entry = DRAFTERS[d]
+            by_layers = "layers" in entry.options
+            for layers in (layer_options or [config.layers]) if by_layers else [None]:
+                n = max(1, (4 * n_layer) // 5) if (by_layers and layers is None) else layers
                 for k in ks or config.ks:
                     if say:
                         say(f"{d}{'' if n is None else f' ({n} layers)'} K = {k} on {w}")
                     cap = max(len(p) for p in prompts) + config.tokens + k + 8
-                    drafter = (D.PromptLookupDrafter(k=k) if d == "prompt-lookup"
-                               else D.layer_skip(model, k=k, n_layers=n, capacity=cap))
+                    drafter = entry.fixed_k(model, k, n, cap)
                     from ..decoder.generate import clock
 
                     with clock(config.clock):
@@ -424,7 +428,7 @@ def validate_spec(model, config: ValidateConfig, *, say=None, workloads=None, ks
                         op = resolve(scen)
                         cal = op.acceptance.calibration
                         frac = None
-                        if d == "prompt-lookup":
+                        if entry.empty_drafts:
                             ref = [r for r in cal.runs if float(r.get("temperature", -1)) == cal.reference_temperature]
                             frac = float(ref[0]["draft_frac"]) if ref and "draft_frac" in ref[0] else None
                         row.update(predict_decoder(op, draft_frac=frac))
@@ -467,9 +471,12 @@ def model_break_even(config: ValidateConfig, *, drafter: str, layers: int | None
     from ..specs.scenario import scenario_from_dict
     from ..speculation.operating_point import resolve
 
-    options = {"skip_layers": layers} if drafter == "layer-skip" else {}
+    from ..decoder.registry import DRAFTERS
+
+    entry = DRAFTERS[drafter]
+    options = entry.scenario_options(layers, None)
     op = resolve(scenario_from_dict({"hardware": config.hardware, "stack": config.stack, "target": config.target,
-                                     "method": FAMILY[drafter], "k": k, "context_len": int(context_len),
+                                     "method": entry.family, "k": k, "context_len": int(context_len),
                                      "alpha": 0.5, "drafter_options": options}, where="validate break-even"))
     from ..speculation.predict import with_alpha
 

@@ -14,7 +14,8 @@ from ..errors import OutputError, SpecError
 
 
 def register(subparsers) -> None:
-    from ..decoder.run import DRAFTERS, BenchConfig, RunConfig
+    from ..decoder.registry import DRAFTERS, TREE_BASES
+    from ..decoder.run import BenchConfig, RunConfig
     from ..decoder.verify import MODES
     from ..decoder.workloads import WORKLOADS
 
@@ -35,8 +36,9 @@ def register(subparsers) -> None:
                    help="; ".join(f"{d.name}: {d.help}" for d in DRAFTERS.values()) + f" (default: {rd['drafter']})")
     r.add_argument("-k", type=int, default=keep, help=f"draft length of a chain drafter (default: {rd['k']})")
     r.add_argument("--min-n", type=int, default=keep, help=f"prompt lookup: shortest n-gram (default: {rd['min_n']})")
-    r.add_argument("--max-n", type=int, default=keep, help="prompt lookup: longest n-gram (default: the drafter's own: 6 for "
-                   "prompt-lookup, 3 for prompt-lookup-earliest)")
+    own_max_n = ", ".join(f"{d.default_max_n} for {n}" for n, d in DRAFTERS.items() if d.default_max_n is not None)
+    r.add_argument("--max-n", type=int, default=keep, help=f"prompt lookup: longest n-gram (default: the drafter's own: "
+                   f"{own_max_n})")
     r.add_argument("--max-draft", type=int, default=keep,
                    help=f"prompt lookup: longest draft; its length adapts below it (default: {rd['max_draft']})")
     r.add_argument("--layers", type=int, default=keep,
@@ -45,9 +47,10 @@ def register(subparsers) -> None:
     r.add_argument("--draft-model", type=Path, default=keep,
                    help="draft model GGUF for --drafter draft-model or --tree-base draft-model (default: the "
                         "distilled draft model shipped in specsim/decoder/weights)")
+    trained = {n: d.weights for n, d in DRAFTERS.items() if d.weights}
     r.add_argument("--weights", type=Path, default=keep,
-                   help="folder of trained drafter files written by `specsim decoder train` (draft.gguf, medusa.npz, "
-                        "eagle.npz) for draft-model, medusa and eagle (default: the shipped ones)")
+                   help=f"folder of trained drafter files written by `specsim decoder train` ({', '.join(trained.values())}) "
+                        f"for {', '.join(trained)} (default: the shipped ones)")
     r.add_argument("--medusa-tree", default=keep,
                    help=f"Medusa's static tree as Medusa choices; depth d takes head d's ranked tokens "
                         f"(default: {rd['medusa_tree']})")
@@ -58,7 +61,7 @@ def register(subparsers) -> None:
                    help=f"EAGLE: tree nodes verified, root included (default: {rd['eagle_nodes']})")
     r.add_argument("--tree", default=keep,
                    help=f"tree drafter topology as Medusa choices, ';'-separated rank paths (default: {rd['tree']})")
-    r.add_argument("--tree-base", choices=("layer-skip", "draft-model"), default=keep,
+    r.add_argument("--tree-base", choices=TREE_BASES, default=keep,
                    help=f"which model proposes the tree drafter's top-k candidates (default: {rd['tree_base']})")
     r.add_argument("--verify", choices=tuple(MODES), default=keep,
                    help="greedy: exact match of the target's argmax (temperature 0); rejection: accept with "

@@ -20,11 +20,11 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ..errors import InputError, SpecError
+from .registry import DRAFTERS, OPTIONS, TREE_BASES
 from .verify import MODES
 from .workloads import WORKLOADS
 
@@ -83,101 +83,6 @@ def parse_tree(text: str) -> tuple[tuple[int, ...], ...]:
     return paths
 
 
-# -- drafters: one entry per decoder drafter, the options it reads and how it is built ------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DrafterKind:
-    """A drafter `specsim decoder run --drafter NAME` can build. options: the RunConfig fields it reads
-    (a flag for another drafter's option is refused, not ignored); gives_q: it drafts from a
-    distribution it reports (needed by --verify rejection); build(target, config, capacity) -> drafter."""
-
-    name: str
-    help: str
-    options: tuple[str, ...]
-    gives_q: bool
-    build: Callable
-
-
-def _layer_skip(target, cfg: "RunConfig", capacity: int, k: int | None = None):
-    from . import drafters as D
-
-    return D.layer_skip(target, k=cfg.k if k is None else k, n_layers=cfg.resolved_layers(target), capacity=capacity)
-
-
-def _draft_model(target, cfg: "RunConfig", capacity: int, k: int | None = None):
-    from . import drafters as D
-    from . import trained as TR
-    from .gguf_model import load_gguf
-    from .model import Transformer
-
-    k = cfg.k if k is None else k
-    if cfg.draft_model is None or TR.is_distilled(cfg.draft_model):  # the shipped (or a retrained) distilled model
-        path = cfg.draft_model or (cfg.weights / TR.DRAFT_GGUF if cfg.weights else None)
-        return D.distilled(target, k=k, path=path, capacity=capacity)
-    return D.draft_model(target, Transformer(load_gguf(cfg.draft_model)), k=k, capacity=capacity)
-
-
-# each lookup drafter's own longest n-gram, when --max-n is not given (drafters.py's defaults)
-DEFAULT_MAX_N = {"prompt-lookup": 6, "prompt-lookup-earliest": 3}
-
-
-def _prompt_lookup(target, cfg: "RunConfig", capacity: int):
-    from . import drafters as D
-
-    # max_n None: the drafter's own (tuned) longest n-gram
-    return D.NgramLookupDrafter(k=cfg.max_draft, min_n=cfg.min_n,
-                                **({} if cfg.max_n is None else {"max_n": cfg.max_n}))
-
-
-def _prompt_lookup_earliest(target, cfg: "RunConfig", capacity: int):
-    from . import drafters as D
-
-    return D.PromptLookupDrafter(k=cfg.k, min_n=cfg.min_n, **({} if cfg.max_n is None else {"max_n": cfg.max_n}))
-
-
-def _medusa(target, cfg: "RunConfig", capacity: int):
-    from . import trained as TR
-
-    return TR.MedusaDrafter(target, path=cfg.weights / TR.MEDUSA_NPZ if cfg.weights else None,
-                            choices=parse_tree(cfg.medusa_tree))
-
-
-def _eagle(target, cfg: "RunConfig", capacity: int):
-    from . import trained as TR
-
-    return TR.EagleDrafter(target, path=cfg.weights / TR.EAGLE_NPZ if cfg.weights else None, depth=cfg.eagle_depth,
-                           top_k=cfg.eagle_top_k, n_nodes=cfg.eagle_nodes, capacity=capacity)
-
-
-def _tree(target, cfg: "RunConfig", capacity: int):
-    from . import drafters as D
-    from ..speculation.trees import from_choices
-
-    base = (_layer_skip if cfg.tree_base == "layer-skip" else _draft_model)(target, cfg, capacity, k=1)
-    return D.TreeDrafter(base, from_choices(parse_tree(cfg.tree)))
-
-
-DRAFTERS: dict[str, DrafterKind] = {d.name: d for d in (
-    DrafterKind(name="prompt-lookup", help="n-gram lookup in the context (no model): longest match, then the most "
-                "frequent and most recent follower, a draft length (up to --max-draft) set by the acceptance seen",
-                options=("max_draft", "min_n", "max_n"), gives_q=False, build=_prompt_lookup),
-    DrafterKind(name="layer-skip", help="the target's first --layers layers + its LM head",
-                options=("k", "layers"), gives_q=True, build=_layer_skip),
-    DrafterKind(name="draft-model", help="a second GGUF (--draft-model) sharing the target's tokenizer; without "
-                "--draft-model, the distilled draft model shipped in specsim/decoder/weights",
-                options=("k", "draft_model", "weights"), gives_q=True, build=_draft_model),
-    DrafterKind(name="tree", help="top-k per depth from a model drafter (--tree-base) into --tree, verified in "
-                "one pass with the tree mask", options=("tree", "tree_base", "layers", "draft_model", "weights"),
-                gives_q=False, build=_tree),
-    DrafterKind(name="prompt-lookup-earliest", help="the simple prompt lookup: the -k tokens after the earliest "
-                "longest match", options=("k", "min_n", "max_n"), gives_q=False, build=_prompt_lookup_earliest),
-    DrafterKind(name="medusa", help="4 trained Medusa heads on the target's last hidden state, a static tree "
-                "(--medusa-tree) verified in one pass", options=("medusa_tree", "weights"), gives_q=False, build=_medusa),
-    DrafterKind(name="eagle", help="the trained EAGLE head (target feature + next token -> next feature), an EAGLE-2 "
-                "dynamic tree (--eagle-depth, --eagle-top-k, --eagle-nodes) verified in one pass",
-                options=("eagle_depth", "eagle_top_k", "eagle_nodes", "weights"), gives_q=False, build=_eagle),
-)}
-
-
 # -- run ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
@@ -226,14 +131,15 @@ class RunConfig:
         _check_int("eagle_depth", self.eagle_depth, 1, 16)
         _check_int("eagle_top_k", self.eagle_top_k, 1, 16)
         _check_int("eagle_nodes", self.eagle_nodes, 2, 64)
-        max_n = self.max_n if self.max_n is not None else DEFAULT_MAX_N.get(self.drafter, DEFAULT_MAX_N["prompt-lookup"])
+        own = DRAFTERS[self.drafter].default_max_n
+        max_n = self.max_n if self.max_n is not None else own if own is not None else self.min_n
         if self.min_n > max_n:
             given = "" if self.max_n is not None else f" (the {self.drafter} default)"
             raise SpecError(f"--min-n {self.min_n} --max-n {max_n}{given}: expected --min-n <= --max-n")
         if self.layers is not None:
             _check_int("layers", self.layers, 1)
-        if self.tree_base not in ("layer-skip", "draft-model"):
-            raise _bad("tree_base", self.tree_base, "layer-skip or draft-model")
+        if self.tree_base not in TREE_BASES:
+            raise _bad("tree_base", self.tree_base, " or ".join(TREE_BASES))
         parse_tree(self.tree)
         if self.verify not in MODES:
             raise _bad("verify", self.verify, f"one of {', '.join(MODES)}")
@@ -278,12 +184,8 @@ def option_conflicts(drafter: str, given: set[str], *, tree_base: str = "layer-s
     """The options among `given` (RunConfig field names set explicitly) that --drafter `drafter` (with
     `tree_base` for the tree drafter) does not read: a command line naming one is refused rather than
     having it silently ignored."""
-    options = set(DRAFTERS[drafter].options)
-    if drafter == "tree":
-        options -= {"draft_model", "weights"} if tree_base == "layer-skip" else {"layers"}
-    return [n for n in ("k", "min_n", "max_n", "max_draft", "layers", "draft_model", "tree", "tree_base", "weights",
-                        "medusa_tree", "eagle_depth", "eagle_top_k", "eagle_nodes")
-            if n in given and n not in options]
+    options = set(DRAFTERS[drafter].reads(tree_base))
+    return [n for n in OPTIONS if n in given and n not in options]
 
 
 def read_prompt_file(path) -> tuple[str, ...]:
@@ -453,16 +355,7 @@ def run(config: RunConfig) -> RunResult:
         texts, prefix = tuple(work.prompts), work.response_prefix
     prompts = [tok.encode(t + prefix).ids if config.raw else chat_prompt(tok, t, prefix) for t in texts]
     kind = DRAFTERS[config.drafter]
-    room = config.k + 1
-    notes = []
-    if config.drafter == "tree":
-        from ..speculation.trees import from_choices
-
-        choices = parse_tree(config.tree)
-        room = from_choices(choices).n_nodes
-        top_rank = max(max(c) for c in choices)
-        if top_rank >= target.config.n_vocab:
-            raise _bad("tree", config.tree, f"ranks below the vocabulary size {target.config.n_vocab}")
+    room = kind.slots(config)
     for i, p in enumerate(prompts):
         if len(p) + config.tokens + room > target.config.n_ctx:
             where = f"prompt {i + 1} of {config.prompt_file or 'the workload ' + config.workload}"
@@ -470,14 +363,8 @@ def run(config: RunConfig) -> RunResult:
                             f"the model's context of {target.config.n_ctx} tokens")
     capacity = max(len(p) for p in prompts) + config.tokens + room
     drafter = kind.build(target, config, capacity)
-    if config.drafter in ("layer-skip", "tree") and (config.drafter == "layer-skip" or config.tree_base == "layer-skip"):
-        n = config.resolved_layers(target)
-        full, part = pass_weight_bytes(target), pass_weight_bytes(target, n)
-        notes.append(f"a layer-skip draft pass runs {n} of {target.config.n_layer} layers and the whole LM head: "
-                     f"{part / 1e6:.1f} of the {full / 1e6:.1f} MB of weights a target step reads ({part / full:.0%}), "
-                     f"so on a memory-bound CPU a draft step costs about {part / full:.0%} of a target step, not "
-                     f"{n / target.config.n_layer:.0%}")
-    if config.drafter != "prompt-lookup":
+    notes = list(kind.notes(target, config))
+    if kind.catches_up:
         notes.append("draft time per cycle = the drafter's catch-up pass (the target's bonus token, and the last "
                      "draft token when all were accepted) + its remaining draft steps; the drafter's reading of the "
                      "prompt is its prefill, timed apart (not in any rate)")
