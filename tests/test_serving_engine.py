@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specsim.errors import SpecError
 from specsim.serving import EngineConfig, Workload, simulate
-from specsim.serving.engine import stream_uniforms
+from specsim.serving.streams import stream_uniforms
 from specsim.serving.policies import DisableByBatchSize, Never, StaticK
 
 TICK = 0.01

@@ -419,13 +419,13 @@ def test_conservation_with_replicas_prefix_caching_swap_priorities_and_catchup(c
 def test_tabulated_draws_are_the_request_streams_accepted_counts():
     """The engine's table of accepted counts (i.i.d. α that does not move) holds, for request i's draw
     c, exactly what accepted_from_uniforms makes of that request's c-th stream uniform at K = k_max."""
-    from specsim.serving.engine import _Draws, request_keys, stream_uniforms
+    from specsim.serving.streams import TabulatedDraws, request_keys, stream_uniforms
     from specsim.speculation.acceptance import accepted_from_uniforms
 
     keys = request_keys(np.random.SeedSequence(5), 40)
     out = np.arange(1, 41, dtype=np.int64) * 3
     for alpha in (0.0, 0.37, 0.8, 1.0):
-        d = _Draws(keys, out, alpha, 4)
+        d = TabulatedDraws(keys, out, alpha, 4)
         for i in (0, 7, 39):
             c = np.arange(out[i] + 1, dtype=np.uint64)
             u = stream_uniforms(np.full(c.size, keys[i]), c, 1)[:, 0]

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecError
-from .engine import REJECT_REASONS, STATUS_DONE, STATUS_NAMES, STATUS_REJECTED, EngineRun
+from .record import EngineRun
+from .requests import REJECT_REASONS, STATUS_DONE, STATUS_NAMES, STATUS_REJECTED
 
 PERCENTILES = (50, 90, 99)
 

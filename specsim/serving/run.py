@@ -8,10 +8,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecError
-from .engine import EngineConfig, EngineRun, IterationMix, run_engine
+from .config import EngineConfig
+from .engine import run_engine
 from .fleet import FleetSpec
 from .metrics import SLO, batch_size_distribution, replica_frame, requests_frame, steps_frame, summarize
+from .mix import IterationMix
 from .policies import Never
+from .record import EngineRun
 from .workloads import Workload
 
 
@@ -49,7 +52,8 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
              acceptance=(), seed: int = 0, slo: SLO | None = None, record_tokens: bool = False,
              until_s: float | None = None, rate_per_s: float | None = None, tree_size: int = 0,
              acceptance_factor: Callable[[np.ndarray], np.ndarray] | None = None,
-             acceptance_model=None, fleet: FleetSpec | None = None, drafter_cache: str = "none") -> SimulationResult:
+             acceptance_model=None, fleet: FleetSpec | None = None, drafter_cache: str = "none",
+             fast_path: bool = True) -> SimulationResult:
     """Run `workload` through the continuous-batching engine under one gating policy.
 
     cost(mix) -> seconds is any callable (serving.cost.ServingCost for an operating point; tests
@@ -61,7 +65,9 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
     acceptance_model: a speculation.acceptance.AcceptanceModel instead of acceptance and
     acceptance_factor (its rates, moving with each sequence's context at its reference temperature).
     fleet: replicas, layout and router (fleet.FleetSpec; None: one replica). drafter_cache: what the
-    drafter keeps of its own ("none", "keep": a draft model, "refeed": EAGLE/MTP; see engine)."""
+    drafter keeps of its own ("none", "keep": a draft model, "refeed": EAGLE/MTP; see engine).
+    fast_path: the engine's shortcuts for the common iteration (False: the general path only, the
+    same run; see engine.run_engine)."""
     policy = policy if policy is not None else Never()
     if acceptance_model is not None:
         m = acceptance_model
@@ -73,7 +79,7 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
         raise SpecError(f"simulate: acceptance rates {acc.tolist()} must lie in [0, 1]")
     run = run_engine(workload, config, cost, policy=policy, acceptance=acc, speculative=policy.k_reserved > 0,
                      seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s, tree_size=tree_size,
-                     acceptance_factor=acceptance_factor, fleet=fleet, drafter_cache=drafter_cache)
+                     acceptance_factor=acceptance_factor, fleet=fleet, drafter_cache=drafter_cache, fast_path=fast_path)
     slo = slo or SLO()
     req = requests_frame(run, slo)
     steps = steps_frame(run)
