@@ -308,3 +308,155 @@ def test_attention_overlap_fit_recovers_a_known_exponent():
     q = fit_attention_overlap(att, bandwidth_bytes_per_s=40e9)
     assert q == pytest.approx(2.5, rel=0.02)
     assert fit_attention_overlap(att.iloc[:3], bandwidth_bytes_per_s=40e9) == float("inf")  # too few points to tell
+
+
+# ---- which machine a profile describes ---------------------------------------------------------------
+
+def _identity(**kw):
+    from specsim.specs.machine import MachineIdentity
+
+    base = dict(cpu="AMD EPYC 7B13 64-Core Processor", instruction_sets=("avx2", "fma"), block_matmul="avx2",
+                attention="vector", threads=1, clock="thread", threads_measured=(1,), logical_cpus=2)
+    return MachineIdentity(**{**base, **kw})
+
+
+def test_kernel_paths_by_hand():
+    """The decoder's rule (decoder/kernels/host.py takes it from here): VNNI tiles need AVX512-VNNI and -BW,
+    AVX2 tiles AVX2; attention's vectors AVX512-F, or AVX2 with FMA; the switches cap what the kernels use."""
+    from specsim.specs.machine import capped, kernel_paths
+
+    sapphire = ("avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "avxvnni", "amx-int8")
+    assert kernel_paths(sapphire) == {"block_matmul": "vnni", "attention": "vector"}
+    assert kernel_paths(("avx2", "fma")) == {"block_matmul": "avx2", "attention": "vector"}  # Zen 3
+    assert kernel_paths(("avx2",)) == {"block_matmul": "avx2", "attention": "plain"}
+    assert kernel_paths(("avx512f", "avx512vnni")) == {"block_matmul": "plain", "attention": "vector"}  # no BW, no AVX2
+    assert kernel_paths(capped(sapphire, isa="avx2")) == {"block_matmul": "avx2", "attention": "vector"}
+    assert capped(sapphire, plain=True) == () and capped(sapphire, isa="plain") == ()
+
+
+def test_mismatches_name_cpu_instruction_sets_paths_threads_and_clock():
+    from specsim.specs.machine import mismatches
+
+    there = _identity()
+    here = _identity(cpu="Intel(R) Xeon(R) Processor", instruction_sets=("avx2", "fma", "avx512f", "avx512bw",
+                                                                         "avx512vnni"), block_matmul="vnni",
+                     threads=2, clock="wall")
+    assert mismatches(there, there) == []
+    assert mismatches(there, here) == [
+        "CPU: 'AMD EPYC 7B13 64-Core Processor' there, 'Intel(R) Xeon(R) Processor' here",
+        "instruction sets: avx512f, avx512bw, avx512vnni here, not there",
+        "block matmuls: AVX2 tiles there, AVX512-VNNI tiles here",
+        "threads: the [kernels] curve was fitted at 1, this run uses 2",
+        "clock: one thread's CPU time there, wall time here"]
+    assert mismatches(there, _identity(threads=2)) == ["threads: the [kernels] curve was fitted at 1, this run uses 2"]
+
+
+def test_a_machine_table_is_checked_on_load(tmp_path):
+    from specsim.specs.hardware import hardware_from_dict
+    from specsim.specs.machine import MachineIdentity
+
+    raw = {"id": "cpu", "name": "test cpu", "kind": "cpu", "memory_gb": 16, "mem_bandwidth_gb_s": 20,
+           "peak_tflops": {"int8": 1.0}, "sources": {"memory_gb": "t", "mem_bandwidth_gb_s": "t", "peak_tflops": "t"},
+           "machine": {"cpu": "X", "block_matmul": "vnni", "attention": "vector", "threads": 2}}
+    assert hardware_from_dict(dict(raw)).machine == MachineIdentity(cpu="X", instruction_sets=None, block_matmul="vnni",
+                                                                    attention="vector", threads=2)
+    for bad, message in ((dict(threads=0), r"\[machine\]: field 'threads' = 0: expected an integer >= 1"),
+                         (dict(block_matmul="sse"), r"field 'block_matmul' = 'sse': expected one of vnni, avx2, plain"),
+                         (dict(instruction_sets=["avx9"]), r"field 'instruction_sets' = 'avx9': expected names among"),
+                         (dict(clock="cpu"), r"field 'clock' = 'cpu': expected wall or thread"),
+                         (dict(cores=2), r"unknown key"),):
+        with pytest.raises(SpecError, match=message):
+            hardware_from_dict({**raw, "machine": {**raw["machine"], **bad}}, where="x.toml")
+
+
+def _profile_of(d, tmp_path, identity):
+    """The tiny loop's CPU profile with a [machine] table."""
+    text = (d / "cpu.toml").read_text() + "\n" + identity.toml()
+    path = tmp_path / "cpu.toml"
+    path.write_text(text)
+    return path
+
+
+def test_validate_names_another_cpu_first(tiny, tmp_path, capsys):
+    """A profile edited to another CPU (a Zen 3 with AVX2, one thread, CPU-time clock): validate says so on
+    stderr before it runs anything, and its report's first line names each difference and the command."""
+    from specsim.calibration.validate import ValidateConfig, format_report, validate
+
+    d, gguf = tiny
+    hw = _profile_of(d, tmp_path, _identity())
+    cfg = ValidateConfig(model=gguf, hardware=str(hw), stack=str(d / "stack.toml"), target=str(d / "tiny-model.toml"),
+                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=2)
+    res = validate(cfg, progress=lambda m: print(f"  {m}", file=__import__("sys").stderr))
+    err = capsys.readouterr().err
+    assert err.startswith("warning: hardware 'cpu' was measured on another machine or for another run: CPU: 'AMD EPYC")
+    assert "threads: the [kernels] curve was fitted at 1, this run uses 2" in err.splitlines()[0]
+    assert "clock: one thread's CPU time there, wall time here" in err.splitlines()[0]
+    assert "specsim calibrate machine --out hardware/local.toml --force --threads 1,2" in err.splitlines()[0]
+    first = format_report(res).splitlines()[0]
+    assert first.startswith("NOTE, before any figure: hardware 'cpu' was measured on another machine or for another run: "
+                            "CPU: 'AMD EPYC 7B13 64-Core Processor' there")
+    assert res.summary["machine"]["mismatches"][0].startswith("CPU: 'AMD EPYC")
+
+
+def test_validate_names_another_thread_count_only(tiny, tmp_path, capsys):
+    """This very machine, but the profile fitted at 1 thread and validate run at 2: only the threads differ."""
+    from dataclasses import replace
+
+    from specsim.calibration.validate import ValidateConfig, format_report, validate
+    from specsim.specs.machine import this_machine
+
+    d, gguf = tiny
+    here = this_machine(threads=2)
+    hw = _profile_of(d, tmp_path, replace(here, threads=1, threads_measured=(1,)))
+    cfg = ValidateConfig(model=gguf, hardware=str(hw), stack=str(d / "stack.toml"), target=str(d / "tiny-model.toml"),
+                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=2)
+    res = validate(cfg)
+    assert res.summary["machine"]["mismatches"] == ["threads: the [kernels] curve was fitted at 1, this run uses 2"]
+    assert format_report(res).startswith("NOTE, before any figure: hardware 'cpu' was measured on another machine or "
+                                         "for another run: threads: the [kernels] curve was fitted at 1")
+    capsys.readouterr()
+    res = validate(replace(cfg, threads=1))  # the run the profile describes: nothing to say
+    assert res.summary["machine"]["mismatches"] == [] and not format_report(res).startswith("NOTE")
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_prediction_from_another_machine_says_so_once(tiny, tmp_path, capsys):
+    """Every prediction resolves its hardware: a measured profile of another CPU is named on stderr before
+    predict prints a figure, once per process however many points resolve it; a catalog part says nothing."""
+    from specsim.cli import main
+    from specsim.specs import machine
+
+    d, _ = tiny
+    hw = _profile_of(d, tmp_path, _identity())
+    machine._SAID.clear()
+    argv = ["predict", "--hardware", str(hw), "--target", "smollm2-135m-q4_1", "--method", "prompt_lookup", "--k", "2",
+            "--alpha", "0.5", "--batch", "1", "--context", "128", "--stack", "none"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("warning: hardware 'cpu' was measured on another machine or for another run (against "
+                              "the decoder's default run here:")
+    assert "CPU: 'AMD EPYC 7B13 64-Core Processor' there" in out.err and "speedup" in out.out
+    assert main(argv) == 0
+    assert "warning" not in capsys.readouterr().err  # once per process
+    assert main(argv[:2] + ["ddr5-5600-2ch"] + argv[3:]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_calibrate_machine_records_this_machine(tmp_path):
+    """The quick profile's [machine] is this machine and the run it measured: checked against this machine
+    and that run, nothing differs; against another thread count, that is named."""
+    from specsim.calibration.machine import MachineConfig, measure_machine
+    from specsim.decoder.kernels import kernel_paths
+    from specsim.specs.hardware import load_hardware
+    from specsim.specs.machine import check_machine, this_machine
+
+    prof = measure_machine(MachineConfig(repeats=1, threads=(1,), formats=("Q4_1",), m_values=(1,), contexts=(32,),
+                                         quick=True))
+    path = tmp_path / "q.toml"
+    path.write_text(prof.toml(command="specsim calibrate machine --out q.toml"))
+    hw = load_hardware(path)
+    m = hw.machine
+    assert m.cpu == this_machine().cpu and m.threads == 1 and m.threads_measured == (1,) and m.clock == "wall"
+    assert (m.block_matmul, m.attention) == (kernel_paths()["block_matmul"], kernel_paths()["attention"])
+    assert check_machine(hw, threads=1, clock="wall") == []
+    assert check_machine(hw, threads=3, clock="wall") == ["threads: the [kernels] curve was fitted at 1, this run uses 3"]

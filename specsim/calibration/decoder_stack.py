@@ -51,6 +51,26 @@ def read_bench(path) -> dict:
     return data
 
 
+def bench_machine_mismatches(path, hardware: str = "local") -> list[str]:
+    """What differs between the machine and run the bench describes (its `machine`, or for a bench written
+    before it recorded one, this machine at the bench's threads and clock) and those hardware profile
+    `hardware` was measured on: a stack fitted to passes of another machine or run is fitted to the
+    wrong residuals."""
+    from ..specs.hardware import load_hardware
+    from ..specs.machine import MachineIdentity, check_machine, mismatches
+
+    data = read_bench(path)
+    hw = load_hardware(hardware)
+    config = data.get("config") or {}
+    if hw.machine is None or not isinstance(data.get("machine"), dict) or not data["machine"]:
+        return check_machine(hw, threads=config.get("threads"), clock=config.get("clock", "wall"))
+    try:
+        ran = MachineIdentity(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data["machine"].items()})
+    except (SpecError, TypeError) as exc:
+        raise InputError(f"{data['_path']}: its 'machine' is not a machine identity ({exc})") from None
+    return mismatches(hw.machine, ran)
+
+
 def bench_rows(path, *, hardware: str = "local", target: str | None = None) -> pd.DataFrame:
     """The bench's verify passes as calibration rows (see the module docstring). target: the catalog
     model the bench ran (default: smollm2-135m-q4_1 when the bench ran the fetched GGUF)."""

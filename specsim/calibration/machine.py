@@ -43,6 +43,7 @@ from scipy.optimize import least_squares
 
 from ..errors import SpecError
 from ..specs.hardware import ELEMENTWISE_KINDS, ROW_BLOCKED_KINDS, KernelProfile
+from ..specs.machine import MachineIdentity, this_machine
 from ..specs.models import ACTIVATION_BYTES
 
 FORMATS = ("Q4_1", "Q8_0", "Q4_0", "F16")
@@ -144,6 +145,7 @@ class MachineProfile:
     when: str = ""
     notes: tuple = field(default=())
     fp32_source: str = "probe"  # what set peak_fp32: the probe, or the attention kernel's own rate
+    identity: MachineIdentity | None = None  # the CPU, instruction sets, kernel paths, threads and clock measured
 
     def summary(self) -> dict:
         t = self.max_threads
@@ -156,7 +158,10 @@ class MachineProfile:
                             "matmat_tops": float(big["flops"].iloc[0] / big["time_s"].iloc[0] / 1e12) if len(big) else None}
         att = self.attention[(self.attention["threads"] == t) & (self.attention["m"] == 1)].sort_values("context_len")
         per_token = (float(np.polyfit(att["context_len"], att["time_s"], 1)[0]) if len(att) >= 2 else None)
-        return {"cpu": self.cpu, "threads": t, "mem_bandwidth_gb_s": self.mem_bandwidth_bytes_per_s / 1e9,
+        from dataclasses import asdict
+
+        return {"cpu": self.cpu, "threads": t, "machine": asdict(self.identity) if self.identity is not None else None,
+                "mem_bandwidth_gb_s": self.mem_bandwidth_bytes_per_s / 1e9,
                 "peak_int8_tops": self.peak_int8_ops_per_s / 1e12, "peak_fp32_tflops": self.peak_fp32_flops_per_s / 1e12,
                 "formats": per_fmt, "attention_s_per_cached_token_per_layer": per_token, "floors_s": dict(self.floors),
                 "gemm_fit_median_abs_error": float(self.gemm_fit_errors["relative_error"].abs().median()),
@@ -177,9 +182,14 @@ class MachineProfile:
         s = self.summary()
         import json
 
+        ident = self.identity
+        paths = f", {ident.block_matmul} matmul tiles, {ident.clock} clock" if ident is not None else ""
         lines = [f"# This machine, measured with the reference decoder's kernels by `{command}` ({self.when}).",
                  "# Measured tables (median, min-max over the repeats) follow as comments; `--json` gives them all.",
-                 f'id = "{hw_id}"', f"name = {json.dumps(f'This machine: {self.cpu}, {self.max_threads} threads')}", 'kind = "cpu"',
+                 "# [machine]: what it describes; validate and every prediction from it check it against the machine",
+                 "# and the run, and say what differs.",
+                 f'id = "{hw_id}"', f"name = {json.dumps(f'This machine: {self.cpu}, {self.max_threads} threads{paths}')}",
+                 'kind = "cpu"',
                  f"memory_gb = {self.memory_bytes / 1e9:.3f}",
                  f"mem_bandwidth_gb_s = {self.mem_bandwidth_bytes_per_s / 1e9:.3f}",
                  "interconnect_gb_s = 0", "interconnect_latency_us = 0"]
@@ -197,14 +207,19 @@ class MachineProfile:
                   f"attention_overlap_exponent = {k.attention_overlap_exponent:.6f}",
                   f"elementwise_floor_us = {k.elementwise_floor_s * 1e6:.4f}",
                   f"elementwise_rows_per_sm = {k.elementwise_rows_per_sm}"]
+        machine = ["", self.identity.toml().rstrip("\n")] if self.identity is not None else []
         lines += [f"{kind}_bandwidth_frac = {k.elementwise_bandwidth_frac[kind]:.6f}" for kind in ELEMENTWISE_KINDS]
         lines += [f"{kind}_row_ns_per_elem = {k.elementwise_row_s_per_elem[kind] * 1e9:.6f}" for kind in ROW_BLOCKED_KINDS]
         err = s["gemm_fit_median_abs_error"]
+        lines += machine
         lines += ["", "[sources]",
                   f'memory_gb = "/proc/meminfo MemTotal, read by `{command}`"',
                   f'mem_bandwidth_gb_s = "{src}: {self.bandwidth_source} ({rep})"',
                   'interconnect_gb_s = "one CPU socket: no tensor-parallel group"',
                   'interconnect_latency_us = "one CPU socket: no tensor-parallel group"']
+        if self.identity is not None:
+            lines.append(f'machine = "read by `{command}`: /proc/cpuinfo (model name, flags), the kernel paths '
+                         'decoder.kernels took, the thread counts and the clock of the measurement"')
         if self.llc_bytes:
             lines.append('llc_mb = "/sys/devices/system/cpu/cpu0/cache (the last-level cache the OS reports)"')
         lines += [f'"peak_tflops.int8" = "{src}: the best rate of the decoder\'s Q8_0 matrix product (VNNI when the CPU '
@@ -385,9 +400,13 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
     attention, elementwise, fma = pd.DataFrame(att_rows), pd.DataFrame(ew_rows), pd.DataFrame(fma_rows)
     prof = fit_profile(bandwidth=bandwidth, gemm=gemm, attention=attention, elementwise=elementwise, fma=fma,
                        threads=threads[-1], repeats=reps, quick=config.quick)
-    if config.clock == "thread":
-        from dataclasses import replace
+    from dataclasses import replace
 
+    here = this_machine(threads=threads[-1], clock=config.clock)
+    paths = K.kernel_paths()
+    prof = replace(prof, identity=replace(here, block_matmul=paths["block_matmul"], attention=paths["attention"],
+                                          threads_measured=threads))
+    if config.clock == "thread":
         prof = replace(prof, notes=prof.notes + ("timed with this thread's CPU time (--clock thread): the machine is "
                                                  "shared, and wall time would count the waits for a CPU",))
     return prof

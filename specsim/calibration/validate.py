@@ -494,7 +494,19 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     from ..specs.scenario import scenario_from_dict
     from ..speculation.operating_point import resolve
 
+    from dataclasses import asdict
+
+    from ..specs.hardware import load_hardware
+    from ..specs.machine import mismatch_message, this_machine, warn_if_other_machine
+
     say = progress or (lambda m: None)
+    # first: does the profile describe this machine and this run? (said on stderr now, and atop the report)
+    hw = load_hardware(config.hardware)
+    mismatched = warn_if_other_machine(hw, threads=config.threads, clock=config.clock, run=True)
+    machine = {"here": asdict(this_machine(threads=config.threads, clock=config.clock)),
+               "profile": asdict(hw.machine) if hw.machine is not None else None, "mismatches": mismatched,
+               "message": mismatch_message(hw, mismatched, threads=config.threads, clock=config.clock)
+               if mismatched else ""}
     model = load_target(config.model, config.threads)
     base = resolve(scenario_from_dict({"hardware": config.hardware, "stack": config.stack, "target": config.target,
                                        "method": "none", "k": 0, "context_len": 128}, where="validate"))
@@ -528,7 +540,7 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
                                                               context_len=ctx,
                                                               draft_frac=None if frac is None or frac != frac else frac)
         be = break_even(spec, models)
-    summary = {"load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
+    summary = {"machine": machine, "load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
                "clock": config.clock,
                "threads": model._n_threads if hasattr(model, "_n_threads") else None,
                "reference_pass": drift,
@@ -565,9 +577,20 @@ def _who(row: dict) -> str:
 
 def format_report(res: ValidateResult) -> str:
     s = res.summary
-    lines = [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
-             f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after"
-             + ("; timed with this thread's CPU time" if s.get("clock") == "thread" else "") + ")"]
+    lines = []
+    mach = s.get("machine") or {}
+    if mach.get("mismatches"):
+        lines += [f"NOTE, before any figure: {mach['message']}", ""]
+    lines += [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
+              f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after"
+              + ("; timed with this thread's CPU time" if s.get("clock") == "thread" else "") + ")"]
+    if mach.get("here"):
+        h = mach["here"]
+        lines.append(f"  machine: {h['cpu']} ({', '.join(h['instruction_sets'] or ['instruction sets unknown'])}); "
+                     f"the decoder runs {h['block_matmul']} matmul tiles and {h['attention']} attention, "
+                     f"{h['threads']} thread{'s' * (h['threads'] > 1)}, {h['clock']} clock"
+                     + ("; the profile describes the same machine and run" if mach.get("profile") and
+                        not mach.get("mismatches") else ""))
     ref = s.get("reference_pass") or []
     if ref:
         cells = "; ".join(f"{d['when']} {d['measured_s'] * 1e3:.2f} ms ({d['drift']:+.1%})" for d in ref)

@@ -13,6 +13,7 @@ parser and sets `func(args) -> int`; adding one (`machine`, `acceptance`) is a f
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import pandas as pd
@@ -87,9 +88,14 @@ def _run_steps(args) -> int:
         raise SpecError(f"--fit {args.fit!r}: {unknown[0]!r} is not a parameter; expected some of "
                         f"{', '.join(PARAMETERS_DEFAULT)}")
     if args.format == "bench":
-        from ..calibration.decoder_stack import bench_rows
+        from ..calibration.decoder_stack import bench_machine_mismatches, bench_rows
 
         rows = check_rows(bench_rows(args.file, hardware=args.bench_hardware, target=args.target), where=args.file)
+        differ = bench_machine_mismatches(args.file, args.bench_hardware)
+        if differ:  # said before any figure: the fit below is then against another machine's profile
+            print(f"warning: {args.file} and hardware {args.bench_hardware!r} describe different machines or runs: "
+                  f"{'; '.join(differ)}. Measure the machine for the bench's run first (`specsim calibrate machine "
+                  f"--out hardware/local.toml --force`, its --threads and --clock as the bench's)", file=sys.stderr)
     elif args.format == "splitwise":
         rows, skipped = splitwise_rows(args.file, hardware=args.hardware)
     else:
@@ -427,7 +433,6 @@ def _run_machine(args) -> int:
     threads = parse_list(args.threads, "--threads", int, minimum=1)
     cfg = MachineConfig(repeats=args.repeats, threads=tuple(threads) if threads else None,
                         formats=tuple(parse_list(args.formats, "--formats", str)), clock=args.clock)
-    import sys
 
     prof = measure_machine(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
     command = (f"specsim calibrate machine --out {args.out}" + (f" --repeats {args.repeats}" if args.repeats != 5 else "")
@@ -438,6 +443,10 @@ def _run_machine(args) -> int:
         return 0
     s = prof.summary()
     print(f"specsim calibrate machine: {s['cpu']}, {s['threads']} threads (median of {cfg.repeats} repeats)")
+    if s["machine"] is not None:
+        m = s["machine"]
+        print(f"  instruction sets {', '.join(m['instruction_sets'] or ['unknown'])}; the decoder ran {m['block_matmul']} "
+              f"matmul tiles and {m['attention']} attention; threads {m['threads_measured']}, {m['clock']} clock")
     print(f"  memory bandwidth {s['mem_bandwidth_gb_s']:.2f} GB/s ({prof.bandwidth_source})")
     print(f"  int8 peak {s['peak_int8_tops']:.3f} TOP/s (best block-quantized product), fp32 peak {s['peak_fp32_tflops']:.3f} TFLOP/s")
     for fmt, v in s["formats"].items():

@@ -429,10 +429,11 @@ class BenchResult:
     model_path: str
     rows: tuple  # dicts: context_len, m, verify_s, per_token_s, ratio_to_m1 (None when M = 1 is not measured)
     undefined: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)  # the machine and run the rows describe (specs.machine.MachineIdentity)
 
     def to_dict(self) -> dict:
         return _strict({"model": self.model_path, "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)},
-                        "rows": list(self.rows), "undefined": self.undefined})
+                        "machine": self.machine, "rows": list(self.rows), "undefined": self.undefined})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
@@ -457,4 +458,20 @@ def bench(config: BenchConfig) -> BenchResult:
     rows = verify_times(target, m_values=config.m_values, contexts=config.contexts, repeats=config.repeats,
                         seed=config.seed, clock=config.clock)
     undefined = {} if 1 in config.m_values else {"ratio_to_m1": "M = 1 is not among --m"}
-    return BenchResult(config=config, model_path=str(target.gguf.path), rows=tuple(rows), undefined=undefined)
+    return BenchResult(config=config, model_path=str(target.gguf.path), rows=tuple(rows), undefined=undefined,
+                       machine=run_machine(config.threads, config.clock))
+
+
+def run_machine(threads: int | None, clock: str) -> dict:
+    """This machine and a run's threads and clock, with the kernel paths this process takes, as a dict
+    (`specs.machine.MachineIdentity`): what a measurement says it describes."""
+    from dataclasses import replace
+
+    import numba
+
+    from ..specs.machine import this_machine
+    from .kernels import kernel_paths
+
+    paths = kernel_paths()
+    here = this_machine(threads=threads or numba.get_num_threads(), clock=clock)
+    return asdict(replace(here, block_matmul=paths["block_matmul"], attention=paths["attention"]))

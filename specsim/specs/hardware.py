@@ -26,6 +26,7 @@ from typing import Mapping
 
 from .catalog import catalog_ids, read_toml, resolve
 from ..errors import SpecError, field_error, reject_unknown_keys
+from .machine import MachineIdentity, machine_from_dict
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 KINDS = ("gpu", "cpu", "tpu", "accelerator", "soc")
@@ -232,6 +233,7 @@ class HardwareProfile:
     loads_as: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
+    machine: MachineIdentity | None = None  # the machine and run a measured profile describes (specs.machine)
 
     def __post_init__(self) -> None:
         where = f"hardware {self.id!r}"
@@ -328,7 +330,7 @@ _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
 _KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows", "gemm_tile_pass_cost",  # CPU row-tiled kernels only
                     "attention_overlap_exponent"}
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
-_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as",
+_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as", "machine",
              *_SCALARS}
 
 
@@ -397,6 +399,8 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
         kwargs["kernels"] = _kernels_from_dict(where, raw["kernels"], raw["id"])
     if "all_reduce" in raw:
         kwargs["all_reduce"] = _all_reduce_from_dict(where, raw["all_reduce"], raw["id"])
+    if "machine" in raw:
+        kwargs["machine"] = machine_from_dict(where, raw["machine"])
     try:
         return HardwareProfile(**kwargs)
     except SpecError as exc:  # name the file too, not only the id

@@ -25,6 +25,7 @@ from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
 from ..errors import DoesNotFitError, SpecError, field_error, reject_unknown_keys
 from ..specs.catalog import resolve as catalog_path
 from ..specs.hardware import HardwareProfile, load_hardware
+from ..specs.machine import warn_if_other_machine
 from ..specs.models import ModelSpec, load_model
 from ..specs.scenario import DEFAULTS, Scenario
 from ..specs.stacks import StackProfile, load_stack
@@ -500,6 +501,7 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
     if s.method not in ALL_METHODS:
         raise field_error(where, "method", s.method, f"one of {', '.join(ALL_METHODS)}")
     hw = load_hardware(s.hardware)
+    warn_if_other_machine(hw)  # a measured profile of another CPU, thread count or clock: said before any figure
     target = load_model(s.target)
     loaded_as = {}
     if s.target_dtype:

@@ -20,6 +20,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from ...specs.machine import INSTRUCTION_SETS, capped
+from ...specs.machine import kernel_paths as paths_for
 from ..fetch import configure_numba_cache
 
 configure_numba_cache()  # before numba defines anything: compiled kernels go to a user cache folder
@@ -69,37 +71,30 @@ if ISA not in ("", "avx2", "plain"):
 PLAIN = bool(os.environ.get("SPECSIM_DECODER_PLAIN")) or ISA == "plain" or JIT_OFF  # the plain loops, any CPU
 
 
-def _has(*names: str) -> bool:
-    capped = ISA == "avx2" and any(n.startswith("avx512") for n in names)
-    return all(bool(FEATURES.get(n, False)) for n in names) and not PLAIN and not capped
-
-
-HAVE_VNNI = _has("avx512vnni", "avx512bw")  # vpdpbusd on 512-bit vectors
-HAVE_AVX2 = _has("avx2")
-HAVE_AVX512 = _has("avx512f")
-HAVE_FMA = _has("fma")
-HAVE_TILES = HAVE_VNNI or HAVE_AVX2  # the block matmuls' vector tiles: vpdpbusd, or the same integers from AVX2
+SETS = tuple(n for n in INSTRUCTION_SETS if FEATURES.get(n, False))  # those the kernels care about, as LLVM sees them
+_USABLE = set(capped(SETS, isa=ISA, plain=PLAIN))
+PATHS = paths_for(_USABLE)  # the one rule (specs.machine), which a hardware profile's [machine] check uses too
+HAVE_VNNI = PATHS["block_matmul"] == "vnni"  # vpdpbusd on 512-bit vectors
+HAVE_AVX2 = "avx2" in _USABLE
+HAVE_AVX512 = "avx512f" in _USABLE
+HAVE_TILES = PATHS["block_matmul"] != "plain"  # the block matmuls' vector tiles: vpdpbusd, or the same integers from AVX2
 # attention's 16-lane IR vectors need no AVX-512: LLVM splits each into two 8-lane halves on AVX2 with FMA, the same
 # operations lane by lane, so the same bits (AVX2's 16 registers then hold half as many; a block's rows spill
 # some queries to the stack, which costs loads the FMAs can take as operands, measured no slower than smaller blocks)
-HAVE_VECTOR_ATTENTION = HAVE_AVX512 or (HAVE_AVX2 and HAVE_FMA)
+HAVE_VECTOR_ATTENTION = PATHS["attention"] == "vector"
 
 
-def instruction_sets() -> dict:
-    """The instruction sets the kernels choose between, as this CPU has them (before the plain switches),
-    and the paths the kernels take here: what a hardware profile records as the machine it describes."""
-    has = lambda *n: all(bool(FEATURES.get(x, False)) for x in n)  # noqa: E731
-    return {"avx2": has("avx2"), "fma": has("fma"), "avx512f": has("avx512f"), "avx512bw": has("avx512bw"),
-            "avx512vnni": has("avx512vnni"), "avxvnni": has("avxvnni"), "amx-int8": has("amx-int8")}
+def instruction_sets() -> tuple[str, ...]:
+    """The instruction sets of specs.machine.INSTRUCTION_SETS this CPU has (LLVM's view, before any switch)."""
+    return SETS
 
 
 def kernel_paths() -> dict:
     """Which implementation each kernel family runs in this process: the block matmuls (vnni, avx2 or
     plain) and attention (vector or plain), and the switch that chose other paths than the CPU's, if any."""
-    matmul = "vnni" if HAVE_VNNI else "avx2" if HAVE_AVX2 else "plain"
     why = ("NUMBA_DISABLE_JIT=1" if JIT_OFF else "SPECSIM_DECODER_PLAIN=1" if PLAIN and ISA != "plain"
            else f"SPECSIM_DECODER_ISA={ISA}" if ISA else "")
-    return {"block_matmul": matmul, "attention": "vector" if HAVE_VECTOR_ATTENTION else "plain", "plain_because": why}
+    return dict(PATHS, plain_because=why)
 
 
 @njit(parallel=True, **FAST)
