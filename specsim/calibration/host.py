@@ -41,9 +41,6 @@ class HostFit:
     n_rows: int
     source: str
 
-    def predict_s(self, batch_size, *, tp: int = 1):
-        return self.step_s + self.per_seq_s * np.asarray(batch_size, dtype=float) + (self.multi_gpu_step_s if tp > 1 else 0.0)
-
 
 def read_cpu_overheads(path=None) -> pd.DataFrame:
     """Vidur's cpu_overheads CSV with the columns the fit reads checked: times in ms finite and >= 0,
