@@ -9,9 +9,10 @@ Each iteration the scheduler decides, in vLLM v0's order (`vllm/core/scheduler.p
    its `slots` (its last token and the K drafts it may verify; M for a tree of M nodes), an
    unfinished prefill the rest of its prompt or what is left of the budget (chunked prefill); each
    decode holds blocks for its cache plus its slots. When the free blocks cannot cover that, the last
-   running sequence is preempted: by recompute (its blocks are freed; it goes to the front of the
-   waiting queue to prefill its prompt and the tokens it emitted), or with `preemption_mode = "swap"`
-   by swapping its blocks to host memory (recompute when the swap space is full, where vLLM aborts);
+   running sequence is preempted: by recompute (its blocks are freed; after this iteration's
+   admissions it goes to the front of the waiting queue, to prefill its prompt and the tokens it
+   emitted), or with `preemption_mode = "swap"` by swapping its blocks to host memory (recompute when
+   the swap space is full, where vLLM aborts);
 4. if nothing was preempted, swapped sequences come back in order while the blocks (keeping the
    watermark), the budget and max_num_seqs allow;
 5. waiting requests are admitted in order while max_num_seqs, the budget and the free blocks allow
@@ -189,10 +190,15 @@ class Scheduler:
                     plan.allot, plan.n_scheduled = allot, int(np.count_nonzero(allot))
                     return plan
         n_before = len(plan.preempted)
-        allot = self._schedule_running(running, waiting, swapped, budget, plan)
+        # requests preempted by recompute now rejoin the waiting queue's front after this iteration's
+        # admissions (vLLM v0: waiting.extendleft(running_scheduled.preempted) after _schedule_prefills)
+        recompute: list[int] = []
+        allot = self._schedule_running(running, waiting, swapped, budget, plan, recompute)
         preempted_now = len(plan.preempted) > n_before
         n0 = running.n
         if not swapped and not waiting:
+            for i in recompute:
+                waiting.push_front(i)
             plan.allot = allot
             plan.n_scheduled = allot.size if plan.full else int(np.count_nonzero(allot))
             return plan
@@ -214,12 +220,14 @@ class Scheduler:
                 order = self._sort(running)
                 if order is not None:
                     allot = allot[order]
+        for i in recompute:
+            waiting.push_front(i)
         plan.allot = allot
         plan.n_scheduled = allot.size if plan.full else int(np.count_nonzero(allot))
         return plan
 
     def _schedule_running(self, running: RunningSet, waiting: WaitingQueue, swapped: deque, budget: int,
-                          plan: Plan) -> np.ndarray:
+                          plan: Plan, recompute: list) -> np.ndarray:
         """Token allotments for the running set (in order), preempting from the tail while the blocks
         run short."""
         bs = self.cfg.block_size_tokens
@@ -251,7 +259,7 @@ class Scheduler:
                             running.blocks += grow
                     plan.full = True
                     return self._all_slots[:n]
-                self._preempt(running, waiting, swapped, n - 1, plan)
+                self._preempt(running, waiting, swapped, n - 1, plan, recompute)
                 continue
             decode = running.decoding()
             if decode.all():  # no prefill in progress
@@ -277,12 +285,14 @@ class Scheduler:
                     running.blocks += grow
                 plan.full = full and self.fast
                 return allot
-            self._preempt(running, waiting, swapped, n - 1, plan)
+            self._preempt(running, waiting, swapped, n - 1, plan, recompute)
         return _EMPTY
 
-    def _preempt(self, running: RunningSet, waiting: WaitingQueue, swapped: deque, row: int, plan: Plan) -> None:
+    def _preempt(self, running: RunningSet, waiting: WaitingQueue, swapped: deque, row: int, plan: Plan,
+                 recompute: list | None = None) -> None:
         """Preempt a running row: swap its blocks to host memory (swap mode, room permitting) or drop
-        them to recompute later."""
+        them to recompute later, back at the front of the waiting queue (or, given `recompute`, listed
+        there for the caller to put back)."""
         req, ledger = self.requests, self.ledger
         i = int(running.request[row])
         blocks = int(running.blocks[row])
@@ -300,7 +310,10 @@ class Scheduler:
             req.n_swaps[i] += 1
         else:
             req.n_preemptions[i] += 1
-            waiting.push_front(i)
+            if recompute is None:
+                waiting.push_front(i)
+            else:
+                recompute.append(i)
         plan.preempted = [*plan.preempted, (i, "swap" if swap else "recompute")]
         running.drop(row)
 
