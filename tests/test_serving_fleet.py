@@ -5,6 +5,7 @@ conservation and determinism properties (hypothesis) over all of them together."
 from __future__ import annotations
 
 import json
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +25,12 @@ from specsim.specs.data import data_path
 TICK = 0.01
 MOONCAKE = "traces/mooncake_fast25/conversation_trace.jsonl"
 
+
+
+@pytest.fixture(params=[True, False], ids=["fast path", "general path"])
+def sim(request):
+    """simulate, with the engine's fast path on or off (the timelines are the same either way)."""
+    return functools.partial(simulate, fast_path=request.param)
 
 def const(mix):
     return TICK
@@ -118,24 +125,24 @@ def _mooncake_head(n: int) -> Workload:
     return replace(w, arrival_at_s=np.arange(n) * 100.0, output_tokens=np.full(n, 2))
 
 
-def test_simulated_prefix_hits_equal_what_the_mooncake_hash_ids_imply():
+def test_simulated_prefix_hits_equal_what_the_mooncake_hash_ids_imply(sim):
     n = 800
     hits, prompts = _implied_hit_tokens(data_path(MOONCAKE, what="trace"), n)
     w = _mooncake_head(n)
     big = int(w.prompt_tokens.sum()) // 16 + 10 * n  # room for every block: nothing is evicted
-    r = simulate(w, config=EngineConfig(n_blocks=big, prefix_caching=True), cost=const, policy=Never())
+    r = sim(w, config=EngineConfig(n_blocks=big, prefix_caching=True), cost=const, policy=Never())
     assert (r.requests["status"] == "done").all()
     np.testing.assert_array_equal(r.run.prefix_hit_tokens, hits)
     assert r.summary["prefix_hit_rate"] == pytest.approx(sum(hits) / sum(prompts), rel=1e-12)
     assert r.summary["prefix_evicted_units"] == 0
     # a cache of 20,000 blocks (320k tokens) must evict: fewer hits, capacity respected
-    small = simulate(w, config=EngineConfig(n_blocks=20_000, prefix_caching=True), cost=const, policy=Never())
+    small = sim(w, config=EngineConfig(n_blocks=20_000, prefix_caching=True), cost=const, policy=Never())
     assert small.summary["prefix_evicted_units"] > 0
     assert small.summary["prefix_hit_rate"] < r.summary["prefix_hit_rate"]
     st_ = small.steps
     assert (st_["kv_used_blocks"] + st_["kv_cached_blocks"] <= 20_000).all()
     # prefill saved: the iterations carry fewer prompt tokens than without caching
-    plain = simulate(w, config=EngineConfig(n_blocks=big), cost=const, policy=Never())
+    plain = sim(w, config=EngineConfig(n_blocks=big), cost=const, policy=Never())
     assert r.steps["n_batched_tokens"].sum() == plain.steps["n_batched_tokens"].sum() - sum(hits)
 
 
@@ -186,35 +193,35 @@ def test_prefix_affinity_routes_turns_to_the_replica_that_holds_them():
 
 # ---- replicas ------------------------------------------------------------------------------------
 
-def test_one_replica_fleet_is_the_plain_engine_and_round_robin_splits_requests():
+def test_one_replica_fleet_is_the_plain_engine_and_round_robin_splits_requests(sim):
     w = work(np.arange(12) * 0.004, [8] * 12, [5] * 12)
     cfg = EngineConfig(n_blocks=200)
-    a = simulate(w, config=cfg, cost=const, policy=StaticK(k=2), acceptance=0.6, seed=3)
-    b = simulate(w, config=cfg, cost=const, policy=StaticK(k=2), acceptance=0.6, seed=3, fleet=FleetSpec(n_replicas=1))
+    a = sim(w, config=cfg, cost=const, policy=StaticK(k=2), acceptance=0.6, seed=3)
+    b = sim(w, config=cfg, cost=const, policy=StaticK(k=2), acceptance=0.6, seed=3, fleet=FleetSpec(n_replicas=1))
     assert a.requests.drop(columns=["status"]).equals(b.requests.drop(columns=["status"]))
-    r = simulate(w, config=cfg, cost=const, policy=Never(), fleet=FleetSpec(n_replicas=3,
+    r = sim(w, config=cfg, cost=const, policy=Never(), fleet=FleetSpec(n_replicas=3,
                                                                               router=RouterConfig(kind="round_robin")))
     assert r.requests["replica"].tolist() == [i % 3 for i in range(12)]
     reps = r.replicas()
     assert reps["n_done"].tolist() == [4, 4, 4] and reps["role"].tolist() == ["both"] * 3
     # each replica alone: request i at 4 ms steps, one prefill + 4 decodes of 10 ms; three replicas
     # finish 12 requests sooner than one
-    one = simulate(w, config=cfg, cost=const, policy=Never())
+    one = sim(w, config=cfg, cost=const, policy=Never())
     assert r.summary["makespan_s"] < one.summary["makespan_s"]
 
 
-def test_disaggregated_handoff_timeline_by_hand():
+def test_disaggregated_handoff_timeline_by_hand(sim):
     # prefill replica: [0, 10 ms) prefills 10 tokens, first token at 10 ms; the 10-token cache moves in
     # 5 ms + 10 x 1 ms = 15 ms, reaching the decode replica at 25 ms; it decodes at 35 and 45 ms
     fleet = FleetSpec(layout="disaggregated", n_replicas=2, n_prefill=1, kv_transfer_s_per_token=0.001,
                       kv_transfer_latency_s=0.005)
-    r = simulate(work([0.0], [10], [3]), config=EngineConfig(n_blocks=100), cost=const, policy=Never(), fleet=fleet,
+    r = sim(work([0.0], [10], [3]), config=EngineConfig(n_blocks=100), cost=const, policy=Never(), fleet=fleet,
                  record_tokens=True)
     assert timeline(r) == [(0, 0, 0.01), (0, 1, 0.035), (0, 2, 0.045)]
     assert r.requests["prefill_replica"].tolist() == [0] and r.requests["replica"].tolist() == [1]
     assert r.requests["ttft_s"].round(6).tolist() == [0.01]
     # two prompts leave together: the second transfer waits for the link (one at a time per prefill replica)
-    r2 = simulate(work([0.0, 0.0], [10, 10], [2, 2]), config=EngineConfig(n_blocks=100), cost=const, policy=Never(),
+    r2 = sim(work([0.0, 0.0], [10, 10], [2, 2]), config=EngineConfig(n_blocks=100), cost=const, policy=Never(),
                   fleet=fleet, record_tokens=True)
     # transfers: [10, 20) ms + 5 ms latency -> 25 ms; [20, 30) + 5 -> 35 ms
     assert timeline(r2) == [(0, 0, 0.01), (1, 0, 0.01), (0, 1, 0.035), (1, 1, 0.045)]
@@ -224,12 +231,12 @@ def test_disaggregated_handoff_timeline_by_hand():
 
 # ---- swap and priorities -------------------------------------------------------------------------
 
-def test_swap_preemption_moves_blocks_to_host_and_back():
+def test_swap_preemption_moves_blocks_to_host_and_back(sim):
     # 6 blocks of 4 tokens (as the recompute test): the later request is swapped out instead of
     # dropped; each block copy costs 2 ms, added to the iterations that copy
     cfg = EngineConfig(n_blocks=6, block_size_tokens=4, watermark_frac=0.0, preemption_mode="swap",
                        swap_space_blocks=100, swap_s_per_block=0.002)
-    r = simulate(work([0.0, 0.0], [8, 8], [8, 8]), config=cfg, cost=const, policy=Never(), record_tokens=True)
+    r = sim(work([0.0, 0.0], [8, 8], [8, 8]), config=cfg, cost=const, policy=Never(), record_tokens=True)
     req = r.requests
     assert req["status"].tolist() == ["done", "done"] and req["emitted_tokens"].tolist() == [8, 8]
     assert req["n_preemptions"].tolist() == [0, 0] and req["n_swaps"].tolist() == [0, 1]
@@ -240,26 +247,26 @@ def test_swap_preemption_moves_blocks_to_host_and_back():
     t = r.tokens()
     assert sorted(zip(t["request"], t["token_index"])) == [(i, j) for i in (0, 1) for j in range(8)]
     # no host space: recompute, and the fallback is counted
-    none = simulate(work([0.0, 0.0], [8, 8], [8, 8]), config=replace(cfg, swap_space_blocks=0), cost=const,
+    none = sim(work([0.0, 0.0], [8, 8], [8, 8]), config=replace(cfg, swap_space_blocks=0), cost=const,
                     policy=Never())
     assert none.requests["n_preemptions"].tolist() == [0, 1] and none.summary["n_swap_fallbacks"] == 1
 
 
-def test_priority_scheduling_orders_the_queue_and_preempts_lower_priority():
+def test_priority_scheduling_orders_the_queue_and_preempts_lower_priority(sim):
     # 5 blocks of 4 tokens. Request 0 (priority 1) runs with 12 + 1 tokens; request 1 (priority 0)
     # arrives at 15 ms with a 12-token prompt: it cannot fit beside request 0, which is preempted
     w = work([0.0, 0.015], [12, 12], [6, 2], priority=np.array([1, 0]))
     cfg = EngineConfig(n_blocks=5, block_size_tokens=4, watermark_frac=0.0, scheduling="priority")
-    r = simulate(w, config=cfg, cost=const, policy=Never(), record_tokens=True)
+    r = sim(w, config=cfg, cost=const, policy=Never(), record_tokens=True)
     req = r.requests
     assert req["n_preemptions"].tolist() == [1, 0] and req["status"].tolist() == ["done", "done"]
     assert req["finish_at_s"][1] < req["finish_at_s"][0]
-    fcfs = simulate(w, config=replace(cfg, scheduling="fcfs"), cost=const, policy=Never())
+    fcfs = sim(w, config=replace(cfg, scheduling="fcfs"), cost=const, policy=Never())
     assert fcfs.requests["n_preemptions"].tolist() == [0, 0]
     assert fcfs.requests["finish_at_s"][0] < fcfs.requests["finish_at_s"][1]
     # the waiting queue: three arrive together, priorities 2, 0, 1, one slot at a time
     w3 = work([0.0, 0.0, 0.0], [4, 4, 4], [1, 1, 1], priority=np.array([2, 0, 1]))
-    r3 = simulate(w3, config=EngineConfig(n_blocks=100, max_num_seqs=1, scheduling="priority"), cost=const,
+    r3 = sim(w3, config=EngineConfig(n_blocks=100, max_num_seqs=1, scheduling="priority"), cost=const,
                   policy=Never())
     assert np.argsort(r3.requests["finish_at_s"].to_numpy()).tolist() == [1, 2, 0]
     assert r3.summary["ttft_p50_s_priority0"] == pytest.approx(0.01)
@@ -267,7 +274,7 @@ def test_priority_scheduling_orders_the_queue_and_preempts_lower_priority():
 
 # ---- the drafter's catch-up ----------------------------------------------------------------------
 
-def _catchups(policy, acceptance, drafter_cache, outputs=(20,), n_blocks=200, arrivals=None):
+def _catchups(sim, policy, acceptance, drafter_cache, outputs=(20,), n_blocks=200, arrivals=None):
     seen = []
 
     def cost(mix):
@@ -276,40 +283,40 @@ def _catchups(policy, acceptance, drafter_cache, outputs=(20,), n_blocks=200, ar
         return TICK
 
     arr = arrivals if arrivals is not None else [0.0] * len(outputs)
-    r = simulate(work(arr, [8] * len(outputs), list(outputs)), config=EngineConfig(n_blocks=n_blocks), cost=cost,
-                 policy=policy, acceptance=acceptance, drafter_cache=drafter_cache)
+    r = sim(work(arr, [8] * len(outputs), list(outputs)), config=EngineConfig(n_blocks=n_blocks), cost=cost,
+            policy=policy, acceptance=acceptance, drafter_cache=drafter_cache)
     return seen, r
 
 
-def test_draft_model_catches_up_on_the_last_draft_when_all_k_are_accepted():
+def test_draft_model_catches_up_on_the_last_draft_when_all_k_are_accepted(sim):
     # K = 2, α = 1: every cycle accepts both drafts; the draft model ran over the last token and the
     # first draft, so the next cycle first runs over the second draft: catch-up 1 a cycle
-    seen, r = _catchups(StaticK(k=2), 1.0, "keep")
+    seen, r = _catchups(sim, StaticK(k=2), 1.0, "keep")
     cycles = [c for c in seen if c[1] == [2]]
     assert cycles[0][0] == [0] and all(c[0] == [1] for c in cycles[1:])
     # α = 0: it rejected the first draft; the drafter's cache already holds the new context
-    seen0, _ = _catchups(StaticK(k=2), 0.0, "keep")
+    seen0, _ = _catchups(sim, StaticK(k=2), 0.0, "keep")
     assert all(c[0] == [0] for c in seen0 if c[1] == [2])
     assert r.summary["drafter_catchup_tokens"] == len(cycles) - 1
 
 
-def test_eagle_runs_again_over_every_accepted_draft():
-    seen, _ = _catchups(StaticK(k=3), 1.0, "refeed")
+def test_eagle_runs_again_over_every_accepted_draft(sim):
+    seen, _ = _catchups(sim, StaticK(k=3), 1.0, "refeed")
     cycles = [c for c in seen if c[1] == [3]]
     assert cycles[0][0] == [0] and all(c[0] == [3] for c in cycles[1:])
 
 
-def test_after_the_gate_reopens_the_drafter_prefills_what_it_missed():
+def test_after_the_gate_reopens_the_drafter_prefills_what_it_missed(sim):
     # threshold 2: with both requests running the gate is off (the drafter does not run, not even over
     # the prompts); request 1 finishes after its prefill + 1 decode, and request 0 drafts again: its
     # drafter first runs over the 8 prompt tokens and the token the target fed while off (then, as
     # every cycle, over the newest token as its first drafting pass)
-    seen, r = _catchups(DisableByBatchSize(k=2, threshold=2), 0.0, "keep", outputs=(12, 2))
+    seen, r = _catchups(sim, DisableByBatchSize(k=2, threshold=2), 0.0, "keep", outputs=(12, 2))
     assert seen[0][2] is False and seen[1][2] is False  # gate off: prefill and decode without the drafter
     assert seen[2][1] == [2] and seen[2][0] == [8 + 1]
     assert seen[3][0] == [0]
     # catch-up off: never behind, no catch-up tokens
-    seen_off, _ = _catchups(DisableByBatchSize(k=2, threshold=2), 0.0, "none", outputs=(12, 2))
+    seen_off, _ = _catchups(sim, DisableByBatchSize(k=2, threshold=2), 0.0, "none", outputs=(12, 2))
     assert all(c[0] is None for c in seen_off)
 
 
@@ -411,9 +418,11 @@ def test_conservation_with_replicas_prefix_caching_swap_priorities_and_catchup(c
     if fleet.disaggregated:  # first tokens come from prefill replicas, the rest from decode replicas
         n_p = fleet.n_prefill
         assert (req.loc[done & (req["output_tokens"] > 1), "replica"] >= n_p).all()
-    again = simulate(w, **kw)
+    # the engine's general path alone gives the same run, token for token
+    again = simulate(w, record_tokens=True, fast_path=False, **kw)
     assert again.requests.drop(columns=["status"]).equals(req.drop(columns=["status"]))
     assert again.steps.equals(steps)
+    assert again.tokens().equals(t)
 
 
 def test_tabulated_draws_are_the_request_streams_accepted_counts():
