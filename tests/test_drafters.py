@@ -299,6 +299,35 @@ def test_hydra_heads_by_hand():
     assert pass_efficiency(work, dep).step_overhead_s == pytest.approx(9 * 11.4e-6)
 
 
+def test_hydra_plus_plus_prefix_layer_by_hand():
+    """Hydra++ (hydra_head_arch = "prefix-mlp", the released checkpoints' recipe) runs one decoder layer of the
+    target's shape over the verified hidden states once a cycle, before its heads (Spec-Bench
+    prefix_mlp_head.py _grounded_proposal). Vicuna-7B, d = 4096, FFN 11008: 4d² + 3·d·11008 + 2d =
+    202,383,360 parameters, 404.8 MB in fp16. On hf-eager on an A100-80GB at batch 1 and 512 cached tokens the
+    pass streams those and the layer's cache (512 x 2 x 4096 x 2 B = 8.4 MB) at 2039 GB/s x 0.685 (0.296 ms)
+    and pays the stack's head_pass_us (2287 us, a one-layer forward called from the drafting code) and one
+    layer's per_layer_overhead_us (830 us): 3.41 ms a cycle more than the same heads without it."""
+    from specsim.specs.stacks import load_stack
+
+    target = load_model("vicuna-7b")
+    dep = Deployment.from_stack(load_hardware("a100-sxm-80gb"), load_stack("hf-eager"))
+    plain = make_config("hydra", target, options={"hydra_mlp_layers": 4})
+    plus = make_config("hydra", target, options={"hydra_mlp_layers": 4, "hydra_head_arch": "prefix-mlp"})
+    layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
+    w0, w1 = plain.family.work(plain, target, 1), plus.family.work(plus, target, 1)
+    assert w1.weight_bytes - w0.weight_bytes == pytest.approx(layer * 2.0)
+    assert w0.cycle_pass_model is None and w1.cycle_pass_model.n_layers == 1
+    c0 = draft_cost(plain, target, dep, batch_size=1, k=4, tree_size=64, context_len=512)
+    c1 = draft_cost(plus, target, dep, batch_size=1, k=4, tree_size=64, context_len=512)
+    want = (layer * 2.0 + 512 * 2 * 4096 * 2.0) / (2039e9 * 0.685) + 2287e-6 + 830e-6
+    assert float(c1.draft_time_s - c0.draft_time_s) == pytest.approx(want, rel=0.02)
+    assert float(c1.n_draft_steps) == float(c0.n_draft_steps) == 4  # a once-a-cycle pass, not a fifth head
+    fp = footprint(plus, target, batch_size=1, context_len=512, k=4, tree_size=64)
+    assert "hydra prefix layer KV cache" in fp
+    with pytest.raises(SpecError, match="hydra_head_arch"):
+        make_config("hydra", target, options={"hydra_head_arch": "prefix"})
+
+
 def test_draft_target_step_ratios_of_published_pairs():
     """The pairs table (data/published/draft_target_ratios.csv): ten read first-hand, each published ratio
     the two models' own speeds inverted (e.g. gpt-fast's Llama-2-7B/70B int4 pair, 25.25 / 196.80 = 0.128),

@@ -67,6 +67,8 @@ PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN = 5e-6
 
 # ---- options ----------------------------------------------------------------------------------------
 
+HYDRA_HEAD_ARCHS = ("mlp", "prefix-mlp")  # Spec-Bench model/hydra/hydra_model.py HydraConfig.hydra_head_arch
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DrafterConfig:
     """Which family drafts, with which model, and its knobs. Defaults are each method's published ones.
@@ -92,6 +94,10 @@ class DrafterConfig:
       that many tokens. None: the level's share of the tree, ⌈(M − 1)/K⌉ (a static tree's average).
     n_heads_hydra / hydra_mlp_layers: Hydra's heads and ResBlocks per head (Spec-Bench
       model/hydra/hydra_model.py defaults: hydra_num_heads = 4, hydra_num_layers = 1).
+    hydra_head_arch: "mlp" (the heads read the target's last hidden state) or "prefix-mlp"
+      (Hydra++: a one-layer decoder over the target's hidden states, with its own KV cache, runs once a
+      cycle before the heads; Spec-Bench model/hydra/hydra_heads/prefix_mlp_head.py,
+      `_grounded_proposal`'s prefix_embeding_layer).
     k_schedule: "fixed" (K every cycle) or "hf-heuristic" (Hugging Face assisted generation's
       num_assistant_tokens schedule: +2 after a fully accepted cycle, −1 otherwise; see
       speculation.schedule), K then being the starting draft length.
@@ -114,6 +120,7 @@ class DrafterConfig:
     eagle_top_k: int | None = None
     n_heads_hydra: int = 4
     hydra_mlp_layers: int = 1
+    hydra_head_arch: str = "mlp"
     k_schedule: str = "fixed"
 
     def __post_init__(self) -> None:
@@ -152,6 +159,9 @@ class DrafterConfig:
             if self.method == "eagle" and self.eagle_version == 1:
                 raise field_error("drafter", "eagle_top_k", v, "unset for eagle_version = 1 (EAGLE-1 drafts a static "
                                   "tree; its levels are the tree's)")
+        if self.hydra_head_arch not in HYDRA_HEAD_ARCHS:
+            raise field_error("drafter", "hydra_head_arch", self.hydra_head_arch,
+                              f"one of {', '.join(repr(a) for a in HYDRA_HEAD_ARCHS)}")
         if self.k_schedule not in ("fixed", "hf-heuristic"):
             raise field_error("drafter", "k_schedule", self.k_schedule, "'fixed' or 'hf-heuristic'")
         if self.k_schedule != "fixed" and "k_schedule" not in self.family.options:
@@ -221,6 +231,11 @@ class DrafterWork:
       writes per token.
     masked_verify: the family's reference code verifies through its own attention with a tree (or
       Lookahead's) mask, where a stack's `[drafting] masked_score_bytes` applies.
+    cycle_pass_model / cycle_pass_ops: a model the family runs once a cycle before its drafting passes
+      (Hydra++'s prefix layer) and the tensor operations its code runs outside that model's layer; the
+      pass is priced as a head pass with a decoder layer (`[drafting]` head_pass_us, else the ops at
+      eager_op_us) at one token per sequence (the verified tokens it reads are a few, and at small batch
+      the pass streams its weights whatever their number), without an LM head (it returns hidden states).
     """
 
     pass_model: ModelSpec | None = None
@@ -247,6 +262,8 @@ class DrafterWork:
     dense_pass_params: float = 0.0
     dense_pass_logit_vocab: int = 0
     masked_verify: bool = False
+    cycle_pass_model: ModelSpec | None = None
+    cycle_pass_ops: float = 0.0
 
     @property
     def has_passes(self) -> bool:
@@ -406,6 +423,12 @@ DYNAMIC_TREE_OPS_PER_NODE = 3
 HYDRA_HEAD_OPS_BASE = 4
 HYDRA_OPS_PER_RESBLOCK = 5
 HYDRA_TREE_OPS_PER_NODE = 22 * 6 / 63
+# Hydra++'s prefix layer (Spec-Bench model/hydra/hydra_heads/prefix_mlp_head.py, _grounded_proposal): the
+# position ids (arange, unsqueeze: 2), then a one-layer LlamaModel of the target's shape
+# (model/hydra/modeling_llama_kv.py) over the verified tokens' hidden states, which outside its layer
+# builds the causal mask (_prepare_decoder_attention_mask: about 16 ops, as EAGLE's forward) and applies
+# the final RMSNorm (8): 26 ops, once a cycle.
+HYDRA_PREFIX_OPS = 2 + 16 + 8
 
 
 def _eagle_like(head: ModelSpec, target: ModelSpec, tp: int, label: str, in_target: bool, *,
@@ -451,13 +474,27 @@ def hydra_head_params(target: ModelSpec, cfg: DrafterConfig, head_index: int) ->
     return first + (cfg.hydra_mlp_layers - 1) * (d * d + d) + d * target.vocab_size
 
 
+def hydra_prefix_layer(target: ModelSpec) -> ModelSpec:
+    """Hydra++'s prefix layer: one decoder layer of the target's shape (Spec-Bench prefix_mlp_head.py copies
+    the base config with num_hidden_layers = 1), its embedding unused (it reads hidden states)."""
+    return truncated_model(target, 1, dense=True, suffix="-hydra-prefix")
+
+
 def _hydra(cfg: DrafterConfig, target: ModelSpec, tp: int) -> DrafterWork:
     n = cfg.n_heads_hydra
     per_head = [hydra_head_params(target, cfg, i) for i in range(n)]
+    held = float(sum(per_head))
+    extra = {}
+    if cfg.hydra_head_arch == "prefix-mlp":
+        prefix = hydra_prefix_layer(target)
+        held += prefix.decoder_layer_params
+        extra = dict(cycle_pass_model=prefix, cycle_pass_ops=HYDRA_PREFIX_OPS, cache_model=prefix, cache_tp=tp,
+                     cache_label="hydra prefix layer KV cache", drafts_prompt=True)
     return DrafterWork(n_passes="k", dense_pass_params=sum(per_head) / n, dense_pass_logit_vocab=target.vocab_size,
-                       weight_bytes=sum(per_head) * target.weight_bytes_per_param / tp, weight_label="hydra heads",
+                       weight_bytes=held * target.weight_bytes_per_param / tp,
+                       weight_label="hydra heads" + (" and prefix layer" if extra else ""),
                        pass_kind="head", head_ops=HYDRA_HEAD_OPS_BASE + HYDRA_OPS_PER_RESBLOCK * cfg.hydra_mlp_layers,
-                       tree_ops_per_node=HYDRA_TREE_OPS_PER_NODE, pass_tp=tp, masked_verify=True)
+                       tree_ops_per_node=HYDRA_TREE_OPS_PER_NODE, pass_tp=tp, masked_verify=True, **extra)
 
 
 # EAGLE-3's draft vocabulary: the 32,000 most frequent target tokens (SafeAILab/EAGLE
@@ -548,7 +585,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                "hf-eager": StackSupport(name="eagle", source="SafeAILab/EAGLE reference repo on HF models"),
            }),
     Family(name="hydra", title="Hydra heads", paper="Ankner et al. 2024 (Hydra: sequentially-dependent draft heads)",
-           work=_hydra, tree=True, options=("n_heads_hydra", "hydra_mlp_layers"), self_label="(hydra heads)",
+           work=_hydra, tree=True, options=("n_heads_hydra", "hydra_mlp_layers", "hydra_head_arch"),
+           self_label="(hydra heads)",
            serving=False,
            stacks={
                "hf-eager": StackSupport(name="hydra", source="zankner/hydra reference repo on HF models, as run by "
@@ -837,6 +875,12 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
                     first = c
                 t = t + c.time_s
             draft = draft + np.where(j < kk, t, 0.0)
+        if work.cycle_pass_model is not None:  # once a cycle, before the passes (Hydra++'s prefix layer)
+            fixed = dep.drafting.head_pass_time_s(work.cycle_pass_ops, layered=True)
+            ceff = eff if fixed is None else replace(eff, step_overhead_s=fixed)
+            c = step_cost(work.cycle_pass_model, dep.hardware, batch_size=b, q_len=1.0, context_len=l,
+                          tp=work.pass_tp, attention=dep.attention, efficiency=ceff)
+            draft = draft + (c.time_s - c.lm_head.time_s)  # it returns hidden states: no LM head
         n_steps = kk.copy()
     if work.host_s_per_seq_per_ktoken:
         draft = draft + b * work.host_s_per_seq_per_ktoken * np.maximum(l, 1.0) / 1000.0
@@ -879,5 +923,6 @@ __all__ = ["FAMILIES", "Family", "StackSupport", "DrafterConfig", "DrafterWork",
            "TREE_METHODS", "OPTION_KEYS", "family", "make_config", "check_tokenizers", "draft_cost", "footprint",
            "verify_q_len", "pass_width", "pass_widths", "pass_efficiency", "drafting_deployment", "masked_score_time_s",
            "dense_time_s", "truncated_model", "eagle_head", "mtp_module",
-           "medusa_head_params", "hydra_head_params", "tree_level_width", "lookahead_width", "stacks_shipping",
+           "medusa_head_params", "hydra_head_params", "hydra_prefix_layer", "HYDRA_HEAD_ARCHS", "tree_level_width",
+           "lookahead_width", "stacks_shipping",
            "PublishedDefault", "published_default"]
