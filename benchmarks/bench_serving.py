@@ -14,14 +14,25 @@ Each case runs --repeat times (default 3); the medians are printed with the spre
 of the process beside the wall time (the machine may be shared), and the load average before and
 after. The first run of a case is not discarded: setup (trace read, cost tables) is timed apart.
 
+--vs REV runs every case side by side with the package as it was at git revision REV (exported to a
+temporary folder): each run is a fresh process, this tree's and REV's in turn (A B A B ...), so a
+drift of the machine's speed reaches both; the ratio is taken pair by pair and its median printed.
+--at REV2 puts revision REV2 in this tree's place (both sides exported).
+
     OMP_NUM_THREADS=1 python benchmarks/bench_serving.py [--repeat 3] [--requests N] [--profile]
+    OMP_NUM_THREADS=1 python benchmarks/bench_serving.py --vs REV [--repeat 5] [--cases 1,8]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -42,7 +53,12 @@ def main() -> int:
     ap.add_argument("--cases", default="1,8,8x8", help="which cases: 1 (one replica), 8 (8 replicas, same "
                     "hour), 8x8 (8 replicas, 8 hours' traffic in one)")
     ap.add_argument("--profile", action="store_true", help="print the top of a cProfile of one replica")
+    ap.add_argument("--vs", metavar="REV", help="run every case side by side with the package at git revision REV")
+    ap.add_argument("--at", metavar="REV", help="with --vs: this side is revision REV too, not the working tree")
+    ap.add_argument("--json-one", action="store_true", help=argparse.SUPPRESS)  # one run of one case, as JSON
     args = ap.parse_args()
+    if args.vs:
+        return side_by_side(args)
 
     from dataclasses import replace
 
@@ -96,6 +112,14 @@ def main() -> int:
 
     cases = {"1": ("one replica", w, 1), "8": ("8 replicas, same hour", w, 8),
              "8x8": ("8 replicas, 8 hours' traffic in one", tiled(w, 8), 8)}
+    if args.json_one:
+        label, workload, n_rep = cases[args.cases]
+        c0, w0 = time.process_time(), time.perf_counter()
+        r = run(workload, n_rep)
+        print(json.dumps({"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0,
+                          "n_steps": int(r.summary["n_steps"]), "n_done": int(r.summary["n_done"]),
+                          "tpot_p50_s": float(r.summary["tpot_p50_s"])}))
+        return 0
     rows = {}
     for key in args.cases.split(","):
         label, workload, n_rep = cases[key]
@@ -121,6 +145,59 @@ def main() -> int:
                 it = r[5]["n_steps"] / max(one[5]["n_steps"], 1)
                 print(f"{r[0]}: {r[1] / one[1]:.2f}x the one-replica wall time, {r[4] / one[4]:.2f}x its CPU time, "
                       f"with {it:.2f}x its iterations (target <= 8x: {'met' if r[4] / one[4] <= 8 else 'NOT met'} on CPU)")
+    print(f"after: {_load()}")
+    return 0
+
+
+def side_by_side(args) -> int:
+    """Every case, this tree (A) against the package at args.vs (B), in alternating fresh processes."""
+    repo = Path(__file__).resolve().parents[1]
+    revs = {}
+    for flag, name in (("--vs", args.vs), ("--at", args.at)):
+        if name is None:
+            continue
+        try:
+            revs[flag] = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", name], check=True,
+                                        capture_output=True, text=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"bench_serving: {flag} {name}: not a git revision of {repo} ({exc})")
+            return 2
+    rev = revs["--vs"]
+    print(f"before: {_load()}")
+    with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
+        trees = {"A": (f"this tree ({repo})", str(repo))}
+        for side, flag in (("B", "--vs"), ("A", "--at")):
+            if flag in revs:
+                folder = Path(tmp) / revs[flag]
+                folder.mkdir(exist_ok=True)
+                archive = subprocess.run(["git", "-C", str(repo), "archive", revs[flag]], check=True,
+                                         capture_output=True).stdout
+                subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+                trees[side] = (f"{revs[flag]}", str(folder))
+        print(f"A: {trees['A'][0]}; B: {trees['B'][0]}")
+        base = [sys.executable, str(Path(__file__).resolve()), "--json-one", "--scenario", args.scenario, "--policy",
+                args.policy, "--requests", str(args.requests)]
+        for case in args.cases.split(","):
+            got = {"A": [], "B": []}
+            for _ in range(args.repeat):
+                for side in ("A", "B"):
+                    env = dict(os.environ, PYTHONPATH=trees[side][1])
+                    out = subprocess.run(base + ["--cases", case], env=env, capture_output=True, text=True)
+                    if out.returncode:
+                        print(f"bench_serving: case {case} failed on {trees[side][0]}:\n{out.stdout}{out.stderr}")
+                        return 1
+                    got[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            a, b = got["A"], got["B"]
+            same = all(x["n_steps"] == y["n_steps"] and x["n_done"] == y["n_done"] for x, y in zip(a, b))
+            print(f"case {case}: {a[0]['n_steps']} iterations in A, {b[0]['n_steps']} in B"
+                  f"{'' if same else ' (the runs differ)'}; {args.repeat} pairs")
+            for key, unit in (("wall_s", "wall"), ("cpu_s", "CPU")):
+                ra = [x[key] for x in a]
+                rb = [x[key] for x in b]
+                ratio = [x / y for x, y in zip(ra, rb)]
+                print(f"  {unit:>4}: A median {statistics.median(ra):.2f} s [{min(ra):.2f}-{max(ra):.2f}], "
+                      f"B {statistics.median(rb):.2f} s [{min(rb):.2f}-{max(rb):.2f}]; "
+                      f"ratio A/B median {statistics.median(ratio):.3f} [{min(ratio):.3f}-{max(ratio):.3f}]")
     print(f"after: {_load()}")
     return 0
 
