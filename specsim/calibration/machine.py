@@ -9,7 +9,11 @@ enough to dwarf the timer, with min and max kept as the spread):
 - the decoder's quantized matrix products (`kernels.matmul`, the kernels a forward pass runs) per
   weight format (Q4_1, Q8_0, Q4_0, F16) and thread count, for M = 1..64 query rows, on the model's
   matrix shapes: the LM head (49152 × 576) and the layer matrices (gate+up 3072 × 576, down 576 × 1536),
-  each layer shape cycled over 30 copies so the weights come from memory as in a forward pass;
+  each shape cycled over as many copies as fill the decoder's working set (WORKING_SET_BYTES, at least
+  30 of a layer's shapes), so that every matrix comes from where a forward pass finds it: after the rest of
+  the pass's weights, not from a cache the previous repeat left it in (on a CPU whose last-level cache holds
+  30 copies of a layer matrix, 30 copies timed cache-resident products a pass never gets: on a 2-core
+  Xeon with AVX512-VNNI, a pass's layer products took twice what 30 cycled copies did);
 - attention per cached token (`kernels.attention`, 9 query heads over 3 key/value heads of 64) for
   M = 1..64 query rows (ATTENTION_M) at contexts 128..2048;
 - the floors: an empty parallel region, the smallest matrix product, the smallest element-wise call;
@@ -48,7 +52,7 @@ from ..specs.models import ACTIVATION_BYTES
 
 FORMATS = ("Q4_1", "Q8_0", "Q4_0", "F16")
 BITS = {"Q4_1": 5.0, "Q4_0": 4.5, "Q8_0": 8.5, "F16": 16.0, "F32": 32.0}
-# (name, N, K, output bytes per element in the cost model, copies cycled per timing)
+# (name, N, K, output bytes per element in the cost model, the fewest copies cycled per timing)
 SHAPES = (("head", 49152, 576, 4.0, 1), ("gate_up", 3072, 576, ACTIVATION_BYTES, 30),
           ("down", 576, 1536, ACTIVATION_BYTES, 30))
 QUICK_SHAPES = (("head", 2048, 64, 4.0, 1), ("gate_up", 256, 64, ACTIVATION_BYTES, 4))
@@ -107,6 +111,12 @@ def _time(fn, repeats: int, min_s: float = 0.02) -> tuple[float, float, float]:
             fn()
         out.append((clock() - t0) / inner)
     return float(np.median(out)), float(min(out)), float(max(out))
+
+
+def _copies(fewest: int, matrix_bytes: float, *, quick: bool = False) -> int:
+    """Copies of a matrix cycled in one timing: enough that they span the decoder's working set (each one
+    then comes from where a pass finds it), and at least `fewest`."""
+    return fewest if quick else max(fewest, math.ceil(WORKING_SET_BYTES / matrix_bytes))
 
 
 def _row(**kw) -> dict:
@@ -337,7 +347,9 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
             for fmt in config.formats:
                 for name, nn, kk, out_bytes, copies in shapes:
                     say(f"{fmt} matrix products {name} ({nn} x {kk}), {t} thread(s)")
-                    packed = [K.pack(fmt, _random_matrix(fmt, nn, kk, rng), kk) for _ in range(copies)]
+                    distinct = [K.pack(fmt, _random_matrix(fmt, nn, kk, rng), kk) for _ in range(min(copies, 2))]
+                    copies = _copies(copies, nn * kk * BITS[fmt] / 8.0, quick=config.quick)
+                    packed = [tuple(a.copy() for a in distinct[i % len(distinct)]) for i in range(copies)]
                     for m in m_values:
                         x = rng.standard_normal((m, kk)).astype(np.float32)
                         out = np.zeros((m, nn), np.float32)
