@@ -5,7 +5,11 @@ For each sweep (`calibration.load`) the stack's figures are fitted on the sweep'
    (in [0.1, 20]) and gains p ≥ 0 seconds per sequence (s alone when the plain fit rows hold one
    load), by robust least squares on log(predicted / measured) of every metric the rows give. The
    terms are device-side because host work that hides behind the device (an overlap scheduler)
-   could not move a plain curve at all;
+   could not move a plain curve at all. A plain sequence emits one token an iteration, so the plain
+   curve cannot say whether p is paid per sequence or per emitted token; the stack's
+   `per_token_share` load regime (`specs.regimes`; `load_share` fits it across sweeps, leave one
+   sweep out) splits it: (1 − share)·p per sequence (`device_per_seq_us`) and share·p per emitted
+   token (`device_per_token_us`, τ of them a speculating sequence a cycle);
 2. the speculative fit rows fix the speculation terms: the per-cycle overhead (`cycle_overhead_us`)
    moves by Δcycle (and, with two or more speculative fit loads, the host work per speculating
    sequence, `spec_per_seq_us`, by Δspec), on the measured speedups (or, where no plain row shares
@@ -13,10 +17,10 @@ For each sweep (`calibration.load`) the stack's figures are fitted on the sweep'
    i.i.d. α fitted instead — with Δcycle when two or more loads are there to separate them, α
    alone from one row.
 Every figure stays ≥ 0. The calibrated stack is the sweep's stack with those figures, its device
-terms in a `calibration` load regime (`specs.regimes`, which ServingCost applies) and its other
-load regimes at the sweep's `stack_version`; every row, fit and check, is then predicted with it.
-The analytical views (predict, the decode-only switch-off) see the host figures, not the device
-terms, which only the serving simulator applies.
+terms in a `calibration` load regime (`specs.regimes`) and its other load regimes at the sweep's
+`stack_version`; every row, fit and check, is then predicted with it. The deployment carries the
+device terms (`cost.deployment.Deployment.calibrated_device_s`), so the serving simulator, the
+analytical cycle (predict) and the switch-off (advise, threshold) price the same iteration.
 
 How a row is predicted: concurrency rows by the serving simulator, a closed loop of `load` users
 (`n_users` when the row gives it) with think time 0, fixed prompt and output lengths, `n_requests`
@@ -30,10 +34,12 @@ drafter; a row's speedup is its metric against the simulated plain run at the sa
 
 Fitting by re-timing. In a closed loop without think time the sequence of iterations — which
 requests run, prefill and draft in each — does not depend on how long the iterations take, so one
-simulation per row records each iteration's device and host seconds, batch and mode, and any other
-value of the terms re-times the same iterations exactly (device' = s·device + p·n, host' = host +
-Δcycle + Δspec·n_spec when speculating; the iteration lasts device' + host', or max(device', host')
-where the stack overlaps them). Rate rows are simulated again for every trial (their queueing depends on time).
+simulation per row records each iteration's device and host seconds, batch, emitted tokens and mode,
+and any other value of the terms re-times the same iterations exactly (device' = s·device + p_seq·n +
+p_tok·emitted, host' = host + Δcycle + Δspec·n_spec when speculating; the iteration lasts device' +
+host', or max(device', host') where the stack overlaps them). Rate rows are simulated again for every
+trial (their queueing depends on time), with finite-difference steps of 2 % of each term's scale
+(a machine-precision step can move one request to another iteration).
 The acceptance changes the iterations themselves, so a fitted α re-simulates its rows per trial.
 
 relative_error = predicted / measured − 1: of the speedup on a speculative row, of the row's
@@ -74,11 +80,13 @@ class Terms:
 
     device_scale: float = 1.0
     device_per_seq_s: float = 0.0
+    device_per_token_s: float = 0.0
     cycle_s: float = 0.0
     spec_per_seq_s: float = 0.0
 
     def to_dict(self) -> dict:
         return {"device_scale": self.device_scale, "device_per_seq_us": self.device_per_seq_s * 1e6,
+                "device_per_token_us": self.device_per_token_s * 1e6,
                 "delta_cycle_overhead_us": self.cycle_s * 1e6, "delta_spec_per_seq_us": self.spec_per_seq_s * 1e6}
 
 
@@ -95,7 +103,8 @@ def calibrated_stack(base: StackProfile, terms: Terms, *, name: str | None = Non
     prov.update(provenance or {})
     entry = entry_from_dict({"property": "calibration", "versions": "*", "status": "fitted",
                              "source": "specsim calibrate load", **prov, "device_scale": terms.device_scale,
-                             "device_per_seq_us": terms.device_per_seq_s * 1e6}, where=f"stack {base.id!r}")
+                             "device_per_seq_us": terms.device_per_seq_s * 1e6,
+                             "device_per_token_us": terms.device_per_token_s * 1e6}, where=f"stack {base.id!r}")
     regimes = tuple(e for e in base.regimes if e.property != "calibration") + (entry,)
     return replace(base, host=host, cycle_overhead_s=max(base.cycle_overhead_s + terms.cycle_s, 0.0),
                    name=name or base.name, regimes=regimes)
@@ -113,6 +122,7 @@ class RowRun:
     n_seqs: np.ndarray = None
     spec: np.ndarray = None
     n_spec: np.ndarray = None
+    n_emit: np.ndarray = None
     overlapped: np.ndarray = None
     first_idx: np.ndarray = None
     finish_idx: np.ndarray = None
@@ -128,8 +138,10 @@ class RowRun:
             raise SpecError("internal: a rate row cannot be re-timed")
         d_cyc, d_sps = terms.cycle_s - base.cycle_s, terms.spec_per_seq_s - base.spec_per_seq_s
         host = np.maximum(self.host_s + d_cyc * self.spec + d_sps * self.n_spec, 0.0)
-        device = ((self.device_s - base.device_per_seq_s * self.n_seqs) * (terms.device_scale / base.device_scale)
-                  + terms.device_per_seq_s * self.n_seqs)
+        emit = self.n_emit if self.n_emit is not None else self.n_seqs
+        device = ((self.device_s - base.device_per_seq_s * self.n_seqs - base.device_per_token_s * emit)
+                  * (terms.device_scale / base.device_scale)
+                  + terms.device_per_seq_s * self.n_seqs + terms.device_per_token_s * emit)
         dur = np.where(self.overlapped, np.maximum(device, host), device + host)
         if self.tau is not None:  # a batch row: one iteration
             it = float(dur[0])
@@ -159,7 +171,7 @@ class _Recorder:
     def breakdown(self, mix):
         dev, host, c, ov = self.cost.parts(mix)
         ns = mix.n_spec if mix.n_spec is not None else int(np.count_nonzero(mix.draft_k))
-        self.rows.append((dev, host, mix.q_lens.size, ns > 0, ns, ov))
+        self.rows.append((dev, host, mix.q_lens.size, ns > 0, ns, ov, self.cost.emitted_tokens(mix)))
         return ((dev if dev > host else host) if ov else dev + host), c
 
 
@@ -237,7 +249,7 @@ def run_row(sweep: LoadSweep, row: LoadRow, *, stack: StackProfile, speculative:
         dev, host, _c, ov = cost.parts(mix)
         run = RowRun(metrics={}, device_s=np.array([dev]), host_s=np.array([host]), n_seqs=np.array([float(b)]),
                      spec=np.array([1.0 if speculative else 0.0]), n_spec=np.array([float(b) if speculative else 0.0]),
-                     overlapped=np.array([ov]), retimable=True, tau=tau)
+                     n_emit=np.array([float(b) * tau]), overlapped=np.array([ov]), retimable=True, tau=tau)
         run.metrics = run.retime(Terms(), Terms())
         return run
     setup = build_serving(op, seed=seed)
@@ -260,6 +272,7 @@ def run_row(sweep: LoadSweep, row: LoadRow, *, stack: StackProfile, speculative:
     run.device_s, run.host_s, run.n_seqs, run.spec, run.n_spec = (parts[:, 0], parts[:, 1], parts[:, 2], parts[:, 3],
                                                                    parts[:, 4])
     run.overlapped = np.array([r[5] for r in rec.rows], dtype=bool)
+    run.n_emit = np.array([r[6] for r in rec.rows], dtype=float)
     cum = np.cumsum(np.where(run.overlapped, np.maximum(run.device_s, run.host_s), run.device_s + run.host_s))
     req = res.requests
     done = req["status"].astype(str).to_numpy() == "done"
@@ -320,6 +333,7 @@ class SweepFit:
     fit_error: float | None
     check_error: float | None
     notes: tuple = ()
+    token_share: float = 0.0
 
     def to_dict(self) -> dict:
         sw = self.sweep
@@ -328,7 +342,7 @@ class SweepFit:
         return {"sweep": sw.name, "file": sw.file, "stack": sw.stack, "stack_version": sw.stack_version,
                 "hardware": sw.hardware, "n_devices": sw.n_devices, "target": sw.target, "method": sw.method,
                 "k": sw.k, "tree_size": sw.tree_size, "load_kind": sw.load_kind, "fitted": list(self.fitted),
-                **self.terms.to_dict(), "alpha": self.alpha, "fit_load_min": lo, "fit_load_max": hi,
+                **self.terms.to_dict(), "token_share": self.token_share, "alpha": self.alpha, "fit_load_min": lo, "fit_load_max": hi,
                 "n_rows": len(sw.rows), "n_fit_rows": len(fit_rows),
                 "fit_median_relative_error": self.fit_error, "check_median_relative_error": self.check_error,
                 "regimes": list(self.stack_regime_lines), "notes": list(self.notes)}
@@ -360,20 +374,61 @@ def assign_roles(sweep: LoadSweep, mode: str) -> LoadSweep:
 ROBUST_SCALE = 0.1  # residuals (log ratios) beyond about 10 % weigh as their absolute value, not its square
 
 
-def _least_squares(fun, x0, lo, hi, scale=None):
-    """Bounded robust least squares (soft L1 on the log ratios, as `calibrate steps` fits)."""
+NOISY_STEP = 0.02  # finite-difference step, in units of each term's scale, where rows are re-simulated
+
+
+def _least_squares(fun, x0, lo, hi, scale=None, noisy: bool = False):
+    """Bounded robust least squares (soft L1 on the log ratios, as `calibrate steps` fits).
+
+    noisy: the residuals come from re-simulating rows whose queueing depends on time (rate rows),
+    where a change of one part in 10^8 can move a request to another iteration: the terms are then
+    searched in units of their scale with central differences of NOISY_STEP of it (20 µs for a
+    seconds term, 0.2 % for the log scale) instead of the default machine-precision steps."""
     from scipy.optimize import least_squares
 
     x0 = np.clip(np.asarray(x0, dtype=float), lo, hi)
     xs = np.asarray(scale if scale is not None else np.full(len(x0), 1e-3), dtype=float)
-    res = least_squares(fun, x0, bounds=(lo, hi), x_scale=xs, diff_step=None, loss="soft_l1",
-                        f_scale=ROBUST_SCALE, xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
+    if not noisy:
+        res = least_squares(fun, x0, bounds=(lo, hi), x_scale=xs, diff_step=None, loss="soft_l1",
+                            f_scale=ROBUST_SCALE, xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
+        return res.x
+    lo_a, hi_a = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    steps = NOISY_STEP * xs
+    # a term starting on its bound starts one scale inside it: the trust region starts at |x0 / scale|,
+    # and a start on the bound (nudged by 1e-10) would leave it too small to step past the noise
+    x0 = np.minimum(np.where(x0 <= lo_a, lo_a + xs, x0), hi_a)
+
+    def jac(x):
+        cols = []
+        for i, h in enumerate(steps):
+            up, down = x.copy(), x.copy()
+            up[i], down[i] = min(x[i] + h, hi_a[i]), max(x[i] - h, lo_a[i])
+            cols.append((np.asarray(fun(up)) - np.asarray(fun(down))) / (up[i] - down[i]))
+        return np.stack(cols, axis=1)
+
+    res = least_squares(fun, x0, jac=jac, bounds=(lo_a, hi_a), x_scale=xs, loss="soft_l1", f_scale=ROBUST_SCALE,
+                        xtol=1e-4, ftol=1e-5, gtol=1e-8, max_nfev=25)
     return res.x
 
 
-def fit_sweep(sweep: LoadSweep, *, seed: int = 0) -> SweepFit:
-    """Fit the sweep's stack on its fit rows and predict every row (see the module docstring)."""
+def stack_token_share(stack: StackProfile, version: str | None) -> float:
+    """The stack's `per_token_share` load regime at `version` (specs.regimes), 0 without one."""
+    from ..specs.regimes import resolve_regimes
+
+    v = resolve_regimes(stack.regimes, version=version, where=f"stack {stack.id!r}").per_token_share
+    return 0.0 if v is None else float(v)
+
+
+def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = None) -> SweepFit:
+    """Fit the sweep's stack on its fit rows and predict every row (see the module docstring).
+    token_share: the share of the plain curve's per-sequence seconds paid per emitted token (None:
+    the stack's `per_token_share` regime at the sweep's version, else 0)."""
     base0 = load_stack(sweep.stack)
+    if token_share is None:
+        token_share = stack_token_share(base0, sweep.stack_version)
+    if not (0.0 <= token_share <= 1.0):
+        raise SpecError(f"token share {token_share!r}: expected a share in [0, 1]")
+    token_frac = float(token_share)
     notes: list[str] = []
     fitted: list[str] = []
     plain_fit = [r for r in sweep.plain("fit")]
@@ -387,7 +442,9 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0) -> SweepFit:
         two = len({r.load for r in plain_fit}) >= 2
 
         def at(x):
-            return Terms(device_scale=float(math.exp(x[0])), device_per_seq_s=float(x[1]) if two else 0.0)
+            p = float(x[1]) if two else 0.0
+            return Terms(device_scale=float(math.exp(x[0])), device_per_seq_s=(1.0 - token_frac) * p,
+                         device_per_token_s=token_frac * p)
 
         def plain_res(x):
             t = at(x)
@@ -401,7 +458,8 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0) -> SweepFit:
 
         lo = [math.log(MIN_SCALE)] + ([0.0] if two else [])
         hi = [math.log(MAX_SCALE)] + ([MAX_TERM_S] if two else [])
-        x = _least_squares(plain_res, [0.0] * len(lo), lo, hi, scale=[0.1] + ([1e-3] if two else []))
+        x = _least_squares(plain_res, [0.0] * len(lo), lo, hi, scale=[0.1] + ([1e-3] if two else []),
+                           noisy=any(not runs[r.line].retimable for r in plain_fit))
         terms = at(x)
         fitted += ["device_scale"] + (["device_per_seq_us"] if two else [])
         if not two:
@@ -443,7 +501,8 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0) -> SweepFit:
                 return replace(terms, cycle_s=float(x[0]), spec_per_seq_s=float(x[1]) if both else 0.0)
 
             lo = [-base0.cycle_overhead_s] + ([-h.spec_per_seq_s] if both else [])
-            x = _least_squares(lambda x: spec_res_for(acc_of, runs, at(x)), [0.0] * len(lo), lo, [MAX_TERM_S] * len(lo))
+            x = _least_squares(lambda x: spec_res_for(acc_of, runs, at(x)), [0.0] * len(lo), lo, [MAX_TERM_S] * len(lo),
+                               noisy=any(not run.retimable for run in runs.values()))
             t = at(x)
             return t, float(np.sum(spec_res_for(acc_of, runs, t) ** 2))
 
@@ -481,7 +540,8 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0) -> SweepFit:
     chk_err = table.loc[table["role"] == "check", "relative_error"].abs()
     return SweepFit(sweep=sweep, stack=stack, terms=terms, alpha=alpha, fitted=tuple(fitted), rows=table,
                     fit_error=float(fit_err.median()) if fit_err.notna().any() else None,
-                    check_error=float(chk_err.median()) if chk_err.notna().any() else None, notes=tuple(notes))
+                    check_error=float(chk_err.median()) if chk_err.notna().any() else None, notes=tuple(notes),
+                    token_share=token_frac)
 
 
 def row_acceptance(sweep: LoadSweep, row: LoadRow, alpha: float | None) -> dict | None:
@@ -592,14 +652,15 @@ class LoadCalibration:
                 "by_stack": self.by("stack"), "by_method": self.by("method")}
 
 
-def calibrate_load(sweeps, *, roles: str = "table", seed: int = 0, progress=None) -> LoadCalibration:
+def calibrate_load(sweeps, *, roles: str = "table", seed: int = 0, progress=None, token_share: float | None = None
+                   ) -> LoadCalibration:
     """Fit and predict every sweep (see the module docstring)."""
     fits = []
     for sw in sweeps:
         sw = assign_roles(sw, roles)
         if progress is not None:
             progress(sw.name)
-        fits.append(fit_sweep(sw, seed=seed))
+        fits.append(fit_sweep(sw, seed=seed, token_share=token_share))
     return LoadCalibration(fits=tuple(fits), roles=roles)
 
 
@@ -631,6 +692,7 @@ def _stack_table(fit: SweepFit, *, command: str) -> dict:
            "load_kind": sw.load_kind, "load_min": float(lo), "load_max": float(hi), "n_fit_rows": len(fit_rows),
            "fit_error_frac": float(fit.fit_error or 0.0), "command": command,
            "device_scale": float(fit.terms.device_scale), "device_per_seq_us": float(fit.terms.device_per_seq_s * 1e6),
+           "device_per_token_us": float(fit.terms.device_per_token_s * 1e6),
            "source": f"specsim calibrate load ({', '.join(fit.fitted) or 'nothing'} fitted)"}
     if fit.check_error is not None:
         cal["check_error_frac"] = float(fit.check_error)

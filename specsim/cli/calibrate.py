@@ -667,6 +667,12 @@ def _register_load(sub) -> None:
     p.add_argument("--n-devices", type=int, help="import: devices serving the target")
     p.add_argument("--k", type=int, help="import: draft length (a tree's depth)")
     p.add_argument("--tree-size", type=int, help="import: nodes verified per sequence, for a tree")
+    p.add_argument("--token-share", type=float, metavar="SHARE",
+                   help="of the plain curve's per-sequence cost, the share paid per emitted token (0..1; default: the "
+                        "stack's per_token_share load regime, else 0)")
+    p.add_argument("--token-share-loo", metavar="SHARES",
+                   help="fit the per-token share leave one sweep out over these candidates (comma-separated, e.g. "
+                        "0,0.25,0.5,0.75,1): each sweep is predicted at the share the other sweeps chose")
     p.add_argument("--seed", type=int, default=0, help="simulation seed")
     p.add_argument("--json", action="store_true", help="print one JSON object (sweeps, rows, summary)")
     p.add_argument("--out", help="write every row (measured and predicted) to this CSV")
@@ -699,9 +705,23 @@ def _run_load(args) -> int:
         table = import_load_files(args.files, format=args.format, config=config)
         sweeps = sweeps_from_table(table.astype(str).replace({"None": ""}), where=f"{args.format} results")
     quiet = args.json or not sys.stderr.isatty()
-    cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed,
-                         progress=None if quiet else (lambda name: print(f"calibrating {name} ...", file=sys.stderr)))
-    command = "specsim calibrate load " + " ".join(args.files) + (f" --roles {args.roles}" if args.roles != "table" else "")
+    progress = None if quiet else (lambda name: print(f"calibrating {name} ...", file=sys.stderr))
+    if args.token_share is not None and not (0.0 <= args.token_share <= 1.0):
+        raise SpecError(f"--token-share {args.token_share:g}: expected a share in [0, 1]")
+    loo = None
+    if args.token_share_loo:
+        from ..calibration.load_share import leave_one_sweep_out
+        from .common import parse_list
+
+        if args.token_share is not None:
+            raise SpecError("--token-share and --token-share-loo: give one (the second fits the first)")
+        shares = parse_list(args.token_share_loo, "--token-share-loo", float, minimum=0.0, maximum=1.0)
+        loo = leave_one_sweep_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress)
+        cal = loo.loo
+    else:
+        cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share)
+    command = ("specsim calibrate load " + " ".join(args.files) + (f" --roles {args.roles}" if args.roles != "table" else "")
+               + (f" --token-share {args.token_share:g}" if args.token_share is not None else ""))
     written = []
     if args.write_scenario:
         written = write_scenarios(cal, args.write_scenario, command=command)
@@ -710,12 +730,30 @@ def _run_load(args) -> int:
     if args.json:
         out = cal.to_dict()
         out["written"] = [str(p) for p in written]
+        if loo is not None:
+            out["token_share_loo"] = loo.to_dict()
         print_json(out)
         return 0
+    if loo is not None:
+        print(format_token_share_loo(loo))
     print(format_load_calibration(cal))
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def format_token_share_loo(loo) -> str:
+    """The leave-one-sweep-out scan: each sweep's check error at each share, and the share the others chose."""
+    g = loo.grid()
+    names = list(dict.fromkeys(r["sweep"] for r in g))
+    lines = ["per-token share, leave one sweep out: median |error| over each sweep's check rows at each share",
+             "  " + f"{'sweep':<60}" + "".join(f"{s:>8g}" for s in loo.shares) + "  chosen by the others"]
+    for n in names:
+        cells = {r["share"]: r["median_abs_error"] for r in g if r["sweep"] == n}
+        lines.append("  " + f"{n[:60]:<60}" + "".join(f"{cells[s]:>8.1%}" if cells[s] is not None else f"{'-':>8}"
+                                                      for s in loo.shares) + f"  {loo.chosen[n]:g}")
+    lines.append(f"  share over all sweeps: {loo.overall:g}; the tables below predict each sweep at its chosen share")
+    return "\n".join(lines) + "\n"
 
 
 def format_load_calibration(cal) -> str:
@@ -729,7 +767,8 @@ def format_load_calibration(cal) -> str:
                      + (f" K = {sw.k}" if sw.method != "none" else "") + (f", tree {sw.tree_size}" if sw.tree_size else "")
                      + f" ({sw.load_kind})")
         fitted = ", ".join(f.fitted) or "nothing"
-        lines.append(f"  fitted {fitted}: device x{t.device_scale:.3f} + {t.device_per_seq_s * 1e6:.1f} µs a sequence; "
+        lines.append(f"  fitted {fitted}: device x{t.device_scale:.3f} + {t.device_per_seq_s * 1e6:.1f} µs a sequence"
+                     f" + {t.device_per_token_s * 1e6:.1f} µs an emitted token (share {f.token_share:g}); "
                      f"cycle {t.cycle_s * 1e6:+.0f} µs, per speculating sequence {t.spec_per_seq_s * 1e6:+.1f} µs"
                      + (f"; α = {f.alpha:.3f}" if f.alpha is not None else ""))
         lines.append(f"  {'load':>8}  {'role':<5} {'mode':<5} {'measured':>10} {'predicted':>10} {'error':>8}  metric")

@@ -7,6 +7,12 @@ devices (tensor parallel, or Hugging Face's layer split where consecutive layers
 devices and run one after the other, paying one hop per device boundary), the attention kernel, its
 per-cycle host overhead for speculation, what its drafting code costs per pass beside the device
 work (`specs.stacks.DraftingCost`), and whether it verifies trees.
+
+A stack calibrated on its own load sweep (`specsim calibrate load`: a `calibration` load regime,
+`specs.regimes`) carries three device terms the plain curve fixed: every iteration's device time
+times `device_scale`, plus `device_per_seq_s` per sequence and `device_per_token_s` per token the
+iteration emits. The deployment holds them (`calibrated_device_s`) so that the analytical cycle, the
+switch-off and the serving simulator price the same iteration.
 """
 from __future__ import annotations
 
@@ -43,6 +49,9 @@ class Deployment:
     stack_id: str = ""
     host: HostCost = HostCost()
     drafting: DraftingCost = DraftingCost()
+    device_scale: float = 1.0
+    device_per_seq_s: float = 0.0
+    device_per_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
@@ -53,6 +62,12 @@ class Deployment:
             raise field_error(f"stack {self.stack_id!r}", "tp", self.n_devices, "1: this stack runs a model on one device")
         if self.attention not in ATTENTION_KERNELS:
             raise field_error("deployment", "attention", self.attention, f"one of {', '.join(ATTENTION_KERNELS)}")
+        for name in ("device_scale", "device_per_seq_s", "device_per_token_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0 \
+                    or (name == "device_scale" and v == 0):
+                raise field_error("deployment", name, v, "a finite number > 0" if name == "device_scale"
+                                  else "a finite number of seconds >= 0")
 
     @classmethod
     def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused"):
@@ -62,7 +77,23 @@ class Deployment:
         return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
                    layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
-                   supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host, drafting=stack.drafting)
+                   supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host, drafting=stack.drafting,
+                   **calibration_terms(stack))
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether a load calibration's device terms apply (see the module docstring)."""
+        return self.device_scale != 1.0 or bool(self.device_per_seq_s) or bool(self.device_per_token_s)
+
+    def calibrated_device_s(self, device_s, *, n_seqs, n_emitted):
+        """An iteration's device seconds with the load calibration's terms: device_s × device_scale +
+        device_per_seq_s × n_seqs + device_per_token_s × n_emitted (n_emitted: the tokens the iteration
+        emits, one a plain sequence, τ a speculating one). Unchanged without a calibration."""
+        if not self.calibrated:
+            return device_s
+        return (np.asarray(device_s, dtype=float) * self.device_scale
+                + self.device_per_seq_s * np.asarray(n_seqs, dtype=float)
+                + self.device_per_token_s * np.asarray(n_emitted, dtype=float))
 
     @property
     def eff(self) -> Efficiency:
@@ -107,6 +138,18 @@ class Deployment:
         return 0.0
 
 
+def calibration_terms(stack) -> dict:
+    """The device terms of a stack's `calibration` load regime (`specs.regimes`; written with versions
+    "*" by `calibrate load`, so it holds at every version), as Deployment fields; {} without one."""
+    for e in getattr(stack, "regimes", ()):
+        if e.property == "calibration":
+            f = e.fields
+            return {"device_scale": float(f.get("device_scale", 1.0)),
+                    "device_per_seq_s": float(f.get("device_per_seq_us", 0.0)) * 1e-6,
+                    "device_per_token_s": float(f.get("device_per_token_us", 0.0)) * 1e-6}
+    return {}
+
+
 def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> StepCost:
     """One forward pass of the target (B sequences × M query tokens after L cached) on the deployment:
     the roofline step on one device of the group, with the layer-split hops (`Deployment.hop_s`)
@@ -123,4 +166,4 @@ def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, c
     return target_step_cost(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len).time_s
 
 
-__all__ = ["Deployment", "target_step_cost", "target_step_time", "MULTI_GPU_MODES"]
+__all__ = ["Deployment", "target_step_cost", "target_step_time", "calibration_terms", "MULTI_GPU_MODES"]

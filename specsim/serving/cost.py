@@ -34,7 +34,9 @@ Load regimes (`specs.regimes`, the stack's `[[load_regime]]` entries at the scen
 - with dynamic_k=True (a per-batch-size K schedule enabled), the device time grows by the
   regimes' dynamic-K tax at the iteration's batch;
 - a stack calibrated on a load sweep (`calibrate load`) scales every iteration's device time by its
-  `device_scale` and adds `device_per_seq_us` per sequence.
+  `device_scale`, adds `device_per_seq_us` per sequence and `device_per_token_us` per token the
+  iteration is expected to emit (`emitted_tokens`: one a row that does not speculate, τ at its K a
+  speculating one).
 `regimes_for(op)` resolves them; `ServingCost.regimes` holds them, and with none in force the
 cost is exactly the analytical one.
 
@@ -55,7 +57,7 @@ from ..cost.roofline import (LOGIT_BYTES, attention_time_s, kv_shard_frac, logit
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
 from ..specs.regimes import NO_REGIMES, Regimes, resolve_regimes
-from ..speculation.families import dense_time_s, tree_level_width
+from ..speculation.families import dense_time_s, masked_score_time_s, pass_efficiency, pass_widths
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import tokens_per_cycle_at
 from .mix import IterationMix
@@ -228,8 +230,13 @@ class ServingCost:
                                exact=exact)
         self.work = op.work if op.speculative else None
         w = self.work
-        self.drafter = (FastStep(w.pass_model, op.hardware, tp=w.pass_tp, attention=dep.attention, efficiency=dep.eff,
-                                 exact=exact) if w is not None and w.pass_model is not None else None)
+        # a drafting pass at the family's own efficiency: a head pass pays the stack's [drafting] head-pass
+        # cost in place of a model step's overhead (speculation.families.pass_efficiency, as draft_cost)
+        self.drafter = (FastStep(w.pass_model, op.hardware, tp=w.pass_tp, attention=dep.attention,
+                                 efficiency=pass_efficiency(w, dep), exact=exact)
+                        if w is not None and w.pass_model is not None else None)
+        # the reference repos' masked eager verify: device bytes per attention score (families.masked_score_time_s)
+        self._masked = bool(w is not None and w.masked_verify and dep.drafting.masked_score_bytes)
         self.hop_s = dep.hop_s
         self._proj = (0.0, 0.0)
         if w is not None and w.projection_params:
@@ -260,7 +267,10 @@ class ServingCost:
         self._mla_prefill = (op.target.mla is not None and rg.verify_path.get("mla") == "prefill")
         self._device_regimes = bool(self._eager_target_s or self._eager_draft_s or self._mla_prefill
                                     or (self.dynamic_k and rg.dynamic_k_tax is not None))
-        self._calibrated = (rg.device_scale, rg.device_per_seq_s) if rg.calibration is not None else None
+        # a load calibration's device terms, as the deployment holds them (cost.deployment: the analytical
+        # cycle and the switch-off apply the same ones)
+        self._calibrated = ((dep.device_scale, dep.device_per_seq_s, dep.device_per_token_s) if dep.calibrated
+                            else None)
 
     # -- parts
     def target_time_s(self, mix: IterationMix) -> float:
@@ -334,13 +344,20 @@ class ServingCost:
             else:
                 kmax = int(ks.max())
                 uniform = int(ks.min()) == kmax
-            width = int(tree_level_width(kmax, mix.tree_size)) if (mix.tree_size and w.by_level) else 1
+            # the first pass's width and the later passes' (families.pass_widths: a dynamic tree with a top-k
+            # drafts one token's children first, then top-k tokens a level); pass j sees context + off(j)
+            w0, wl = (int(x) for x in pass_widths(w, kmax, mix.tree_size or None))
+            width = w0
+
+            def offset(j: int) -> int:
+                return 0 if j == 0 else w0 + (j - 1) * wl
+
             if fused and w.context_cap is None:
                 # closed form: per pass, tokens T = n_j·w, KV reads R = S_j + n_j·j·w + T, pairs
                 # P = w·(S_j + n_j·j·w) + n_j·(w² + w)/2, with n_j, S_j the count and context sum of
                 # the rows drafting more than j tokens
                 summed = False
-                if uniform and not w.projection_params:
+                if uniform and not w.projection_params and w0 == wl:
                     s0 = _sum_ctx(mix) if every else float(np.add.reduce(ctx))
                     cnt, sums = [n], [s0]
                     total += model.passes(n, width, s0, kmax)
@@ -353,24 +370,26 @@ class ServingCost:
                     sum_k = np.bincount(ks, weights=ctx, minlength=kmax + 1)
                     cnt = np.cumsum(cnt_k[::-1])[::-1][1:].tolist()
                     sums = np.cumsum(sum_k[::-1])[::-1][1:].tolist()
-                half = (width * width + width) / 2.0
+                half = (w0 * w0 + w0) / 2.0
                 for j in (() if summed else range(kmax)):
+                    wj = w0 if j == 0 else wl
                     nj, sj = cnt[j], sums[j]
-                    t = nj * width
-                    base = sj + nj * j * width
-                    total += model.time(t, t, base + t, width * base + nj * half)
+                    t = nj * wj
+                    base = sj + nj * offset(j)
+                    total += model.time(t, t, base + t, wj * base + nj * (wj * wj + wj) / 2.0)
                     if w.projection_params:
                         total += self._projection_s(t)
             else:
                 for j in range(kmax):
+                    wj = w0 if j == 0 else wl
                     active = ks > j
-                    cj = ctx[active] + j * width
+                    cj = ctx[active] + offset(j)
                     if w.context_cap is not None:
                         cj = np.minimum(cj, w.context_cap)
-                    q = np.full(cj.size, width, dtype=np.int64)
+                    q = np.full(cj.size, wj, dtype=np.int64)
                     total += model(q, cj, q)
                     if w.projection_params:
-                        total += self._projection_s(cj.size * width)
+                        total += self._projection_s(cj.size * wj)
             if c is not None and fused and w.context_cap is None:
                 # pass 0 over w + c tokens from context − c instead of w from context: T grows by Σc,
                 # G and R stay, P grows by Σ[c·ctx − c²/2 + c/2] (the causal pairs of the longer query)
@@ -422,15 +441,22 @@ class ServingCost:
         return total + catchup_s, catchup_s
 
     def verify_extra_s(self, mix: IterationMix) -> float:
-        """Work the family adds inside the verify pass (Medusa's heads on every verified position)."""
+        """Work the family adds inside the verify pass: Medusa's heads on every verified position, and the
+        scores a masked eager verify materialises (`families.masked_score_time_s`, per speculating row)."""
         w = self.work
-        if w is None or not w.verify_head_params:
+        if w is None or not (w.verify_head_params or self._masked):
             return 0.0
         spec = mix.draft_k > 0
         if not spec.any():
             return 0.0
+        masked = 0.0
+        if self._masked:
+            masked = float(np.sum(masked_score_time_s(self.target_model, self.dep, batch_size=1,
+                                                      q_len=mix.q_lens[spec], context_len=mix.context_lens[spec])))
+        if not w.verify_head_params:
+            return masked
         positions = float(mix.q_lens[spec].sum())
-        return float(dense_time_s(w.verify_head_params, positions,
+        return masked + float(dense_time_s(w.verify_head_params, positions,
                                   weight_bytes_per_param=self.target_model.weight_bytes_per_param, hw=self.hw,
                                   eff=self.dep.eff, dtype=self.target_model.compute_dtype, tp=self.dep.tp,
                                   extra_bytes=positions * w.verify_head_logit_rows * self.target_model.vocab_size * 4.0))
@@ -477,6 +503,18 @@ class ServingCost:
             self._tau_cache[key] = tokens_per_cycle_at(self.op, k=k, tree_size=mix.tree_size or None, context_len=ctx)
         return self._tau_cache[key]
 
+    def emitted_tokens(self, mix: IterationMix, n_spec: int | None = None, kmax: int | None = None) -> float:
+        """Tokens the iteration is expected to emit: one a row that does not speculate, the expected
+        tokens per cycle (τ at the deepest K) a speculating one."""
+        if n_spec is None:
+            spec = mix.draft_k > 0
+            n_spec = int(np.count_nonzero(spec)) if self.work is not None else 0
+            kmax = int(mix.draft_k.max()) if n_spec else 0
+        n = mix.q_lens.size
+        if not n_spec:
+            return float(n)
+        return float(n - n_spec) + n_spec * self.expected_tokens(int(kmax), mix)
+
     def parts(self, mix: IterationMix) -> tuple[float, float, float, bool]:
         """(device seconds, host seconds, of the device the drafter's catch-up, whether the two overlap)
         of one iteration: the device's passes and per-cycle work (with the load regimes in force),
@@ -501,14 +539,18 @@ class ServingCost:
         if self.work is not None:
             device += d
             if ns:
-                if self.work.verify_head_params:
+                if self.work.verify_head_params or self._masked:
                     device += self.verify_extra_s(mix)
                 device += (pos - ns) * self._logit_s_per_extra_position
                 if mix.tree_size:
                     device += ns * self.expected_tokens(kmax, mix) * self._compact_s_per_token
         if self._calibrated is not None:
-            device = device * self._calibrated[0] + self._calibrated[1] * mix.q_lens.size
-            c *= self._calibrated[0]
+            scale, per_seq, per_token = self._calibrated
+            n = mix.q_lens.size
+            device = device * scale + per_seq * n
+            if per_token:
+                device += per_token * self.emitted_tokens(mix, ns, kmax)
+            c *= scale
         if self.dynamic_k and self.regimes.dynamic_k_tax is not None:
             device *= 1.0 + self.regimes.dynamic_k_frac(mix.q_lens.size)
         n_tok = float(mix.q_lens.size * mix.uniform_q) if mix.uniform_q else float(np.add.reduce(mix.q_lens))

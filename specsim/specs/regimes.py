@@ -37,12 +37,19 @@ Properties (units in the key, converted once here):
 - `dynamic_k_tax`: the iteration's cost increase, as a fraction, when a per-batch-size K schedule is
   enabled even where it drafts nothing: `low_frac` at `low_batch` sequences and `high_frac` at
   `high_batch`, linear between and held outside.
+- `per_token_share`: of the per-sequence seconds a plain load curve shows beyond the roofline (the
+  `device_per_seq_us` a load calibration fits), the share the stack pays per token it emits rather
+  than per sequence it runs (`value`, 0..1): the output work every stack does per new token —
+  appending it, checking stop conditions, detokenizing and streaming it — which a speculating
+  sequence pays τ times a cycle. `calibrate load` splits its fitted per-sequence term with it.
 - `calibration` (status "fitted", written by `specsim calibrate load --write-scenario`): which
   measured load sweep the stack's figures were fitted to — `sweep`, `file`, `load_kind` and the
   load range `load_min`..`load_max` its rows covered, `n_fit_rows`, the fit's median |error|
   `fit_error_frac` (and `check_error_frac` on the rows it never saw), the `command`; and the two
   device terms the plain curve fixes: `device_scale` (every iteration's device time times it) and
-  `device_per_seq_us` (added per sequence in the iteration). Every analysis of a scenario on such a
+  `device_per_seq_us` (added per sequence in the iteration), and `device_per_token_us` (added per
+  token the iteration emits: one a plain sequence, the expected τ a speculating one — the work a
+  stack does per output token, whatever the mode). Every analysis of a scenario on such a
   stack says so, and warns when it reads the stack outside that range.
 
 `resolve_regimes(entries, version=...)` picks, per property (and pass kind, attention kind and
@@ -60,7 +67,8 @@ from typing import Mapping
 
 from ..errors import SpecError, field_error, reject_unknown_keys
 
-PROPERTIES = ("cuda_graph_max", "eager_layer_us", "overlap", "verify_attention", "dynamic_k_tax", "calibration")
+PROPERTIES = ("cuda_graph_max", "eager_layer_us", "overlap", "verify_attention", "dynamic_k_tax", "per_token_share",
+              "calibration")
 PASS_KINDS = ("target_decode", "verify", "draft", "draft_extend", "mixed")
 STATUSES = ("code", "docs", "measured", "fitted", "unmeasured")
 VERIFY_PATHS = ("decode", "prefill")
@@ -68,9 +76,10 @@ ATTENTION_KINDS = ("mla", "mha")
 # fields each property takes beyond property/versions/status/source (and the optional filters)
 FIELDS = {"cuda_graph_max": {"pass", "max_batch", "max_tokens"}, "eager_layer_us": {"value"},
           "overlap": {"plain", "speculative"}, "verify_attention": {"attention", "backend", "path"},
-          "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"},
+          "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"}, "per_token_share": {"value"},
           "calibration": {"sweep", "file", "load_kind", "load_min", "load_max", "n_fit_rows", "fit_error_frac",
-                          "check_error_frac", "command", "device_scale", "device_per_seq_us"}}
+                          "check_error_frac", "command", "device_scale", "device_per_seq_us",
+                          "device_per_token_us"}}
 LOAD_KINDS = ("concurrency", "rate", "batch")
 COMMON = {"property", "versions", "status", "source", "notes", "min_tp", "max_tp", "min_memory_gb", "max_memory_gb"}
 
@@ -241,8 +250,13 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         if not f["device_scale"] > 0:
             raise field_error(where, "device_scale", f["device_scale"], "a number > 0")
         f["device_per_seq_us"] = _number(where, "device_per_seq_us", f.get("device_per_seq_us", 0.0))
+        f["device_per_token_us"] = _number(where, "device_per_token_us", f.get("device_per_token_us", 0.0))
         if f["load_max"] < f["load_min"]:
             raise field_error(where, "load_max", f["load_max"], f">= load_min = {f['load_min']:g}")
+    elif prop == "per_token_share":
+        f["value"] = _number(where, "value", f.get("value"))
+        if f["value"] > 1.0:
+            raise field_error(where, "value", f["value"], "a share in [0, 1]")
     elif prop == "dynamic_k_tax":
         for key in ("low_batch", "high_batch"):
             f[key] = _number(where, key, f.get(key), integer=True, minimum=1)
@@ -289,6 +303,7 @@ class Regimes:
     overlap: tuple[bool, bool] | None = None
     verify_path: Mapping[str, str] = field(default_factory=dict)
     dynamic_k_tax: tuple | None = None
+    per_token_share: float | None = None
     calibration: Mapping | None = None
     applied: tuple = ()
     open_questions: tuple = ()
@@ -306,6 +321,11 @@ class Regimes:
     def device_per_seq_s(self) -> float:
         """A load calibration's device seconds per sequence an iteration (0 without one)."""
         return 0.0 if self.calibration is None else float(self.calibration["device_per_seq_us"]) * 1e-6
+
+    @property
+    def device_per_token_s(self) -> float:
+        """A load calibration's seconds per token an iteration emits (0 without one)."""
+        return 0.0 if self.calibration is None else float(self.calibration.get("device_per_token_us", 0.0)) * 1e-6
 
     def graph_captured(self, kind: str, *, n_seqs: int, n_tokens: int) -> bool:
         """Whether a pass of `kind` over n_seqs sequences and n_tokens tokens replays a graph."""
@@ -356,7 +376,7 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
             open_q.append(f"{key[0]}{_key_text(key)} depends on the stack's version, which the scenario does not "
                           f"name (stack_version): {ranges}")
     graph_b, graph_t, verify = {}, {}, {}
-    eager, overlap, tax, cal = 0.0, None, None, None
+    eager, overlap, tax, cal, share = 0.0, None, None, None, None
     applied = []
     for key, e in chosen.items():
         f = e.fields
@@ -380,11 +400,14 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
                 verify[f["attention"]] = f["path"]
         elif e.property == "dynamic_k_tax":
             tax = (int(f["low_batch"]), float(f["low_frac"]), int(f["high_batch"]), float(f["high_frac"]))
+        elif e.property == "per_token_share":
+            share = float(f["value"])
         elif e.property == "calibration":
             cal = MappingProxyType(dict(f, source=e.source))
     return Regimes(version=version, graph_max_batch=MappingProxyType(graph_b), graph_max_tokens=MappingProxyType(graph_t),
                    eager_layer_s=eager, overlap=overlap, verify_path=MappingProxyType(verify),
-                   dynamic_k_tax=tax, calibration=cal, applied=tuple(applied), open_questions=tuple(open_q))
+                   dynamic_k_tax=tax, per_token_share=share, calibration=cal, applied=tuple(applied),
+                   open_questions=tuple(open_q))
 
 
 def _has_value(e: RegimeEntry) -> bool:

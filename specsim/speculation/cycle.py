@@ -181,6 +181,7 @@ def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context
     b = np.asarray(batch_size, dtype=float)
     dev = target_step_time(target, dep, batch_size=b, q_len=1, context_len=context_len) if device_time_s is None \
         else device_time_s
+    dev = dep.calibrated_device_s(dev, n_seqs=b, n_emitted=b)  # a load calibration's terms (else unchanged)
     return dep.iteration_time_s(dev, dep.host_time_s(n_seqs=b, n_tokens=b), speculative=False)
 
 
@@ -212,6 +213,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     verify = verify_pass + dc.verify_extra_s
     device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
                                                                 tokens_per_cycle=tokens_per_cycle, tree=tree)
+    device = dep.calibrated_device_s(device, n_seqs=b, n_emitted=b * np.asarray(tokens_per_cycle, dtype=float))
     q = np.asarray(dc.verify_q_len, dtype=float)
     passes = np.asarray(k, dtype=float) if work.has_passes else 0.0
     host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0),

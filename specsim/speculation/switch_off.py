@@ -145,6 +145,7 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     t += dep.hop_s
     n_tokens = int(q_lens.sum())
     if not draft:
+        t = float(dep.calibrated_device_s(t, n_seqs=b + n_p, n_emitted=b + n_p))
         return float(dep.iteration_time_s(t, dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens), speculative=False))
     cfg = op.drafter
     work = op.work
@@ -183,6 +184,7 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
     t += float(device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q, tokens_per_cycle=tau,
                                        tree=tree is not None))
+    t = float(dep.calibrated_device_s(t, n_seqs=b + n_p, n_emitted=b * tau + n_p))  # a load calibration's terms
     passes = k if work.has_passes else 0
     host = dep.host_time_s(n_seqs=b + n_p, n_tokens=n_tokens, n_spec_seqs=b, n_draft_tokens=b * (q - 1),
                            n_draft_passes=passes)
