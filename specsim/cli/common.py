@@ -34,9 +34,9 @@ def table(rows: list[tuple[str, str]], *, title: str = "") -> str:
 
 
 def parse_list(text: str | None, flag: str, kind=float, *, minimum: float | None = None, exclusive: bool = False,
-               distinct: bool = True) -> list | None:
+               maximum: float | None = None, distinct: bool = True) -> list | None:
     """A comma-separated flag value as a list (None when the flag was not given): every item of
-    type `kind`, finite, above `minimum` (strictly when `exclusive`), each once."""
+    type `kind`, finite, above `minimum` (strictly when `exclusive`) and at most `maximum`, each once."""
     if text is None:
         return None
     from ..errors import SpecError
@@ -51,9 +51,12 @@ def parse_list(text: str | None, flag: str, kind=float, *, minimum: float | None
         except ValueError:
             raise SpecError(f"{flag} {text!r}: {x!r} is not {'a number' if kind in (int, float) else 'valid'}") from None
         if kind in (int, float):
-            if not math.isfinite(v) or (minimum is not None and (v <= minimum if exclusive else v < minimum)):
+            if not math.isfinite(v) or (minimum is not None and (v <= minimum if exclusive else v < minimum)) \
+                    or (maximum is not None and v > maximum):
                 rel = ">" if exclusive else ">="
-                raise SpecError(f"{flag} {text!r}: {x} is out of range (expected finite values {rel} {minimum})")
+                span = " and ".join(([f"{rel} {minimum:g}"] if minimum is not None else [])
+                                    + ([f"<= {maximum:g}"] if maximum is not None else []))
+                raise SpecError(f"{flag} {text!r}: {x} is out of range (expected finite values{' ' + span if span else ''})")
         out.append(v)
     if distinct and len(set(out)) != len(out):
         raise SpecError(f"{flag} {text!r}: each value once")

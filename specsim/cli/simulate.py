@@ -103,17 +103,19 @@ def _run(args) -> int:
     from ..presentation.output import OutputDir
     from ..presentation.parallel import check_workers
     from ..presentation.simulation import compare_policies, finish_resume, write_comparison
-    from ..serving.setup import MIN_RATE_PER_S
+    from ..serving.setup import MAX_RATE_PER_S, MIN_RATE_PER_S
     from ..speculation.operating_point import resolve_id
 
     if args.seed < 0:
         raise SpecError(f"--seed {args.seed}: expected an integer >= 0")
-    rates = parse_list(args.rates, "--rates", float, minimum=MIN_RATE_PER_S)
+    rates = parse_list(args.rates, "--rates", float, minimum=MIN_RATE_PER_S, maximum=MAX_RATE_PER_S)
     policies = parse_list(args.policies, "--policies", str)
     out = OutputDir(args.out, force=args.force) if args.out is not None else None  # refuse a bad --out before any work
     op = resolve_id(args.scenario)
-    n_pol = len(policies) if policies else (len(op.section("policies")) or (2 if op.speculative else 1))
-    n_rates = len(rates) if rates else (len(op.section("workload").get("rates", [])) or 1)
+    t = op.scenario.tables
+    n_pol = len(policies) if policies else (len(t.policies) if t.policies is not None else (2 if op.speculative else 1))
+    n_rates = len(rates) if rates else (len(t.workload.rates) if t.workload is not None and t.workload.rates else 1)
+    _note_run_size(t.workload, n_pol * n_rates * (3 if args.band else 1))
     with tqdm(total=n_pol * n_rates, desc="simulate", unit="run", disable=True if args.quiet else None,
               leave=False) as bar:
         def progress(name, rate):
@@ -164,6 +166,22 @@ def _run(args) -> int:
     if args.out:
         print(f"wrote {args.out}/summary.csv, batch_sizes.csv, per-request CSVs" + ("" if args.no_plots else " and plots"))
     return 0
+
+
+def _note_run_size(workload, n_points: int) -> None:
+    """Say before it starts that a run will take minutes (a synthetic workload's expected output tokens
+    at the simulator's measured speed); Ctrl-C stops it and keeps no partial output."""
+    import sys
+
+    from ..serving.setup import SIMULATED_TOKENS_PER_S
+
+    tokens = workload.expected_output_tokens() if workload is not None else None
+    if tokens is None or tokens * n_points < 60 * SIMULATED_TOKENS_PER_S:
+        return
+    minutes = tokens * n_points / SIMULATED_TOKENS_PER_S / 60
+    print(f"specsim: note: {n_points} run(s) of {workload.n_requests:,} requests, about {tokens:.3g} output tokens each: "
+          f"expect about {minutes:.0f} minutes (at {SIMULATED_TOKENS_PER_S:.2g} simulated tokens/s; Ctrl-C stops it "
+          f"and keeps no partial output)", file=sys.stderr, flush=True)
 
 
 def _analytic_band(op):

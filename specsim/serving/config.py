@@ -1,15 +1,10 @@
 """The engine's scheduler limits, with vLLM's names (`EngineConfig`)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..errors import SpecError
-
-PREEMPTION_MODES = ("recompute", "swap")
-SCHEDULING = ("fcfs", "priority")
+from ..specs import checks as C
+from ..specs.serving_tables import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_WINDOW_STEPS, PREEMPTION_MODES, SCHEDULING
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,28 +33,20 @@ class EngineConfig:
     drafter_catchup: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("n_blocks", "block_size_tokens", "max_num_seqs", "max_num_batched_tokens", "acceptance_window_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise SpecError(f"[engine]: field '{name}' = {v!r}: expected an integer >= 1")
-        if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, (int, np.integer)) or self.max_model_len < 0:
-            raise SpecError(f"[engine]: field 'max_model_len' = {self.max_model_len!r}: expected an integer >= 0 (0: no limit)")
-        if not (0.0 <= self.watermark_frac < 1.0):
-            raise SpecError(f"[engine]: field 'watermark_frac' = {self.watermark_frac!r}: expected a fraction in [0, 1)")
-        if self.preemption_mode not in PREEMPTION_MODES:
-            raise SpecError(f"[engine]: field 'preemption_mode' = {self.preemption_mode!r}: expected one of "
-                            f"{', '.join(PREEMPTION_MODES)}")
-        if self.scheduling not in SCHEDULING:
-            raise SpecError(f"[engine]: field 'scheduling' = {self.scheduling!r}: expected one of {', '.join(SCHEDULING)}")
-        if isinstance(self.swap_space_blocks, bool) or not isinstance(self.swap_space_blocks, (int, np.integer)) \
-                or self.swap_space_blocks < 0:
-            raise SpecError(f"[engine]: swap_space_blocks = {self.swap_space_blocks!r}: expected an integer >= 0")
-        if not (isinstance(self.swap_s_per_block, (int, float)) and self.swap_s_per_block >= 0
-                and math.isfinite(self.swap_s_per_block)):
-            raise SpecError(f"[engine]: swap_s_per_block = {self.swap_s_per_block!r}: expected a duration >= 0")
+        w = "[engine]"
+        C.integer(w, "n_blocks", self.n_blocks, lo=1, unit="KV blocks")
+        C.integer(w, "block_size_tokens", self.block_size_tokens, lo=1, hi=MAX_BLOCK_SIZE, unit="tokens a block holds")
+        C.integer(w, "max_num_seqs", self.max_num_seqs, lo=1, hi=MAX_NUM_SEQS, unit="running sequences at most")
+        C.integer(w, "max_num_batched_tokens", self.max_num_batched_tokens, lo=1, unit="tokens per iteration")
+        C.integer(w, "acceptance_window_steps", self.acceptance_window_steps, lo=1, hi=MAX_WINDOW_STEPS, unit="iterations")
+        C.integer(w, "max_model_len", self.max_model_len, lo=0, unit="tokens; 0: no limit")
+        C.fraction(w, "watermark_frac", self.watermark_frac, hi_open=True)
+        C.choice(w, "preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        C.choice(w, "scheduling", self.scheduling, SCHEDULING)
+        C.integer(w, "swap_space_blocks", self.swap_space_blocks, lo=0, hi=None, unit="host blocks")
+        C.number(w, "swap_s_per_block", self.swap_s_per_block, lo=0.0, unit="seconds a block")
         for name in ("prefix_caching", "drafter_catchup", "chunked_prefill"):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecError(f"[engine]: field {name!r} = {getattr(self, name)!r}: expected true or false")
+            C.boolean(w, name, getattr(self, name))
 
     @property
     def watermark_blocks(self) -> int:

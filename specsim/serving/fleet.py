@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import SpecError
+from ..errors import field_error
+from ..specs import checks as C
+from ..specs.serving_tables import LAYOUTS, MAX_REPLICAS
 from .router import RouterConfig
-
-LAYOUTS = ("colocated", "disaggregated")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,24 +44,19 @@ class FleetSpec:
     prefill_runs_drafter: bool = True
 
     def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise SpecError(f"[fleet]: field 'layout' = {self.layout!r}: expected one of {', '.join(LAYOUTS)}")
-        for name in ("n_replicas", "n_prefill"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise SpecError(f"[fleet]: field {name!r} = {v!r}: expected an integer >= 0")
-        if self.n_replicas < 1:
-            raise SpecError(f"[fleet]: field 'n_replicas' = {self.n_replicas!r}: expected an integer >= 1")
-        if self.layout == "disaggregated" and not (1 <= self.n_prefill < self.n_replicas):
-            raise SpecError(f"[fleet]: n_prefill = {self.n_prefill} of n_replicas = {self.n_replicas}: a disaggregated "
-                            f"layout needs at least one prefill and one decode replica")
-        if self.layout == "colocated" and self.n_prefill:
-            raise SpecError(f"[fleet]: field 'n_prefill' = {self.n_prefill}: only a disaggregated layout has a "
-                            f"prefill pool")
+        w = "[fleet]"
+        C.choice(w, "layout", self.layout, LAYOUTS)
+        C.integer(w, "n_replicas", self.n_replicas, lo=1, hi=MAX_REPLICAS, unit="replicas")
+        if self.layout == "disaggregated":
+            if self.n_replicas < 2:
+                raise field_error(w, "n_replicas", self.n_replicas, "at least 2 for a disaggregated layout")
+            C.integer(w, "n_prefill", self.n_prefill, lo=1, hi=self.n_replicas - 1,
+                      unit="prefill replicas: at least one, and one replica left to decode")
+        elif self.n_prefill != 0:
+            raise field_error(w, "n_prefill", self.n_prefill, "0: only a disaggregated layout has a prefill pool")
         for name in ("kv_transfer_s_per_token", "kv_transfer_latency_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v >= 0):
-                raise SpecError(f"[fleet]: {name} = {v!r}: expected a duration >= 0")
+            C.number(w, name, getattr(self, name), lo=0.0, unit="seconds")
+        C.boolean(w, "prefill_runs_drafter", self.prefill_runs_drafter)
 
     @property
     def disaggregated(self) -> bool:

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import SpecError
+from ..specs.serving_tables import MAX_K, MAX_K_SEARCHED, POLICY_FIELDS, PolicyTable, check_policy_fields
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,13 +78,13 @@ class Observation:
         return self.window_accepted_tokens / tried
 
 
-MAX_K = 64  # longer drafts than any published method uses; a bound keeps per-iteration work finite
-MAX_K_SEARCHED = 16  # goodput_optimal prices every K up to k_max each iteration
-
-
-def _check_k(where: str, k, *, minimum: int = 0, maximum: int = MAX_K, name: str = "k") -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or not minimum <= k <= maximum:
-        raise SpecError(f"policy {where}: field {name!r} = {k!r}: expected an integer in {minimum}..{maximum}")
+def _check(policy) -> None:
+    """A policy's fields by the rules of its kind (specs.serving_tables.POLICY_FIELDS), with the
+    converted values (bands as tuples) put back."""
+    kind = KIND_OF[type(policy)]
+    values = {name: getattr(policy, name) for name in POLICY_FIELDS[kind]}
+    for name, v in check_policy_fields(f"policy {policy.name}", kind, values).items():
+        object.__setattr__(policy, name, v)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +107,7 @@ class StaticK:
     sticky_off: bool = False
 
     def __post_init__(self) -> None:
-        _check_k(self.name, self.k)
+        _check(self)
 
     @property
     def k_reserved(self) -> int:
@@ -125,11 +125,7 @@ class DisableByBatchSize:
     name: str = "disable_by_batch_size"
 
     def __post_init__(self) -> None:
-        _check_k(self.name, self.k)
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, int) or self.threshold < 1:
-            raise SpecError(f"policy {self.name}: field 'threshold' = {self.threshold!r}: expected an integer >= 1")
-        if not isinstance(self.sticky, bool):
-            raise SpecError(f"policy {self.name}: field 'sticky' = {self.sticky!r}: expected true or false (a boolean)")
+        _check(self)
 
     @property
     def sticky_off(self) -> bool:
@@ -153,11 +149,7 @@ class KByBatchBand:
     sticky_off: bool = False
 
     def __post_init__(self) -> None:
-        bands = tuple((int(b), int(k)) for b, k in self.bands)
-        if not bands or any(b < 1 or k < 0 for b, k in bands) or any(b1 >= b2 for (b1, _), (b2, _) in zip(bands, bands[1:])):
-            raise SpecError(f"policy {self.name}: field 'bands' = {self.bands!r}: expected [[min_batch, k], ...] "
-                            f"with min_batch >= 1 strictly ascending and k >= 0")
-        object.__setattr__(self, "bands", bands)
+        _check(self)
 
     @property
     def k_reserved(self) -> int:
@@ -181,10 +173,7 @@ class AcceptanceOffSwitch:
     sticky_off: bool = False
 
     def __post_init__(self) -> None:
-        _check_k(self.name, self.k)
-        if not (0.0 <= self.min_acceptance_frac <= 1.0):
-            raise SpecError(f"policy {self.name}: field 'min_acceptance_frac' = {self.min_acceptance_frac!r}: "
-                            f"expected a fraction in [0, 1]")
+        _check(self)
 
     @property
     def k_reserved(self) -> int:
@@ -212,7 +201,7 @@ class GoodputOptimalK:
     sticky_off: bool = False
 
     def __post_init__(self) -> None:
-        _check_k(self.name, self.k_max, maximum=MAX_K_SEARCHED, name="k_max")
+        _check(self)
 
     @property
     def k_reserved(self) -> int:
@@ -235,26 +224,19 @@ POLICY_KINDS = {
     "k_by_batch_band": KByBatchBand, "acceptance_off_switch": AcceptanceOffSwitch,
     "goodput_optimal": GoodputOptimalK,
 }
+KIND_OF = {cls: kind for kind, cls in POLICY_KINDS.items()}
+
+
+def policy_from_table(spec: PolicyTable):
+    """The policy a checked [policies] entry describes (fields it leaves out take the policy's defaults)."""
+    return POLICY_KINDS[spec.kind](name=spec.name, **spec.params)
 
 
 def policy_from_dict(name: str, raw: dict, *, where: str = "[policies]"):
     """One entry of a scenario's [policies] table: {kind = "...", ...the policy's fields}."""
-    if not isinstance(raw, dict) or "kind" not in raw:
-        raise SpecError(f"{where}: policy {name!r} = {raw!r}: expected a table with a 'kind' "
-                        f"(one of {', '.join(POLICY_KINDS)})")
-    kind = raw["kind"]
-    if kind not in POLICY_KINDS:
-        raise SpecError(f"{where}: policy {name!r}: field 'kind' = {kind!r}: expected one of {', '.join(POLICY_KINDS)}")
-    cls = POLICY_KINDS[kind]
-    allowed = set(cls.__dataclass_fields__) - {"name", "sticky_off"}
-    kwargs = {k: v for k, v in raw.items() if k != "kind"}
-    for key in kwargs:
-        if key not in allowed:
-            raise SpecError(f"{where}: policy {name!r} ({kind}): unknown key {key!r}; allowed keys: "
-                            f"{', '.join(sorted(allowed))}")
-    if "bands" in kwargs and isinstance(kwargs["bands"], list):
-        kwargs["bands"] = tuple(tuple(b) for b in kwargs["bands"])
-    try:
-        return cls(name=name, **kwargs)
-    except TypeError as exc:
-        raise SpecError(f"{where}: policy {name!r} ({kind}): {exc}") from None
+    return policy_from_table(PolicyTable.from_table(name, raw, where=where))
+
+
+__all__ = ["Observation", "Never", "StaticK", "DisableByBatchSize", "KByBatchBand", "AcceptanceOffSwitch",
+           "GoodputOptimalK", "POLICY_KINDS", "policy_from_table", "policy_from_dict", "expected_tokens_per_cycle",
+           "MAX_K", "MAX_K_SEARCHED"]

@@ -24,30 +24,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import SpecError
-
-ROUTERS = ("round_robin", "least_outstanding", "prefix_affinity")
+from ..specs import checks as C
+from ..specs.serving_tables import (DEFAULT_BALANCE_ABS_THRESHOLD, DEFAULT_BALANCE_REL_THRESHOLD,
+                                    DEFAULT_CACHE_THRESHOLD, ROUTERS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouterConfig:
     kind: str = "least_outstanding"
-    cache_threshold: float = 0.3
-    balance_abs_threshold: int = 64
-    balance_rel_threshold: float = 1.5
+    cache_threshold: float = DEFAULT_CACHE_THRESHOLD
+    balance_abs_threshold: int = DEFAULT_BALANCE_ABS_THRESHOLD
+    balance_rel_threshold: float = DEFAULT_BALANCE_REL_THRESHOLD
 
     def __post_init__(self) -> None:
-        if self.kind not in ROUTERS:
-            raise SpecError(f"[fleet]: field 'router' = {self.kind!r}: expected one of {', '.join(ROUTERS)}")
-        if not (isinstance(self.cache_threshold, (int, float)) and 0.0 <= self.cache_threshold <= 1.0):
-            raise SpecError(f"[fleet]: field 'cache_threshold' = {self.cache_threshold!r}: expected a fraction in [0, 1]")
-        if isinstance(self.balance_abs_threshold, bool) or not isinstance(self.balance_abs_threshold, int) \
-                or self.balance_abs_threshold < 0:
-            raise SpecError(f"[fleet]: field 'balance_abs_threshold' = {self.balance_abs_threshold!r}: expected an "
-                            f"integer >= 0 (requests)")
-        if not (isinstance(self.balance_rel_threshold, (int, float)) and self.balance_rel_threshold >= 1.0):
-            raise SpecError(f"[fleet]: field 'balance_rel_threshold' = {self.balance_rel_threshold!r}: expected a "
-                            f"ratio >= 1")
+        w = "[fleet]"
+        C.choice(w, "router", self.kind, ROUTERS)
+        C.fraction(w, "cache_threshold", self.cache_threshold)
+        C.integer(w, "balance_abs_threshold", self.balance_abs_threshold, lo=0, unit="requests")
+        C.number(w, "balance_rel_threshold", self.balance_rel_threshold, lo=1.0, hi=1e6, unit="a ratio")
 
 
 def least_loaded(outstanding) -> int:

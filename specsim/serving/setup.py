@@ -2,8 +2,12 @@
 
 The operating point supplies the hardware, target, deployment, drafter family, K or tree and
 acceptance (`speculation.operating_point.resolve`); its tables `[workload]`, `[engine]`,
-`[policies]` and `[slo]` say what load, which scheduler limits, which gates and which latency
-targets. Unknown keys are refused.
+`[policies]`, `[fleet]` and `[slo]` say what load, which scheduler limits, which gates, which
+replicas and which latency targets. The tables were checked when the scenario loaded and are read
+here as specs (`specs.serving_tables`, through `Scenario.tables`); what needs the resolved point is
+checked here: n_blocks within the capacity the memory holds, max_model_len within the target's
+context, prefix caching against the workload's prefix structure, policies against the method and
+the tree, and the size of the whole run (`check_run_size`).
 
 [workload]  kind = "trace" | "poisson" | "gamma" | "closed_loop"
             trace = "traces/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv"  (relative
@@ -38,63 +42,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
-from ..errors import EmptyResultError, SpecError, reject_unknown_keys
+from ..cost.roofline import kv_bytes_per_device
+from ..errors import EmptyResultError, SpecError, field_error
+from ..specs import checks as C
 from ..specs.data import data_path
+from ..specs.serving_tables import (DEFAULT_SWAP_BANDWIDTH_GB_S, DEFAULT_SWAP_SPACE_GIB, ENGINE_KEYS, FLEET_KEYS,
+                                    MAX_RATE_PER_S, MAX_SYNTHETIC_REQUESTS, MIN_RATE_PER_S, SLO_KEYS, WORKLOAD_KEYS,
+                                    EngineTable, FleetTable, WorkloadTable)
 from ..speculation.acceptance import shaped_conditional
 from ..speculation.families import FAMILIES
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import WorkloadMix
 from . import workloads as wl
-from ..cost.roofline import kv_bytes_per_device
-from .cost import ServingCost
 from .config import EngineConfig
+from .cost import ServingCost
 from .fleet import FleetSpec
 from .kv_cache import KVCapacity, kv_capacity_for
-from .router import RouterConfig
 from .metrics import SLO
-from .policies import Never, StaticK, policy_from_dict
+from .policies import Never, StaticK, policy_from_table
+from .router import RouterConfig
 
-WORKLOAD_KEYS = {"kind", "trace", "format", "window_s", "time_scale", "rates", "n_requests", "rate_per_s", "cv",
-                 "n_users", "think_time_s", "prompt", "output", "lengths_from", "jitter_s", "priority_fracs",
-                 "hash_block_tokens"}
-ENGINE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "block_size", "gpu_memory_utilization",
-               "watermark_frac", "max_model_len", "acceptance_window_steps", "activation_reserve_gb", "n_blocks",
-               "preemption_mode", "swap_space_gib", "swap_bandwidth_gb_s", "scheduling", "prefix_caching",
-               "drafter_catchup"}
-FLEET_KEYS = {"n_replicas", "layout", "n_prefill", "router", "cache_threshold", "balance_abs_threshold",
-              "balance_rel_threshold", "kv_transfer_gb_s", "kv_transfer_latency_us", "prefill_runs_drafter"}
-SLO_KEYS = {"ttft_s", "tpot_s"}
-# which [workload] keys each kind reads ("kind" lists the kinds)
-_KIND_KEYS = {"kind": ("trace", "poisson", "gamma", "closed_loop"),
-              "trace": ("trace",), "format": ("trace",), "window_s": ("trace",), "time_scale": ("trace",),
-              "jitter_s": ("trace",), "hash_block_tokens": ("trace",),
-              "n_requests": ("poisson", "gamma", "closed_loop"), "prompt": ("poisson", "gamma", "closed_loop"),
-              "output": ("poisson", "gamma", "closed_loop"), "lengths_from": ("poisson", "gamma", "closed_loop"),
-              "rate_per_s": ("poisson", "gamma"), "cv": ("gamma",), "n_users": ("closed_loop",),
-              "think_time_s": ("closed_loop",)}
-_BOOL_ENGINE = ("chunked_prefill", "prefix_caching", "drafter_catchup")
-_INT_ENGINE = ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len", "acceptance_window_steps",
-               "n_blocks")
-_FLOAT_ENGINE = ("gpu_memory_utilization", "watermark_frac", "activation_reserve_gb", "swap_space_gib",
-                 "swap_bandwidth_gb_s")
-# Bounds that keep the engine's per-sequence arrays and the synthetic workload's arrays allocatable;
-# values past them are input mistakes, not deployments (vLLM defaults max_num_seqs to 256 or 1024)
-# (vLLM's KV blocks hold 1 to 256 tokens: CacheConfig block_size choices; 4096 leaves room for any paging)
-_MAX_ENGINE = {"max_num_seqs": 65536, "block_size": 4096}
-MAX_SYNTHETIC_REQUESTS = 10_000_000
-# The slowest arrival rate a run takes (one request per ~12 days): far slower rates put arrival times
-# where float seconds cannot resolve a millisecond, and every latency reads 0
-MIN_RATE_PER_S = 1e-6
-# vLLM's default CPU swap space per GPU (EngineArgs swap_space = 4, in GiB)
-DEFAULT_SWAP_SPACE_GIB = 4.0
-# Host link of one device: PCIe 5.0 x16, 32 GT/s per lane with 128b/130b encoding = 63.0 GB/s per
-# direction (PCI-SIG, PCI Express Base Specification 5.0). ESTIMATE of what a swap copy attains: the
-# hardware profiles carry no host-link figure; set swap_bandwidth_gb_s for a measured one.
-DEFAULT_SWAP_BANDWIDTH_GB_S = 32 * 16 * 128 / 130 / 8
+# One run (a policy at a rate) past this many simulated output tokens cannot end in reasonable time:
+# refused before it starts, naming its size. The simulator emitted 1.3-1.8 x 10^5 tokens a second
+# on one core of this 2-core machine (a 20,000-request Poisson run of 100-token outputs, K = 4, an
+# 8B target: 11-13 s), so this is about two hours a run.
+MAX_SIMULATED_TOKENS = 10 ** 9
+SIMULATED_TOKENS_PER_S = 1.5e5  # the rate above, for saying how long a run will take
 
 
 def resolve_data_path(path: str) -> Path:
@@ -171,201 +148,140 @@ class ServingSetup:
         return int(self.capacity.capacity_tokens // per_seq)
 
 
-def _positive_int(where: str, key: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise SpecError(f"{where}: field {key!r} = {v!r}: expected an integer >= 1")
-    return v
+def tables(op: OperatingPoint):
+    """The point's scenario tables, as checked specs (`specs.scenario.ScenarioTables`)."""
+    return op.scenario.tables
 
 
-def build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Workload, str, dict]:
-    """The [workload] table as a Workload (with its priority classes when it gives them)."""
-    w, kind, extra = _build_workload(op, raw, seed=seed)
-    if "priority_fracs" in raw:
-        fr = raw["priority_fracs"]
-        where = f"scenario {op.name!r} [workload]"
-        if not (isinstance(fr, list) and fr and all(not isinstance(x, bool) and isinstance(x, (int, float)) for x in fr)):
-            raise SpecError(f"{where}: field 'priority_fracs' = {fr!r}: expected a list of fractions summing to 1")
+def build_workload(op: OperatingPoint, table: WorkloadTable | Mapping, *, seed: int) -> tuple[wl.Workload, str, dict]:
+    """The [workload] table (a WorkloadTable, or a raw table checked here) as a Workload, with its
+    priority classes when it gives them."""
+    t = table if isinstance(table, WorkloadTable) else \
+        WorkloadTable.from_table(table, where=f"scenario {op.name!r} [workload]")
+    w, extra = _build_workload(t, seed=seed)
+    if t.priority_fracs is not None:
         rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])  # its own stream
-        try:
-            w = w.with_priorities(fr, rng)
-        except SpecError as exc:
-            raise SpecError(f"{where}: {exc}") from None
-    return w, kind, extra
+        w = w.with_priorities(t.priority_fracs, rng)
+    return w, t.kind, extra
 
 
-def _build_workload(op: OperatingPoint, raw: dict, *, seed: int) -> tuple[wl.Workload, str, dict]:
-    where = f"scenario {op.name!r} [workload]"
-    reject_unknown_keys(where, raw, WORKLOAD_KEYS)
-    kind = raw.get("kind", "trace" if "trace" in raw else "poisson")
-    # a key of another kind of workload would silently not apply: refused, naming the kinds it is for
-    for key, kinds in _KIND_KEYS.items():
-        if key in raw and kind in _KIND_KEYS["kind"] and kind not in kinds:
-            raise SpecError(f"{where}: field {key!r} applies to kind = {' or '.join(repr(k) for k in kinds)}, "
-                            f"not to kind = {kind!r}")
+def _build_workload(t: WorkloadTable, *, seed: int) -> tuple[wl.Workload, dict]:
+    where = t.where
     arrivals_ss, lengths_ss, _ = np.random.SeedSequence(seed).spawn(3)
     rng_a, rng_l = np.random.default_rng(arrivals_ss), np.random.default_rng(lengths_ss)
     extra: dict = {}
-    if kind == "trace":
-        if "trace" not in raw:
-            raise SpecError(f"{where}: field 'trace' missing: expected a trace path for kind = 'trace'")
-        jitter = raw.get("jitter_s", 3.0)
-        path = resolve_data_path(raw["trace"])
-        fmt = raw.get("format")
-        if fmt == "mooncake" or (fmt is None and path.suffix == ".jsonl"):
-            w = wl.read_mooncake(path, rng=rng_a, quantum_s=float(jitter))
-        elif fmt == "plain" and "hash_block_tokens" in raw:
-            w = wl.read_plain(path, hash_block_tokens=_positive_int(where, "hash_block_tokens", raw["hash_block_tokens"]))
+    if t.is_trace:
+        path = resolve_data_path(t.trace)
+        fmt = t.format
+        if fmt == "mooncake" or (fmt is None and path.suffix in (".jsonl", ".json")):
+            w = wl.read_mooncake(path, rng=rng_a, quantum_s=t.jitter_s)
+        elif fmt == "plain" and t.hash_block_tokens is not None:
+            w = wl.read_plain(path, hash_block_tokens=t.hash_block_tokens)
         else:
             w = wl.read_trace(path, format=fmt, rng=rng_a)
-        w = replace(w, source=str(raw["trace"]))  # as the scenario names it (the full path says little)
-        if "window_s" in raw:
-            win = raw["window_s"]
-            if not (isinstance(win, list) and len(win) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                                    for x in win) and win[0] < win[1]):
-                raise SpecError(f"{where}: field 'window_s' = {win!r}: expected [start, end] in seconds, start < end")
-            w = w.window(float(win[0]), float(win[1]))
-            w = replace(w, source=f"{w.source}, seconds {win[0]:g} to {win[1]:g}")
-        if "time_scale" in raw:
-            ts = raw["time_scale"]
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not (np.isfinite(ts) and ts > 0):
-                raise SpecError(f"{where}: field 'time_scale' = {ts!r}: expected a positive number")
-            w = w.scaled(float(ts))
+        w = replace(w, source=t.trace)  # as the scenario names it (the full path says little)
+        if t.window_s is not None:
+            start_s, end_s = t.window_s
+            w = w.window(start_s, end_s)
+            w = replace(w, source=f"{w.source}, seconds {start_s:g} to {end_s:g}")
         if w.n_requests == 0:
-            raise EmptyResultError(f"{where}: the trace {raw['trace']!r} has no requests"
-                                   + (f" in window_s = {raw['window_s']}" if "window_s" in raw else ""))
-        return w, kind, extra
-    if kind not in ("poisson", "gamma", "closed_loop"):
-        raise SpecError(f"{where}: field 'kind' = {kind!r}: expected trace, poisson, gamma or closed_loop")
-    n = raw.get("n_requests", 1000)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SYNTHETIC_REQUESTS:
-        raise SpecError(f"{where}: field 'n_requests' = {n!r}: expected an integer in [1, {MAX_SYNTHETIC_REQUESTS}]")
-    if "lengths_from" in raw:
-        src = wl.read_trace(resolve_data_path(raw["lengths_from"]), rng=rng_a)
+            raise EmptyResultError(f"{where}: the trace {t.trace!r} has no requests"
+                                   + (f" in window_s = {list(t.window_s)}" if t.window_s is not None else ""))
+        if t.time_scale is not None:
+            try:
+                w = w.scaled(t.time_scale)
+            except SpecError as exc:
+                raise field_error(where, "time_scale", t.time_scale, f"a replay speed the trace takes ({exc})") from None
+        return w, extra
+    if t.lengths_from is not None:
+        src = wl.read_trace(resolve_data_path(t.lengths_from), rng=rng_a)
+        if src.n_requests < 2:
+            raise field_error(where, "lengths_from", t.lengths_from, f"a trace of two or more requests to fit "
+                              f"lengths to (it has {src.n_requests})")
         prompt, output = wl.fit_lognormal(src.prompt_tokens), wl.fit_lognormal(src.output_tokens)
     else:
-        for key in ("prompt", "output"):
-            if key not in raw:
-                raise SpecError(f"{where}: field {key!r} missing: expected a length distribution "
-                                f"like {{kind = \"fixed\", tokens = 128}} (or lengths_from = a trace)")
-        prompt = wl.lengths_from_dict(raw["prompt"], where=f"{where} prompt")
-        output = wl.lengths_from_dict(raw["output"], where=f"{where} output")
-    if kind == "closed_loop":
-        w = wl.closed_loop(n_users=raw.get("n_users", 1), n_requests=n, prompt=prompt, output=output,
-                           rng_lengths=rng_l, think_time_s=float(raw.get("think_time_s", 0.0)))
-        return w, kind, extra
-    rate = raw.get("rate_per_s", 1.0)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (np.isfinite(rate) and rate >= MIN_RATE_PER_S):
-        raise SpecError(f"{where}: field 'rate_per_s' = {rate!r}: expected an arrival rate >= {MIN_RATE_PER_S:g} "
-                        f"requests/s")
-    cv = raw.get("cv", 1.0) if kind == "gamma" else 1.0
-    if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not (np.isfinite(cv) and cv > 0):
-        raise SpecError(f"{where}: field 'cv' = {cv!r}: expected a positive coefficient of variation")
-    extra["cv"] = float(cv)
-    t = wl.gamma_arrivals(rng_a, rate_per_s=float(rate), cv=float(cv), n_requests=n)
-    return (wl.synthetic(arrivals=t, prompt=prompt, output=output, rng_lengths=rng_l, source=f"{kind} at {rate} req/s"),
-            kind, extra)
+        prompt, output = wl.lengths_from_table(t.prompt), wl.lengths_from_table(t.output)
+    if t.kind == "closed_loop":
+        w = wl.closed_loop(n_users=t.n_users, n_requests=t.n_requests, prompt=prompt, output=output,
+                           rng_lengths=rng_l, think_time_s=t.think_time_s)
+        return w, extra
+    cv = t.cv if t.kind == "gamma" else 1.0
+    extra["cv"] = cv
+    arrivals = wl.gamma_arrivals(rng_a, rate_per_s=t.rate_per_s, cv=cv, n_requests=t.n_requests)
+    return (wl.synthetic(arrivals=arrivals, prompt=prompt, output=output, rng_lengths=rng_l,
+                         source=f"{t.kind} at {t.rate_per_s:g} req/s"), extra)
 
 
-def _engine_settings(op: OperatingPoint) -> dict:
-    eng = dict(op.section("engine"))
-    where = f"scenario {op.name!r} [engine]"
-    reject_unknown_keys(where, eng, ENGINE_KEYS)
-    for key in _BOOL_ENGINE:
-        if key in eng and not isinstance(eng[key], bool):
-            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected true or false (a boolean, not a string)")
-    for key in _INT_ENGINE:
-        if key in eng and (isinstance(eng[key], bool) or not isinstance(eng[key], int)):
-            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected an integer")
-        if key in _MAX_ENGINE and key in eng and eng[key] > _MAX_ENGINE[key]:
-            why = {"block_size": "tokens a KV block holds"}.get(key, "the engine holds per-sequence arrays of this length")
-            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected at most {_MAX_ENGINE[key]} ({why})")
-    for key in _FLOAT_ENGINE:
-        if key in eng and (isinstance(eng[key], bool) or not isinstance(eng[key], (int, float))
-                           or not np.isfinite(eng[key])):
-            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected a number")
-    if "activation_reserve_gb" in eng and eng["activation_reserve_gb"] < 0:
-        raise SpecError(f"{where}: field 'activation_reserve_gb' = {eng['activation_reserve_gb']!r}: expected >= 0")
-    if "swap_space_gib" in eng and eng["swap_space_gib"] < 0:
-        raise SpecError(f"{where}: field 'swap_space_gib' = {eng['swap_space_gib']!r}: expected >= 0 (GiB per device)")
-    if "swap_bandwidth_gb_s" in eng and not eng["swap_bandwidth_gb_s"] > 0:
-        raise SpecError(f"{where}: field 'swap_bandwidth_gb_s' = {eng['swap_bandwidth_gb_s']!r}: expected > 0 (GB/s)")
-    for key in ("preemption_mode", "scheduling"):
-        if key in eng and not isinstance(eng[key], str):
-            raise SpecError(f"{where}: field {key!r} = {eng[key]!r}: expected a string")
-    return eng
+def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity) -> EngineConfig:
+    """The [engine] table with the point's capacity as the scheduler's limits. n_blocks may lower the
+    capacity the memory holds, never raise it; max_model_len is at most the target's maximum context."""
+    where = eng.where
+    if eng.n_blocks is not None and eng.n_blocks > cap.n_blocks:
+        raise field_error(where, "n_blocks", eng.n_blocks, f"at most {cap.n_blocks}: the KV blocks of "
+                          f"{cap.block_size_tokens} tokens the memory holds at gpu_memory_utilization = "
+                          f"{eng.gpu_memory_utilization:g} (n_blocks lowers the computed capacity)")
+    limit = op.target.max_context or 0
+    if eng.max_model_len is not None and limit and eng.max_model_len > limit:
+        raise field_error(where, "max_model_len", eng.max_model_len, f"at most {limit}: the context the target "
+                          f"{op.target.id!r} holds")
+    swap_blocks = int(eng.swap_space_gib * 2**30 // cap.bytes_per_block)
+    swap_s = cap.bytes_per_block / (eng.swap_bandwidth_gb_s * 1e9)
+    try:
+        return EngineConfig(n_blocks=eng.n_blocks if eng.n_blocks is not None else cap.n_blocks,
+                            block_size_tokens=cap.block_size_tokens, max_num_seqs=eng.max_num_seqs,
+                            max_num_batched_tokens=eng.max_num_batched_tokens, chunked_prefill=eng.chunked_prefill,
+                            watermark_frac=eng.watermark_frac,
+                            max_model_len=eng.max_model_len if eng.max_model_len is not None else limit,
+                            acceptance_window_steps=eng.acceptance_window_steps, preemption_mode=eng.preemption_mode,
+                            swap_space_blocks=swap_blocks, swap_s_per_block=swap_s, scheduling=eng.scheduling,
+                            prefix_caching=eng.prefix_caching, drafter_catchup=eng.drafter_catchup)
+    except SpecError as exc:
+        raise SpecError(f"scenario {op.name!r} {exc}") from None
 
 
-def build_fleet(op: OperatingPoint, cap: KVCapacity) -> FleetSpec:
+def build_fleet(op: OperatingPoint, cap: KVCapacity, fl: FleetTable | None = None) -> FleetSpec:
     """The [fleet] table: replicas, layout, router, and the KV handoff of a disaggregated layout
     (each device's shard of the prompt's cache over the hardware's interconnect unless given)."""
-    raw = dict(op.section("fleet"))
-    where = f"scenario {op.name!r} [fleet]"
-    reject_unknown_keys(where, raw, FLEET_KEYS)
-    for key in ("cache_threshold", "balance_rel_threshold", "kv_transfer_gb_s", "kv_transfer_latency_us"):
-        v = raw.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0):
-            raise SpecError(f"{where}: field {key!r} = {v!r}: expected a number >= 0")
-    for key in ("n_replicas", "n_prefill", "balance_abs_threshold"):
-        v = raw.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise SpecError(f"{where}: field {key!r} = {v!r}: expected an integer")
-    if "prefill_runs_drafter" in raw and not isinstance(raw["prefill_runs_drafter"], bool):
-        raise SpecError(f"{where}: field 'prefill_runs_drafter' = {raw['prefill_runs_drafter']!r}: expected true or false")
-    router = RouterConfig(kind=raw.get("router", "least_outstanding"),
-                          cache_threshold=float(raw.get("cache_threshold", 0.3)),
-                          balance_abs_threshold=raw.get("balance_abs_threshold", 64),
-                          balance_rel_threshold=float(raw.get("balance_rel_threshold", 1.5)))
-    layout = raw.get("layout", "colocated")
-    runs_drafter = raw.get("prefill_runs_drafter", True)
-    per_token = 0.0
-    latency = 0.0
-    if layout == "disaggregated":
-        bw = raw.get("kv_transfer_gb_s")
-        bw = float(bw) * 1e9 if bw is not None else op.hardware.interconnect_bandwidth_bytes_per_s
+    fl = fl if fl is not None else tables(op).fleet
+    router = RouterConfig(kind=fl.router, cache_threshold=fl.cache_threshold,
+                          balance_abs_threshold=fl.balance_abs_threshold, balance_rel_threshold=fl.balance_rel_threshold)
+    per_token = latency = 0.0
+    if fl.layout == "disaggregated":
+        bw = fl.kv_transfer_gb_s * 1e9 if fl.kv_transfer_gb_s is not None else op.hardware.interconnect_bandwidth_bytes_per_s
         if not bw > 0:
-            raise SpecError(f"{where}: hardware {op.hardware.id!r} gives no interconnect bandwidth for the KV handoff: "
+            raise SpecError(f"{fl.where}: hardware {op.hardware.id!r} gives no interconnect bandwidth for the KV handoff: "
                             f"set kv_transfer_gb_s")
-        latency = (float(raw["kv_transfer_latency_us"]) * 1e-6 if "kv_transfer_latency_us" in raw
-                   else op.hardware.interconnect_latency_s)
+        latency = fl.kv_transfer_latency_us * 1e-6 if fl.kv_transfer_latency_us is not None else \
+            op.hardware.interconnect_latency_s
         # bytes per token on one device: the block's bytes (target and, when it has one, the drafter's
         # cache) or the target's alone when the prefill pool does not run the drafter
         dep = op.deployment
         target_only = float(kv_bytes_per_device(op.target, batch_size=1, context_len=1, tp=dep.tp)) / (dep.memory_split // dep.tp)
-        per_tok_bytes = cap.bytes_per_block / cap.block_size_tokens if runs_drafter else target_only
+        per_tok_bytes = cap.bytes_per_block / cap.block_size_tokens if fl.prefill_runs_drafter else target_only
         per_token = per_tok_bytes / bw
-    return FleetSpec(layout=layout, n_replicas=raw.get("n_replicas", 1), n_prefill=raw.get("n_prefill", 0),
-                     router=router, kv_transfer_s_per_token=per_token, kv_transfer_latency_s=latency,
-                     prefill_runs_drafter=runs_drafter)
+    return FleetSpec(layout=fl.layout, n_replicas=fl.n_replicas, n_prefill=fl.n_prefill, router=router,
+                     kv_transfer_s_per_token=per_token, kv_transfer_latency_s=latency,
+                     prefill_runs_drafter=fl.prefill_runs_drafter)
 
 
 def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False) -> ServingSetup:
     """The operating point's serving run: capacity, cost, workload, policies, SLO."""
     where = f"scenario {op.name!r}"
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not C.is_int(seed) or seed < 0:
         raise SpecError(f"--seed {seed!r}: expected an integer >= 0")
     if op.speculative and not op.drafter.family.serving:
         modelled = [m for m, f in FAMILIES.items() if f.serving]
         raise SpecError(f"{where}: field 'method' = {op.method!r}: the serving simulator models none, "
                         f"{', '.join(modelled)} (Lookahead's verify width is not a K)")
-    eng = _engine_settings(op)
-    cap = kv_capacity_for(op, gpu_memory_utilization=float(eng.get("gpu_memory_utilization", 0.9)),
-                          block_size_tokens=eng.get("block_size", 16),
-                          activation_reserve_bytes=float(eng.get("activation_reserve_gb", 0.0)) * 1e9)
-    kwargs = {k: eng[k] for k in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "watermark_frac",
-                                  "max_model_len", "acceptance_window_steps", "preemption_mode", "scheduling",
-                                  "prefix_caching", "drafter_catchup") if k in eng}
-    n_blocks = eng.get("n_blocks", cap.n_blocks)
-    swap_blocks = int(float(eng.get("swap_space_gib", DEFAULT_SWAP_SPACE_GIB)) * 2**30 // cap.bytes_per_block)
-    swap_s = cap.bytes_per_block / (float(eng.get("swap_bandwidth_gb_s", DEFAULT_SWAP_BANDWIDTH_GB_S)) * 1e9)
-    try:
-        config = EngineConfig(n_blocks=n_blocks, block_size_tokens=cap.block_size_tokens,
-                              max_model_len=kwargs.pop("max_model_len", op.target.max_context or 0),
-                              swap_space_blocks=swap_blocks, swap_s_per_block=swap_s, **kwargs)
-    except SpecError as exc:
-        raise SpecError(f"{where} {exc}") from None
+    t = tables(op)
+    eng = t.engine
+    cap = kv_capacity_for(op, gpu_memory_utilization=eng.gpu_memory_utilization, block_size_tokens=eng.block_size,
+                          activation_reserve_bytes=eng.activation_reserve_gb * 1e9)
+    config = engine_config(op, eng, cap)
     cost = ServingCost(op, exact=exact_cost)
-    raw_w = dict(op.section("workload"))
-    workload, kind, extra = build_workload(op, raw_w, seed=seed)
+    wt = t.workload if t.workload is not None else WorkloadTable.from_table({}, where=f"{where} [workload]")
+    workload, kind, extra = build_workload(op, wt, seed=seed)
+    check_run_size(workload, where=wt.where)
     if config.prefix_caching and not workload.has_prefixes:
         raise SpecError(f"{where} [engine]: prefix_caching = true needs a workload with prefix structure (the "
                         f"Mooncake trace's hash_ids, or a plain CSV with a session_id column); "
@@ -373,19 +289,21 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     if config.prefix_caching and workload.hash_block_tokens % config.block_size_tokens:
         raise SpecError(f"{where} [engine]: prefix_caching: the workload's hashed blocks of {workload.hash_block_tokens} "
                         f"tokens must be a whole number of KV blocks (block_size = {config.block_size_tokens})")
-    fleet = build_fleet(op, cap)
+    fleet = build_fleet(op, cap, t.fleet)
     drafter_cache = "none"
     if op.speculative:
         work = op.work
         if work.cache_model is not None and work.drafts_prompt:
             drafter_cache = "refeed" if work.refeeds_accepted else "keep"
-    pol_raw = dict(op.section("policies"))
-    if pol_raw:
-        policies = {name: policy_from_dict(name, v, where=f"{where} [policies]") for name, v in pol_raw.items()}
+    if t.policies is not None:
+        policies = {p.name: policy_from_table(p) for p in t.policies}
     else:
         policies = {"never": Never()}
         if op.speculative:
             policies[f"static_k{op.k}"] = StaticK(k=op.k)
+    if not policies:
+        raise SpecError(f"{where} [policies]: an empty table: expected at least one policy, or no [policies] table "
+                        f"(then never and static_k{op.k})")
     if not op.speculative and any(p.k_reserved for p in policies.values()):
         raise SpecError(f"{where}: method {op.method!r} (K = {op.k}) cannot run speculative policies "
                         f"{[n for n, p in policies.items() if p.k_reserved]}")
@@ -397,30 +315,35 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
             if p.k_reserved and op.tree_size < p.k_reserved + 1:
                 raise SpecError(f"{where} [policies]: policy {name!r} drafts K = {p.k_reserved}, deeper than the "
                                 f"tree of {op.tree_size} nodes allows (needs >= K + 1 nodes)")
-    slo_raw = dict(op.section("slo"))
-    reject_unknown_keys(f"{where} [slo]", slo_raw, SLO_KEYS)
-    for key, v in slo_raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise SpecError(f"{where} [slo]: field {key!r} = {v!r}: expected a positive number of seconds")
-    slo = SLO(**{k: float(v) for k, v in slo_raw.items()})
-    rates = raw_w.get("rates", [])
-    if not isinstance(rates, list) or not all(not isinstance(r, bool) and isinstance(r, (int, float))
-                                              and np.isfinite(r) and r >= MIN_RATE_PER_S for r in rates):
-        raise SpecError(f"{where} [workload]: field 'rates' = {rates!r}: expected a list of arrival rates >= "
-                        f"{MIN_RATE_PER_S:g} requests/s")
+    slo = SLO(**t.slo.given())
+    rates = wt.rates
     return ServingSetup(point=op, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
-                        policies=policies, slo=slo, rates=tuple(float(r) for r in rates), seed=seed, synthetic=extra,
-                        fleet=fleet, drafter_cache=drafter_cache)
+                        policies=policies, slo=slo, rates=rates, seed=seed, synthetic=extra, fleet=fleet,
+                        drafter_cache=drafter_cache)
+
+
+def check_run_size(workload: wl.Workload, *, where: str) -> int:
+    """The output tokens one run of `workload` simulates; refused past MAX_SIMULATED_TOKENS (a run that
+    cannot end in reasonable time)."""
+    tokens = int(workload.output_tokens.sum())
+    if tokens > MAX_SIMULATED_TOKENS:
+        raise SpecError(f"{where}: {workload.n_requests:,} requests of {tokens:,} output tokens in all: a run would take "
+                        f"about {tokens / SIMULATED_TOKENS_PER_S / 3600:.3g} hours (at {SIMULATED_TOKENS_PER_S:.2g} "
+                        f"simulated tokens/s); expected at most {MAX_SIMULATED_TOKENS:.0e} output tokens a run: fewer "
+                        f"requests or shorter outputs")
+    return tokens
 
 
 def workload_mix(op: OperatingPoint, *, seed: int = 0) -> tuple[WorkloadMix, int] | None:
     """The point's workload mix and the largest batch its KV cache holds while speculating, or None
     when the scenario has no [workload] (the serving view of the switch-off point)."""
-    if not op.section("workload"):
+    if tables(op).workload is None:
         return None
     setup = build_serving(op, seed=seed)
     return setup.mix(), setup.max_batch_speculative
 
 
-__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "workload_mix", "resolve_data_path",
-           "WORKLOAD_KEYS", "ENGINE_KEYS", "FLEET_KEYS", "SLO_KEYS"]
+__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "engine_config", "check_run_size",
+           "workload_mix", "resolve_data_path", "tables", "WORKLOAD_KEYS", "ENGINE_KEYS", "FLEET_KEYS", "SLO_KEYS",
+           "MIN_RATE_PER_S", "MAX_RATE_PER_S", "MAX_SYNTHETIC_REQUESTS", "DEFAULT_SWAP_SPACE_GIB",
+           "DEFAULT_SWAP_BANDWIDTH_GB_S", "MAX_SIMULATED_TOKENS", "SIMULATED_TOKENS_PER_S"]

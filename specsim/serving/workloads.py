@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, SpecError
-
-TRACE_FORMATS = ("azure", "mooncake", "plain")
+from ..specs import checks as C
+from ..specs.serving_tables import CV_RANGE, MAX_ARRIVAL_S, MAX_JITTER_S, TRACE_FORMATS, LengthsTable
 # Mooncake FAST'25 traces: "hash_ids" name prefix blocks of 512 tokens (data/traces/README.md; on every
 # row len(hash_ids) == ceil(input_length / 512))
 MOONCAKE_BLOCK_TOKENS = 512
@@ -99,10 +99,8 @@ class Workload:
             if off.shape != (p.size + 1,) or off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] != h.size:
                 raise SpecError(f"workload {self.source!r}: block_hash_offsets must be n_requests + 1 non-decreasing "
                                 f"offsets into block_hashes, from 0 to its length")
-            if isinstance(self.hash_block_tokens, bool) or not isinstance(self.hash_block_tokens, (int, np.integer)) \
-                    or self.hash_block_tokens < 1:
-                raise SpecError(f"workload {self.source!r}: hash_block_tokens = {self.hash_block_tokens!r}: expected "
-                                f"the tokens per hashed block (an integer >= 1)")
+            C.integer(f"workload {self.source!r}", "hash_block_tokens", self.hash_block_tokens, lo=1,
+                      unit="tokens per hashed block")
             arrays += [("block_hashes", h), ("block_hash_offsets", off)]
         for name, arr in arrays:
             arr = np.array(arr)
@@ -215,10 +213,8 @@ def poisson_arrivals(rng: np.random.Generator, *, rate_per_s: float, n_requests:
 def gamma_arrivals(rng: np.random.Generator, *, rate_per_s: float, cv: float, n_requests: int) -> np.ndarray:
     """Arrival times (s) with Gamma-distributed gaps of mean 1 / rate and coefficient of variation cv
     (shape 1 / cv², scale cv² / rate; cv = 1 is Poisson, cv > 1 bursty). First arrival at 0."""
-    if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
-        raise SpecError(f"workload: field 'rate_per_s' = {rate_per_s!r}: expected a positive rate")
-    if not (cv > 0 and math.isfinite(cv)):
-        raise SpecError(f"workload: field 'cv' = {cv!r}: expected a positive coefficient of variation")
+    C.number("workload", "rate_per_s", rate_per_s, lo=0.0, lo_open=True, unit="requests/s")
+    C.number("workload", "cv", cv, lo=CV_RANGE[0], hi=CV_RANGE[1], unit="coefficient of variation of the gaps")
     shape = 1.0 / cv**2
     gaps = rng.gamma(shape, 1.0 / (shape * rate_per_s), size=max(n_requests - 1, 0))
     return np.concatenate([[0.0], np.cumsum(gaps)])[:n_requests]
@@ -240,14 +236,14 @@ class Lengths:
 
     def __post_init__(self) -> None:
         where = f"length distribution {self.kind!r}"
-        if self.kind not in ("fixed", "uniform", "lognormal"):
-            raise SpecError(f"{where}: field 'kind' = {self.kind!r}: expected fixed, uniform or lognormal")
-        if self.kind == "fixed" and (not isinstance(self.tokens, (int, np.integer)) or self.tokens < 1):
-            raise SpecError(f"{where}: field 'tokens' = {self.tokens!r}: expected an integer >= 1")
-        if not (isinstance(self.min, (int, np.integer)) and isinstance(self.max, (int, np.integer)) and 1 <= self.min <= self.max):
-            raise SpecError(f"{where}: fields 'min' = {self.min!r}, 'max' = {self.max!r}: expected integers 1 <= min <= max")
-        if self.kind == "lognormal" and not (self.sigma >= 0 and math.isfinite(self.sigma) and math.isfinite(self.mu)):
-            raise SpecError(f"{where}: field 'sigma' = {self.sigma!r}: expected a finite number >= 0")
+        C.choice(where, "kind", self.kind, ("fixed", "uniform", "lognormal"))
+        if self.kind == "fixed":
+            C.integer(where, "tokens", self.tokens, lo=1, unit="tokens")
+        C.integer(where, "min", self.min, lo=1, unit="tokens")
+        C.integer(where, "max", self.max, lo=self.min, unit="tokens, at least min")
+        if self.kind == "lognormal":
+            C.number(where, "mu", self.mu, unit="mean of log tokens")
+            C.number(where, "sigma", self.sigma, lo=0.0, unit="standard deviation of log tokens")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
@@ -256,14 +252,6 @@ class Lengths:
             return rng.integers(self.min, self.max + 1, size=n, dtype=np.int64)
         draws = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
         return np.clip(draws, self.min, self.max).astype(np.int64)
-
-    @property
-    def mean_tokens(self) -> float:
-        if self.kind == "fixed":
-            return float(self.tokens)
-        if self.kind == "uniform":
-            return (self.min + self.max) / 2.0
-        return math.exp(self.mu + self.sigma**2 / 2.0)  # before rounding and clipping
 
 
 def fit_lognormal(samples, *, clip_to_range: bool = True) -> Lengths:
@@ -277,26 +265,25 @@ def fit_lognormal(samples, *, clip_to_range: bool = True) -> Lengths:
                    min=int(x.min()) if clip_to_range else 1, max=int(x.max()) if clip_to_range else 1 << 30)
 
 
-def lengths_from_dict(raw, *, where: str) -> Lengths:
-    if not isinstance(raw, dict):
-        raise SpecError(f"{where}: expected a table like {{kind = \"fixed\", tokens = 128}}, got {raw!r}")
-    allowed = {"kind", "tokens", "min", "max", "mu", "sigma", "mean_tokens"}
-    for key in raw:
-        if key not in allowed:
-            raise SpecError(f"{where}: unknown key {key!r}; allowed keys: {', '.join(sorted(allowed))}")
-    kw = dict(raw)
-    if "mean_tokens" in kw:  # lognormal given by its mean and sigma
-        mean = kw.pop("mean_tokens")
-        sigma = kw.get("sigma", 0.0)
-        if not (isinstance(mean, (int, float)) and mean > 0):
-            raise SpecError(f"{where}: field 'mean_tokens' = {mean!r}: expected a positive number")
-        kw["mu"] = math.log(mean) - sigma**2 / 2.0
+def lengths_from_table(t: LengthsTable) -> Lengths:
+    """A checked `prompt = {...}` / `output = {...}` table as the distribution it describes."""
+    kw: dict = {"kind": t.kind}
+    if t.kind == "fixed":
+        kw["tokens"] = t.tokens
+    for key in ("min", "max"):
+        if getattr(t, key) is not None:
+            kw[key] = getattr(t, key)
+    if t.kind == "lognormal":
+        kw.update(mu=t.log_mean, sigma=t.sigma)
     try:
         return Lengths(**kw)
     except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    except TypeError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+        raise SpecError(f"{t.where}: {exc}") from None
+
+
+def lengths_from_dict(raw, *, where: str) -> Lengths:
+    """A raw `{kind = "fixed", tokens = 128}` table, checked (specs.serving_tables.LengthsTable)."""
+    return lengths_from_table(LengthsTable.from_table(raw, where=where))
 
 
 def synthetic(*, arrivals: np.ndarray, prompt: Lengths, output: Lengths, rng_lengths: np.random.Generator,
@@ -310,8 +297,8 @@ def synthetic(*, arrivals: np.ndarray, prompt: Lengths, output: Lengths, rng_len
 def closed_loop(*, n_users: int, n_requests: int, prompt: Lengths, output: Lengths,
                 rng_lengths: np.random.Generator, think_time_s: float = 0.0) -> Workload:
     """N users, each sending its next request think_time_s after its previous one completes."""
-    if isinstance(n_users, bool) or not isinstance(n_users, (int, np.integer)) or n_users < 1:
-        raise SpecError(f"workload: field 'n_users' = {n_users!r}: expected an integer >= 1")
+    C.integer("workload", "n_users", n_users, lo=1, unit="users")
+    C.number("workload", "think_time_s", think_time_s, lo=0.0, unit="seconds")
     rng_p, rng_o = rng_lengths.spawn(2)
     return Workload(arrival_at_s=np.full(n_requests, np.nan), prompt_tokens=prompt.sample(rng_p, n_requests),
                     output_tokens=output.sample(rng_o, n_requests), n_users=int(n_users),
@@ -329,7 +316,6 @@ def _bad(path, line: int, column: str, value, expected: str) -> SpecError:
     return SpecError(f"{path}: line {line}: column {column!r} = {value!r}: expected {expected}")
 
 
-MAX_ARRIVAL_S = 1e10  # about 317 years: Unix times in seconds fit; a double still resolves microseconds there
 MAX_TOKENS = 2 ** 31 - 1  # a request's prompt or output longer than this is a malformed row, not a workload
 
 
@@ -498,6 +484,7 @@ def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: fl
     one quantum get sorted uniform offsets in [0, min(quantum_s, gap to the next quantum)), so they
     keep file order and stay before the next quantum; without one they keep their shared times."""
     path = Path(path)
+    C.number(f"{path}", "jitter_s", quantum_s, lo=0.0, hi=MAX_JITTER_S, unit="seconds a quantum spans")
     times, prompts, outputs, hashes, n_hashes = [], [], [], [], []
     try:
         f = open(path, encoding="utf-8")
@@ -518,7 +505,7 @@ def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: fl
                 if key not in obj:
                     raise SpecError(f"{path}: line {line_no}: missing field {key!r}; has {', '.join(obj)}")
             ts = obj["timestamp"]
-            if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+            if not C.is_number(ts) or ts < 0:
                 raise _bad(path, line_no, "timestamp", ts, "a number of milliseconds >= 0")
             if ts < last:
                 raise _bad(path, line_no, "timestamp", ts, "a time no earlier than the previous line's")
@@ -528,8 +515,7 @@ def read_mooncake(path, *, rng: np.random.Generator | None = None, quantum_s: fl
             outputs.append(_length(path, line_no, "output_length", obj["output_length"]))
             ids = obj.get("hash_ids")
             if ids is not None:
-                if not (isinstance(ids, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                                                      for x in ids)):
+                if not (isinstance(ids, list) and all(C.is_int(x) and x >= 0 for x in ids)):
                     raise _bad(path, line_no, "hash_ids", str(ids)[:60], "a list of block hash ids (integers >= 0)")
                 if len(ids) != -(-prompts[-1] // MOONCAKE_BLOCK_TOKENS):
                     raise _bad(path, line_no, "hash_ids", f"{len(ids)} ids",

@@ -19,7 +19,7 @@ File layout (units in the key names; `command` says what made it):
     name, target, drafter (the decoder's or stack's name), method (the drafter family), workload,
     command, level
     [reference]  context_len, temperature, k              where the rates below hold
-    [iid]        alpha, ci_low, ci_high, n_cycles, n_trials (optional: binomial_ci, n_prompts,
+    [iid]        alpha, ci_low, ci_high, n_cycles (>= 1; absent: not counted), n_trials (optional: binomial_ci, n_prompts,
                  between_prompt_sd_logit: the interval is the wider of the binomial and between-prompt ones)
     [conditional] rates, ci_low, ci_high                   per draft position (optional)
     [rank]       rank_acceptance, ci_low, ci_high         a tree's per-rank vector (optional)
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecError, field_error, reject_unknown_keys
+from . import checks as C
 from .catalog import read_toml
 from .data import data_dir
 
@@ -114,7 +115,7 @@ class AcceptanceCalibration:
 
     def describe(self) -> str:
         return (f"{self.name}: α = {self.alpha:.3f} [{self.alpha_low:.3f}, {self.alpha_high:.3f}] ({self.level:.0%}, "
-                f"{self.n_cycles} cycles) at context {self.reference_context_len:g}, temperature "
+                f"{f'{self.n_cycles} cycles' if self.n_cycles else 'cycles not counted'}) at context {self.reference_context_len:g}, temperature "
                 f"{self.reference_temperature:g}; {self.drafter} on {self.workload}")
 
 
@@ -156,25 +157,28 @@ def calibration_path(name: str) -> Path:
     return p
 
 
-def _num(where: str, key: str, v, lo: float = -math.inf, hi: float = math.inf) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)) or not lo <= v <= hi:
-        raise field_error(where, key, v, f"a finite number in [{lo:g}, {hi:g}]")
-    return float(v)
+def _num(where: str, key: str, v, lo: float | None = None, hi: float | None = None) -> float:
+    return C.number(where, key, v, lo=lo, hi=hi)
 
 
 def _rates(where: str, key: str, v, n: int | None = None) -> tuple:
-    if not isinstance(v, list) or not v or (n is not None and len(v) != n):
-        raise field_error(where, key, v, "a non-empty list of fractions" + (f" of length {n}" if n else ""))
-    return tuple(_num(where, key, x, 0.0, 1.0) for x in v)
+    return C.floats(where, key, v, lo=0.0, hi=1.0, unit="fractions", min_len=n or 1, max_len=n or 64)
 
 
 def _pair(where: str, key: str, v) -> tuple:
-    if not isinstance(v, list) or len(v) != 2:
-        raise field_error(where, key, v, "[low, high]")
-    a, b = (_num(where, key, x) for x in v)
+    a, b = C.floats(where, key, v, min_len=2, max_len=2, unit="[low, high]")
     if a > b:
         raise field_error(where, key, v, "[low, high] with low <= high")
     return a, b
+
+
+def _bracketed(where: str, key: str, estimate, low, high) -> None:
+    """An estimate inside its interval: low <= estimate <= high (each position of a list)."""
+    for i, (e, lo, hi) in enumerate(zip(*(x if isinstance(x, tuple) else (x,) for x in (estimate, low, high)))):
+        if not lo <= e <= hi:
+            at = f" (position {i + 1})" if isinstance(estimate, tuple) else ""
+            raise field_error(where, key, e, f"inside its interval [{lo:g}, {hi:g}]{at}: a lower bound above its "
+                              f"estimate, or an upper one below it, is no interval")
 
 
 def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> AcceptanceCalibration:
@@ -191,15 +195,12 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
     reject_unknown_keys(f"{where} [reference]", ref, {"context_len", "temperature", "k"})
     reject_unknown_keys(f"{where} [iid]", iid, {"alpha", "ci_low", "ci_high", "n_cycles", "n_trials", "binomial_ci",
                                                 "n_prompts", "between_prompt_sd_logit"})
-    level = _num(where, "level", raw.get("level", 0.95), 0.0, 1.0)
-    k = ref.get("k")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise field_error(f"{where} [reference]", "k", k, "an integer >= 1 (drafts per cycle of the runs)")
+    level = C.fraction(where, "level", raw.get("level", 0.95), lo_open=True, hi_open=True)
+    k = C.integer(f"{where} [reference]", "k", ref.get("k"), lo=1, hi=64, unit="drafts per cycle of the runs")
     alpha = _num(f"{where} [iid]", "alpha", iid.get("alpha"), 0.0, 1.0)
     lo = _num(f"{where} [iid]", "ci_low", iid.get("ci_low"), 0.0, 1.0)
     hi = _num(f"{where} [iid]", "ci_high", iid.get("ci_high"), 0.0, 1.0)
-    if not lo <= alpha <= hi:
-        raise field_error(f"{where} [iid]", "alpha", alpha, f"inside its interval [{lo:g}, {hi:g}]")
+    _bracketed(f"{where} [iid]", "alpha", alpha, lo, hi)
     kw: dict = {}
     cond = raw.get("conditional")
     if cond is not None:
@@ -210,6 +211,7 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
         rates = _rates(w, "rates", cond.get("rates"))
         kw.update(conditional=rates, conditional_low=_rates(w, "ci_low", cond.get("ci_low"), len(rates)),
                   conditional_high=_rates(w, "ci_high", cond.get("ci_high"), len(rates)))
+        _bracketed(w, "rates", rates, kw["conditional_low"], kw["conditional_high"])
     rank = raw.get("rank")
     if rank is not None:
         w = f"{where} [rank]"
@@ -221,6 +223,7 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
             raise field_error(w, "rank_acceptance", list(p), "joint per-rank probabilities (sum <= 1)")
         kw.update(rank_acceptance=p, rank_low=_rates(w, "ci_low", rank.get("ci_low"), len(p)),
                   rank_high=_rates(w, "ci_high", rank.get("ci_high"), len(p)))
+        _bracketed(w, "rank_acceptance", p, kw["rank_low"], kw["rank_high"])
     dep = raw.get("dependence", {})
     if not isinstance(dep, dict):
         raise field_error(where, "dependence", dep, "a [dependence] table")
@@ -232,12 +235,16 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
         kw["within_prompt_context_slope"] = _num(w, "within_prompt_context_slope", dep["within_prompt_context_slope"])
         kw["within_prompt_context_slope_ci"] = _pair(w, "within_prompt_context_slope_ci",
                                                      dep.get("within_prompt_context_slope_ci"))
+        _bracketed(w, "within_prompt_context_slope", kw["within_prompt_context_slope"],
+                   *kw["within_prompt_context_slope_ci"])
     if "context_decay_per_token" in dep:
-        kw["context_decay_per_token"] = _num(w, "context_decay_per_token", dep["context_decay_per_token"])
+        kw["context_decay_per_token"] = _num(w, "context_decay_per_token", dep["context_decay_per_token"], -1.0, 1.0)
         kw["context_decay_ci"] = _pair(w, "context_decay_ci", dep.get("context_decay_ci"))
+        _bracketed(w, "context_decay_per_token", kw["context_decay_per_token"], *kw["context_decay_ci"])
     if "temperature_slope" in dep:
-        kw["temperature_slope"] = _num(w, "temperature_slope", dep["temperature_slope"])
+        kw["temperature_slope"] = _num(w, "temperature_slope", dep["temperature_slope"], -100.0, 100.0)
         kw["temperature_slope_ci"] = _pair(w, "temperature_slope_ci", dep.get("temperature_slope_ci"))
+        _bracketed(w, "temperature_slope", kw["temperature_slope"], *kw["temperature_slope_ci"])
     cov = raw.get("coverage", {})
     if not isinstance(cov, dict):
         raise field_error(where, "coverage", cov, "a [coverage] table")
@@ -245,24 +252,29 @@ def calibration_from_dict(raw: dict, *, where: str, name: str = "") -> Acceptanc
     reject_unknown_keys(w, cov, {"context_len", "temperatures", "ks", "workloads", "drafters"})
     if "context_len" in cov:
         kw["context_range"] = _pair(w, "context_len", cov["context_len"])
-    for key, attr, kind in (("temperatures", "temperatures", float), ("ks", "ks", int), ("workloads", "workloads", str),
-                            ("drafters", "drafters", str)):
+        if kw["context_range"][0] < 0:
+            raise field_error(w, "context_len", cov["context_len"], "[min, max] tokens, min >= 0")
+    if "temperatures" in cov:
+        kw["temperatures"] = C.floats(w, "temperatures", cov["temperatures"], lo=0.0, hi=100.0, unit="temperatures run")
+    if "ks" in cov:
+        kw["ks"] = C.integers(w, "ks", cov["ks"], lo=1, hi=64, unit="draft lengths run")
+    for key in ("workloads", "drafters"):
         if key in cov:
-            v = cov[key]
-            if not isinstance(v, list) or not all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v):
-                raise field_error(w, key, v, "a list")
-            kw[attr] = tuple(kind(x) for x in v)
+            kw[key] = C.texts(w, key, cov[key], what=f"{key} run (names)")
     runs = raw.get("runs", [])
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise field_error(where, "runs", runs, "a list of tables, one per measured configuration")
-    n_cycles = iid.get("n_cycles", 0)
-    if isinstance(n_cycles, bool) or not isinstance(n_cycles, int) or n_cycles < 0:
-        raise field_error(f"{where} [iid]", "n_cycles", n_cycles, "an integer >= 0")
+    # absent: the source counts no cycles (SGLang's log prints accept lengths only); 0 measured nothing
+    n_cycles = 0 if "n_cycles" not in iid else C.integer(
+        f"{where} [iid]", "n_cycles", iid["n_cycles"], lo=1,
+        unit="cycles the rate was measured over: a calibration of none measured nothing (leave it out when uncounted)")
+    if "n_trials" in iid:
+        C.integer(f"{where} [iid]", "n_trials", iid["n_trials"], lo=1, unit="drafted positions tried")
     return AcceptanceCalibration(
         name=name or str(raw.get("name", "")), path=where, target=raw["target"], drafter=raw["drafter"],
         method=raw["method"], workload=raw["workload"], command=raw["command"], level=level,
-        reference_context_len=_num(f"{where} [reference]", "context_len", ref.get("context_len"), 0.0),
-        reference_temperature=_num(f"{where} [reference]", "temperature", ref.get("temperature"), 0.0),
+        reference_context_len=_num(f"{where} [reference]", "context_len", ref.get("context_len"), 0.0, float(C.INT32_MAX)),
+        reference_temperature=_num(f"{where} [reference]", "temperature", ref.get("temperature"), 0.0, 100.0),
         k=k, alpha=alpha, alpha_low=lo, alpha_high=hi, n_cycles=n_cycles, runs=tuple(runs),
         notes=str(raw.get("notes", "")), **kw)
 

@@ -4,26 +4,34 @@ Top-level keys describe one operating point (hardware, target, drafter, K, accep
 context); `scenarios/README.md` documents every key with its unit and default. Tables:
 `[drafter_options]` (the drafter family's knobs), `[acceptance]` (per-position rates and how
 acceptance moves with context and temperature), and the tables of the analyses that read them:
-`[sweep]`, `[threshold]`, `[workload]`, `[engine]`, `[policies]`, `[slo]`. Unknown keys and tables
-are refused; keys that moved are refused with their new place.
+`[sweep]`, `[threshold]`, `[workload]`, `[engine]`, `[fleet]`, `[policies]`, `[slo]`. Unknown keys
+and tables are refused; keys that moved are refused with their new place.
+
+Every table is checked when the scenario is made (a file loaded, a dict, a replace or an override),
+whatever command then reads it, and kept as a frozen spec in `Scenario.tables` (`ScenarioTables`:
+specs.serving_tables, specs.analysis_tables, specs.drafting_tables), with the rules that join
+tables and top-level keys (a band inside the batch limit, a calibration of this target and method,
+one acceptance input). `Scenario.sections` keeps the tables as written.
 
 A Scenario is only the file's content. `specsim.speculation.operating_point.resolve` turns it into
 the operating point every analysis consumes; nothing else reads a Scenario's fields.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import SpecError, field_error, reject_unknown_keys
+from . import checks as C
+from .analysis_tables import ATTENTION_KERNELS, MAX_BATCH, MAX_TEMPERATURE, MAX_TREE_NODES, SweepTable, ThresholdTable
 from .catalog import catalog_ids, read_toml, resolve, to_toml
+from .drafting_tables import AcceptanceTable, DrafterOptionsTable, check_calibration_matches
 from .models import WEIGHT_FORMATS
+from .serving_tables import EngineTable, FleetTable, PolicyTable, SloTable, WorkloadTable, policies_from_table
 
 SECTIONS = ("drafter_options", "acceptance", "sweep", "threshold", "workload", "engine", "policies", "slo", "fleet")
-ATTENTION_KERNELS = ("fused", "naive")
 # Keys that used to live elsewhere: (table, key) -> where they live now.
 MOVED = {
     ("sweep", "drafter_options"): "[drafter_options]",
@@ -40,15 +48,27 @@ MOVED = {
     ("workload", "acceptance_reference_context_len"): "[acceptance] reference_context_len",
     ("workload", "acceptance_temperature_slope"): "[acceptance] temperature_slope",
     ("workload", "acceptance_reference_temperature"): "[acceptance] reference_temperature",
+    ("threshold", "alpha"): "the top-level key alpha (the acceptance grid is [threshold] alphas)",
+    ("threshold", "context_len"): "the top-level key context_len",
+    ("threshold", "k"): "the top-level key k (and [threshold] k_max for the K candidates)",
 }
+MAX_TP = 4096  # devices in one group
 
 
-def _is_int(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScenarioTables:
+    """A scenario's tables as checked specs (a table the file does not have: its defaults, or None
+    where its absence means something: no [workload], no [sweep], no [policies])."""
 
-
-def _is_number(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    drafter_options: DrafterOptionsTable = field(default_factory=DrafterOptionsTable)
+    acceptance: AcceptanceTable = field(default_factory=AcceptanceTable)
+    sweep: SweepTable | None = None
+    threshold: ThresholdTable = field(default_factory=ThresholdTable)
+    workload: WorkloadTable | None = None
+    engine: EngineTable = field(default_factory=EngineTable)
+    fleet: FleetTable = field(default_factory=FleetTable)
+    policies: tuple[PolicyTable, ...] | None = None
+    slo: SloTable = field(default_factory=SloTable)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +93,6 @@ class Scenario:
     attention: str = "fused"
     allow_cross_tokenizer: bool = False
     stack: str | None = None
-    stack_version: str | None = None  # the stack's release (specs.regimes: what changes with load, by version)
     target_dtype: str | None = None
     temperature: float = 0.0
     baseline_tokens_per_s: float | None = None
@@ -81,53 +100,64 @@ class Scenario:
     sections: Mapping[str, Mapping] = field(default_factory=dict)
     path: str = ""
     given: frozenset = frozenset()
+    tables: ScenarioTables = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"scenario {self.path or self.name!r}"
-        for name in ("name", "description", "hardware", "target", "method"):
+        for name in ("name", "description"):
             if not isinstance(getattr(self, name), str):
                 raise field_error(where, name, getattr(self, name), "a string")
-        for name in ("drafter", "stack", "target_dtype", "stack_version"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, str) and v.strip()):
-                raise field_error(where, name, v, "a non-empty string (an id or a path)")
+        for name in ("hardware", "target", "method"):
+            C.text(where, name, getattr(self, name), what="a non-empty string (an id or a path)")
+        for name in ("drafter", "stack", "target_dtype"):
+            if getattr(self, name) is not None:
+                C.text(where, name, getattr(self, name), what="a non-empty string (an id or a path)")
         if self.target_dtype is not None and self.target_dtype not in WEIGHT_FORMATS:
             raise field_error(where, "target_dtype", self.target_dtype,
                               f"a weight format: one of {', '.join(WEIGHT_FORMATS)}")
-        if not _is_int(self.k) or not 0 <= self.k <= 64:
-            raise field_error(where, "k", self.k, "an integer in 0..64 (draft tokens per cycle; a tree's depth)")
-        for name in ("batch_size", "tp", "drafter_tp"):
-            v = getattr(self, name)
-            if not _is_int(v) or v < 1:
-                raise field_error(where, name, v, "an integer >= 1")
-        if not _is_int(self.context_len) or self.context_len < 0:
-            raise field_error(where, "context_len", self.context_len, "an integer >= 0 (tokens in the KV cache)")
-        if self.tree_size is not None and (not _is_int(self.tree_size) or self.tree_size < self.k + 1):
-            raise field_error(where, "tree_size", self.tree_size,
-                              f"an integer >= K + 1 = {self.k + 1} (tree nodes, root included), or absent for a chain")
-        if self.alpha is not None and (not _is_number(self.alpha) or not 0.0 <= self.alpha <= 1.0):
-            raise field_error(where, "alpha", self.alpha, "an acceptance rate in [0, 1]")
+        C.integer(where, "k", self.k, lo=0, hi=64, unit="draft tokens per cycle; a tree's depth")
+        C.integer(where, "batch_size", self.batch_size, lo=1, hi=MAX_BATCH, unit="sequences")
+        for name in ("tp", "drafter_tp"):
+            C.integer(where, name, getattr(self, name), lo=1, hi=MAX_TP, unit="devices")
+        C.integer(where, "context_len", self.context_len, lo=0, unit="tokens in the KV cache")
+        if self.tree_size is not None:
+            if not C.is_int(self.tree_size) or self.tree_size < self.k + 1:
+                raise field_error(where, "tree_size", self.tree_size, f"an integer >= K + 1 = {self.k + 1} (tree nodes, "
+                                  f"root included), or absent for a chain")
+            C.integer(where, "tree_size", self.tree_size, hi=MAX_TREE_NODES, unit="tree nodes: a tree's expected "
+                      "accepted length takes time growing as the square of its nodes")
+        if self.alpha is not None:
+            C.fraction(where, "alpha", self.alpha, unit="an acceptance rate")
         # the upper bound (K + 1, or Lookahead's n-gram size) depends on the family: resolve checks it
-        if self.tau is not None and (not _is_number(self.tau) or self.tau < 1.0):
-            raise field_error(where, "tau", self.tau, "mean tokens per cycle >= 1 (the bonus token included)")
+        if self.tau is not None:
+            C.number(where, "tau", self.tau, lo=1.0, unit="mean tokens per cycle, the bonus token included")
         if self.alpha is not None and self.tau is not None:
             raise field_error(where, "tau", self.tau, "either alpha or tau, not both")
-        if not _is_number(self.temperature) or self.temperature < 0:
-            raise field_error(where, "temperature", self.temperature, "a finite number >= 0")
-        if self.attention not in ATTENTION_KERNELS:
-            raise field_error(where, "attention", self.attention, "'fused' or 'naive'")
+        C.number(where, "temperature", self.temperature, lo=0.0, hi=MAX_TEMPERATURE)
+        C.choice(where, "attention", self.attention, ATTENTION_KERNELS)
         for name in ("baseline_tokens_per_s", "baseline_step_time_s"):
-            v = getattr(self, name)
-            if v is not None and (not _is_number(v) or v <= 0):
-                raise field_error(where, name, v, "a positive number (a measured plain decoding speed at this batch)")
+            if getattr(self, name) is not None:
+                C.number(where, name, getattr(self, name), lo=0.0, lo_open=True,
+                         unit="a measured plain decoding speed at this batch")
         if self.baseline_tokens_per_s is not None and self.baseline_step_time_s is not None:
             raise field_error(where, "baseline_step_time_s", self.baseline_step_time_s,
                               "either baseline_tokens_per_s or baseline_step_time_s, not both")
-        if not isinstance(self.allow_cross_tokenizer, bool):
-            raise field_error(where, "allow_cross_tokenizer", self.allow_cross_tokenizer, "true or false (a boolean)")
-        object.__setattr__(self, "sections", MappingProxyType({k: MappingProxyType(dict(v)) if isinstance(v, Mapping)
-                                                               else v for k, v in self.sections.items()}))
+        C.boolean(where, "allow_cross_tokenizer", self.allow_cross_tokenizer)
+        sections = {}
+        for name, v in self.sections.items():
+            if name not in SECTIONS:
+                raise SpecError(f"{where}: unknown table [{name}]; known: {', '.join(SECTIONS)}")
+            if name == "acceptance" and isinstance(v, str):
+                v = {"calibrated": v}  # acceptance = "calibrated:NAME" at the top level
+            if not isinstance(v, Mapping):
+                raise field_error(where, name, v, f"a [{name}] table")
+            for key in v:
+                if (name, key) in MOVED:
+                    raise SpecError(f"{where}: [{name}] {key} has moved to {MOVED[(name, key)]}")
+            sections[name] = v
+        object.__setattr__(self, "sections", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in sections.items()}))
         object.__setattr__(self, "given", frozenset(self.given))
+        object.__setattr__(self, "tables", _tables(self, where))
 
     def section(self, name: str) -> Mapping:
         if name not in SECTIONS:
@@ -153,15 +183,11 @@ class Scenario:
             changes["tau"] = None
         elif "tau" in given:
             changes["alpha"] = None
-        new = replace(self, **changes, given=self.given | set(given))
         if sections:
             merged = {k: dict(v) for k, v in self.sections.items()}
-            merged.update({k: dict(v) for k, v in sections.items()})
-            new = replace(new, sections=merged)
-        return new
-
-    def default_of(self, name: str):
-        return DEFAULTS[name]
+            merged.update({k: v if isinstance(v, str) else dict(v) for k, v in sections.items()})
+            changes["sections"] = merged
+        return replace(self, **changes, given=self.given | set(given))
 
     def to_dict(self) -> dict:
         """The scenario as a file's table: the keys it sets, and its tables."""
@@ -173,6 +199,50 @@ class Scenario:
         return to_toml(self.to_dict())
 
 
+def _tables(s: Scenario, where: str) -> ScenarioTables:
+    """Each table as its spec, then the rules that join tables and top-level keys."""
+    sec = s.sections
+    kw: dict = {}
+    makers = {"drafter_options": DrafterOptionsTable, "acceptance": AcceptanceTable, "sweep": SweepTable,
+              "threshold": ThresholdTable, "workload": WorkloadTable, "engine": EngineTable, "fleet": FleetTable,
+              "slo": SloTable}
+    for name, maker in makers.items():
+        if name in sec:
+            kw[name] = maker.from_table(sec[name], where=f"{where} [{name}]")
+    if "policies" in sec:
+        kw["policies"] = policies_from_table(sec["policies"], where=f"{where} [policies]")
+    t = ScenarioTables(**kw)
+    acc = t.acceptance
+    if acc.by_position is not None and (s.alpha is not None or s.tau is not None):
+        raise field_error(acc.where, "by_position", list(acc.by_position),
+                          "one acceptance input: alpha, tau or [acceptance] by_position")
+    if acc.calibrated is not None:
+        for key in ("alpha", "tau"):
+            if getattr(s, key) is not None:
+                raise field_error(acc.where, key, getattr(s, key),
+                                  "absent: [acceptance] calibrated gives the acceptance and its dependence")
+        check_calibration_matches(acc, target=s.target, method=s.method, drafter=s.drafter)
+    if t.drafter_options.sparse_budget is not None:
+        from .models import load_model
+
+        t.drafter_options.check_budget(load_model(s.target).max_context, s.target)
+    if s.method == "draft_model" and s.drafter is not None and s.drafter == s.target:
+        raise field_error(where, "drafter", s.drafter, "a draft model other than the target itself (drafting with "
+                          "the target costs a target step per draft token: method = 'none' is the same tokens sooner)")
+    if t.policies:
+        limit = t.engine.max_num_seqs
+        for p in t.policies:
+            pw = f"{p.where} {p.name}"
+            if p.kind == "k_by_batch_band" and p.params["bands"][-1][0] > limit:
+                bad = next(b for b in p.params["bands"] if b[0] > limit)
+                raise field_error(pw, "bands", list(bad), f"bands inside the batch limit: min_batch <= [engine] "
+                                  f"max_num_seqs = {limit} (a band above it never applies)")
+            if p.kind == "disable_by_batch_size" and p.params["threshold"] > limit:
+                raise field_error(pw, "threshold", p.params["threshold"], f"at most [engine] max_num_seqs = {limit} "
+                                  f"(the running batch never reaches a larger threshold: the gate would never trip)")
+    return t
+
+
 def _plain(v):
     if isinstance(v, Mapping):
         return {k: _plain(x) for k, x in v.items()}
@@ -181,7 +251,7 @@ def _plain(v):
     return v
 
 
-SCALAR_KEYS = tuple(f.name for f in fields(Scenario) if f.name not in ("sections", "path", "given"))
+SCALAR_KEYS = tuple(f.name for f in fields(Scenario) if f.name not in ("sections", "path", "given", "tables"))
 DEFAULTS = {f.name: f.default for f in fields(Scenario) if f.name in SCALAR_KEYS}
 
 
@@ -190,19 +260,7 @@ def scenario_from_dict(raw: dict, *, where: str = "scenario") -> Scenario:
         raise SpecError(f"{where}: expected a table of scenario keys")
     reject_unknown_keys(where, raw, set(SCALAR_KEYS) | set(SECTIONS))
     kwargs = {k: v for k, v in raw.items() if k in SCALAR_KEYS}
-    sections = {}
-    for name in SECTIONS:
-        if name not in raw:
-            continue
-        value = raw[name]
-        if name == "acceptance" and isinstance(value, str):
-            value = {"calibrated": value}
-        if not isinstance(value, dict):
-            raise field_error(where, name, value, f"a [{name}] table")
-        for key in value:
-            if (name, key) in MOVED:
-                raise SpecError(f"{where}: [{name}] {key} has moved to {MOVED[(name, key)]}")
-        sections[name] = value
+    sections = {name: raw[name] for name in SECTIONS if name in raw}
     return Scenario(**kwargs, sections=sections, path=where, given=frozenset(kwargs))
 
 
