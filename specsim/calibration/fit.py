@@ -38,6 +38,10 @@ PARAMETERS = ("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_ov
 # Splitwise names → catalog ids. The power-capped H100 rows are left out: no catalog part models the cap.
 SPLITWISE_HARDWARE = {"a100-80gb": "a100-sxm-80gb", "h100-80gb": "h100-sxm"}
 SPLITWISE_MODELS = {"llama2-70b": "llama-2-70b"}
+# every name Splitwise's perf_model.csv uses (the commit in data/perf/splitwise_sim/README.md); another
+# name is not Splitwise's profile (a typo, another file), refused naming its line
+SPLITWISE_NAMES = {"model": ("llama2-70b", "bloom-176b"), "hardware": ("a100-80gb", "h100-80gb", "h100-80gb-pcap")}
+POINT_COLUMNS = ("hardware", "target", "tp", "batch_size", "q_len", "context_len", "logit_len")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,13 +156,33 @@ def _unpack(theta) -> tuple[Efficiency, float]:
                        per_layer_overhead_s=float(layer_us) * 1e-6), float(lat_us) * 1e-6)
 
 
-def fit_efficiency(rows: pd.DataFrame, *, fit: tuple[str, ...] = PARAMETERS) -> Calibration:
+def check_identifiable(rows: pd.DataFrame, fit: tuple[str, ...], *, where: str = "calibration rows") -> None:
+    """Refuse a fit the rows cannot determine: no more distinct measured passes (by hardware, target,
+    tp, batch, query and context length, logits) than parameters, or both fractions fitted from rows
+    that all put one number of tokens in flight (batch_size × q_len), where bandwidth and compute
+    trade one for the other."""
+    n = len(rows.drop_duplicates(list(POINT_COLUMNS)))
+    if n <= len(fit):
+        raise SpecError(f"{where}: {n} distinct measured pass{'es' if n != 1 else ''} for {len(fit)} fitted "
+                        f"parameter{'s' if len(fit) != 1 else ''} ({', '.join(fit)}): expected more distinct points "
+                        f"than parameters (more rows, or fewer with --fit)")
+    if {"bandwidth_frac", "compute_frac"} <= set(fit):
+        tokens = (rows["batch_size"].astype(np.int64) * rows["q_len"].astype(np.int64)).unique()
+        if len(tokens) < 2:
+            raise SpecError(f"{where}: every row has batch_size x q_len = {int(tokens[0])} tokens in flight: "
+                            f"bandwidth_frac and compute_frac cannot both be fitted from one; expected rows at two "
+                            f"or more batch or query sizes (or --fit without one of them)")
+
+
+def fit_efficiency(rows: pd.DataFrame, *, fit: tuple[str, ...] = PARAMETERS,
+                   where: str = "calibration rows") -> Calibration:
     """Fit the parameters named in `fit` (others stay at the first row's hardware defaults) to the
     measured times of `rows`, all of which must be on hardware of one kind (one stack)."""
-    rows = check_rows(rows)
+    rows = check_rows(rows, where=where)
     unknown = [p for p in fit if p not in PARAMETERS]
     if unknown:
         raise field_error("fit_efficiency", "fit", unknown[0], f"parameters among {PARAMETERS}")
+    check_identifiable(rows, tuple(dict.fromkeys(fit)), where=where)
     hw0 = load_hardware(rows["hardware"].iloc[0])
     e0 = hw0.efficiency
     # work in µs for the fixed costs so every parameter is of order 1..1e3
@@ -208,6 +232,12 @@ def splitwise_rows(path, *, hardware: str | None = None) -> tuple[pd.DataFrame, 
     for col in ("prompt_time", "token_time"):  # milliseconds
         raw[col] = numeric_column(raw, col, where=str(path), minimum=0.0, exclusive_minimum=True,
                                   expected="a time in milliseconds > 0 (finite)")
+    for col, names in SPLITWISE_NAMES.items():
+        bad = raw.index[~raw[col].isin(names)]
+        if len(bad):
+            i = int(bad[0])
+            raise SpecError(f"{path}: line {i + 2}: column {col!r} = {raw.loc[i, col]!r}: expected one of Splitwise's "
+                            f"{col} names, {', '.join(names)}")
     skipped = []
     for (m, h), n in raw.groupby(["model", "hardware"]).size().items():
         if m not in SPLITWISE_MODELS:

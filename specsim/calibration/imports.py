@@ -141,6 +141,9 @@ def read_vllm_v0_log(text: str, *, where: str = "log") -> ImportedAcceptance:
     draft = sum(r[3] for r in runs)
     emit = sum(r[4] for r in runs)
     n = draft // k
+    if n == 0:
+        raise InputError(f"{where}: vLLM V0 counters with 0 draft tokens on every run's last line: nothing was "
+                         f"drafted, so there is no acceptance to fit")
     # each drafted position one Bernoulli(α) trial: accepted successes, draft − accepted failures; the
     # truncated geometric's likelihood α^S (1 − α)^F with S = accepted, F = draft − accepted
     est, lo, hi, ll = _lr_interval(float(acc), float(draft - acc), 0.95)
@@ -159,6 +162,9 @@ def read_vllm_v0_log(text: str, *, where: str = "log") -> ImportedAcceptance:
 V1_MARK = "SpecDecoding metrics:"
 
 
+_MAX_DRAFT_CANDIDATES = 100_000
+
+
 def _v1_drafts(acc: int, draft: int, k: int, tau: float, rates: list[float]) -> list[int]:
     """Whole draft counts n consistent with every printed figure of one V1 line."""
     lo = math.ceil(draft / k - 1e-9)  # a draft holds at most K tokens
@@ -167,8 +173,15 @@ def _v1_drafts(acc: int, draft: int, k: int, tau: float, rates: list[float]) -> 
         top, bottom = tau - 1.0 - 0.005, tau - 1.0 + 0.005
         hi = min(hi, math.floor(acc / top + 1e-9)) if top > 0 else hi
         lo = max(lo, math.ceil(acc / bottom - 1e-9))
+    lo = max(lo, 1)
+    if hi - lo > _MAX_DRAFT_CANDIDATES:
+        # counts too large to try one by one: the printed figures (τ to 2 decimals, rates to 3) agree with
+        # a range of draft counts; take the one nearest drafted / K in it, if the rates agree with it
+        n = min(max(round(draft / k), lo), hi)
+        ok = abs(sum(rates) * n - acc) <= 0.0005 * len(rates) * n + 1 and abs(1.0 + acc / n - tau) <= 0.005 + 1e-9
+        return [n] if ok else []
     out = []
-    for n in range(max(lo, 1), hi + 1):
+    for n in range(lo, hi + 1):
         if round(1.0 + acc / n, 2) != round(tau, 2) and abs(1.0 + acc / n - tau) > 0.005 + 1e-9:
             continue
         counts = [round(r * n) for r in rates]
@@ -222,7 +235,33 @@ def read_vllm_v1_log(text: str, *, where: str = "log") -> ImportedAcceptance:
     return _from_counters("vllm-v1-log", counters, lines, notes, where)
 
 
+def check_counters(counters: dict, *, where: str) -> None:
+    """vLLM's counters agree with each other: drafts >= 1, each draft of 1..K tokens (K = the per-position
+    counters), accepted <= drafted tokens, per-position counts non-increasing, at most the drafts, and
+    summing to the accepted tokens."""
+    n, draft, acc = (float(counters[k]) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))
+    per_pos = [float(x) for x in counters["num_accepted_tokens_per_pos"]]
+    k = len(per_pos)
+    bad = None
+    if not all(math.isfinite(x) and x >= 0 for x in (n, draft, acc, *per_pos)):
+        bad = "finite counts >= 0"
+    elif n < 1:
+        bad = "at least one draft (num_drafts >= 1)"
+    elif not n <= draft <= n * k:
+        bad = f"drafted tokens between num_drafts ({n:g}) and num_drafts x K ({n * k:g}, K = {k} positions)"
+    elif acc > draft:
+        bad = f"accepted tokens ({acc:g}) at most the drafted tokens ({draft:g})"
+    elif per_pos[0] > n or any(b > a for a, b in zip(per_pos, per_pos[1:])):
+        bad = "per-position accepted counts non-increasing, the first at most num_drafts"
+    elif abs(sum(per_pos) - acc) > max(0.5, 1e-9 * acc):
+        bad = f"per-position accepted counts summing to the accepted tokens ({sum(per_pos):g} != {acc:g})"
+    if bad is not None:
+        shown = ", ".join(f"{key} = {counters[key]:g}" for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))
+        raise InputError(f"{where}: counters {shown}, per position {[f'{x:g}' for x in per_pos]}: expected {bad}")
+
+
 def _from_counters(fmt: str, counters: dict, lines: int, notes: list, where: str) -> ImportedAcceptance:
+    check_counters(counters, where=where)
     try:
         cond = fit_vllm_counters(counters, model="conditional")
         iid = fit_vllm_counters(counters, model="iid")
@@ -315,9 +354,12 @@ SGLANG_MARK = "accept len:"
 
 
 def read_sglang_log(text: str, *, k: int | None, where: str = "log", level: float = 0.95) -> ImportedAcceptance:
-    if k is None or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    from ..specs import checks as C
+
+    if k is None:
         raise field_error(where, "k", k, "the draft length SGLang ran with (--speculative-num-steps), an integer >= 1 "
                           "(SGLang does not print it)")
+    C.integer(where, "k", k, lo=1, hi=64, unit="the draft length SGLang ran with (--speculative-num-steps)")
     taus, weights = [], []
     for i, line in enumerate(text.splitlines(), 1):
         if SGLANG_MARK not in line or "Decode batch" not in line:
@@ -442,6 +484,19 @@ def import_acceptance(path, *, fmt: str | None = None, k: int | None = None,
     return read_llama_cpp(text, where=where)
 
 
+def check_traffic(context_len: float | None, temperature: float | None) -> tuple:
+    """The traffic an import describes (--context-len, --temperature): finite, >= 0, in range."""
+    from ..specs import checks as C
+
+    if context_len is not None:
+        context_len = C.number("--context-len", "context_len", context_len, lo=0.0, hi=float(C.INT32_MAX),
+                               unit="tokens in the traffic's context")
+    if temperature is not None:
+        temperature = C.number("--temperature", "temperature", temperature, lo=0.0, hi=100.0,
+                               unit="the traffic's sampling temperature")
+    return context_len, temperature
+
+
 def calibration_table(imp: ImportedAcceptance, *, name: str, target: str, drafter: str, workload: str, command: str,
                       context_len: float | None = None, temperature: float | None = None) -> dict:
     """An import as a calibration file (`specs.calibrations`): the i.i.d. α and, where the format gives
@@ -449,6 +504,7 @@ def calibration_table(imp: ImportedAcceptance, *, name: str, target: str, drafte
     traffic's context and temperature as the reference when given."""
     from ..speculation.families import FAMILIES
 
+    context_len, temperature = check_traffic(context_len, temperature)
     f = imp.iid
     if not (f.ci_low == f.ci_low and f.ci_high == f.ci_high):
         raise SpecError(f"{imp.format}: no interval for α (the format gives too little); a calibration needs one")
@@ -461,7 +517,9 @@ def calibration_table(imp: ImportedAcceptance, *, name: str, target: str, drafte
          "command": command, "level": f.level, "notes": "; ".join((f"imported from {imp.format}", *imp.notes)),
          "reference": {"context_len": float(context_len or 0.0), "temperature": float(temperature or 0.0), "k": imp.k},
          "iid": {"alpha": float(f.estimate), "ci_low": float(f.ci_low), "ci_high": float(f.ci_high),
-                 "n_cycles": int(imp.n_drafts) if imp.n_drafts == imp.n_drafts else 0, "n_trials": int(f.n_obs)}}
+                 "n_trials": int(f.n_obs)}}
+    if imp.n_drafts == imp.n_drafts:  # SGLang's log counts no cycles: then the key is left out
+        t["iid"]["n_cycles"] = int(imp.n_drafts)
     if imp.conditional is not None:
         c = imp.conditional
         t["conditional"] = {"rates": [float(x) for x in c.estimate], "ci_low": [float(x) for x in c.ci_low],
@@ -475,5 +533,5 @@ def calibration_table(imp: ImportedAcceptance, *, name: str, target: str, drafte
     return t
 
 
-__all__ = ["ImportedAcceptance", "calibration_table", "import_acceptance", "read_vllm_v0_log", "read_vllm_v1_log", "read_vllm_prometheus",
+__all__ = ["ImportedAcceptance", "calibration_table", "check_counters", "check_traffic", "import_acceptance", "read_vllm_v0_log", "read_vllm_v1_log", "read_vllm_prometheus",
            "read_sglang_log", "read_llama_cpp", "detect_format", "FORMATS"]

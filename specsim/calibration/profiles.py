@@ -30,6 +30,7 @@ from scipy.optimize import least_squares
 from ..cost import kernels as K
 from ..errors import InputError, SpecError, field_error
 from ..specs.data import data_path
+from ..specs.tables import numeric_column, read_csv_table, require_columns
 from ..specs.hardware import ELEMENTWISE_KINDS, ROW_BLOCKED_KINDS, Efficiency, HardwareProfile, KernelProfile
 from ..specs.models import ModelSpec, model_from_dict
 
@@ -70,15 +71,17 @@ def load_operator_profiles(root=None, *, gpus: tuple[str, ...] | None = None) ->
         gpu, model = f.parts[-4], f.parts[-2]
         if gpus is not None and gpu not in gpus:
             continue
-        try:
-            raw = pd.read_csv(f)
-        except (OSError, pd.errors.ParserError) as exc:
-            raise InputError(f"{f}: not a readable CSV ({exc})") from None
+        raw = read_csv_table(f, what="Vidur operator profile (mlp.csv)", infer=True)
         cols = [f"time_stats.{op}.median" for op in VIDUR_OPERATORS]
         needed = [*cols, *SHAPE_COLUMNS, "num_tokens", "num_tensor_parallel_workers"]
         missing = [c for c in needed if c not in raw.columns]
         if missing:
             raise field_error(str(f), missing[0], None, "a column of Vidur's mlp.csv")
+        for c in cols:
+            raw[c] = numeric_column(raw, c, where=str(f), minimum=0.0, exclusive_minimum=True,
+                                    expected="a median time in ms > 0 (finite)", error=InputError)
+        for c in ("num_tokens", "num_tensor_parallel_workers", *(c for c in SHAPE_COLUMNS if c != "use_gated_mlp")):
+            raw[c] = numeric_column(raw, c, where=str(f), integer=True, minimum=1, error=InputError)
         agg = {c: "median" for c in cols} | {c: "first" for c in SHAPE_COLUMNS}
         g = raw.groupby(["num_tokens", "num_tensor_parallel_workers"], as_index=False).agg(agg)
         out = pd.DataFrame({"gpu": gpu, "hardware": VIDUR_GPUS.get(gpu, gpu), "model": model,
@@ -339,14 +342,16 @@ def load_all_reduce(network: str, root=None) -> pd.DataFrame:
     """Vidur's `network/<network>/all_reduce.csv`: rows with every device of the group in one node
     (devices_per_node = num_workers), as group_size, message_bytes, measured_s."""
     path = _vidur_root(root) / "network" / network / "all_reduce.csv"
-    try:
-        raw = pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
+    raw = read_csv_table(path, what="Vidur all_reduce.csv", infer=True)
     needed = ("num_workers", "devices_per_node", "size", "time_stats.all_reduce.median")
     for c in needed:
         if c not in raw.columns:
             raise field_error(str(path), c, None, "a column of Vidur's all_reduce.csv")
+    for c in ("num_workers", "devices_per_node", "size"):
+        raw[c] = numeric_column(raw, c, where=str(path), integer=True, minimum=1, error=InputError)
+    raw["time_stats.all_reduce.median"] = numeric_column(raw, "time_stats.all_reduce.median", where=str(path),
+                                                         minimum=0.0, exclusive_minimum=True, error=InputError,
+                                                         expected="a median time in ms > 0 (finite)")
     raw = raw[raw["devices_per_node"] == raw["num_workers"]]
     # `size` is bytes: Vidur's profiler allocates `size` fp16 elements and records size * 2
     return pd.DataFrame({"group_size": raw["num_workers"].astype(int), "message_bytes": raw["size"].astype(float),
@@ -405,10 +410,13 @@ def splitwise_decode_breakdown(path, hardware: HardwareProfile, model: ModelSpec
     from ..cost.roofline import step_cost  # noqa: PLC0415 - layer 2, fine from here
     from .fit import SPLITWISE_HARDWARE, SPLITWISE_MODELS
 
-    try:
-        raw = pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
+    raw = read_csv_table(path, what="Splitwise perf_model.csv", infer=True)
+    require_columns(raw, ("model", "hardware", "prompt_size", "token_size", "tensor_parallel", "batch_size",
+                          "token_time"), where=str(path), what="Splitwise's perf_model.csv")
+    for c in ("prompt_size", "token_size", "tensor_parallel", "batch_size"):
+        raw[c] = numeric_column(raw, c, where=str(path), integer=True, minimum=1, error=InputError)
+    raw["token_time"] = numeric_column(raw, "token_time", where=str(path), minimum=0.0, exclusive_minimum=True,
+                                       expected="a time in ms > 0 (finite)", error=InputError)
     name = {v: k for k, v in SPLITWISE_HARDWARE.items()}.get(hardware.id)
     mname = {v: k for k, v in SPLITWISE_MODELS.items()}.get(model.id)
     if name is None or mname is None:

@@ -605,6 +605,8 @@ def _run_acceptance_import(args) -> int:
                     ("--threads", args.threads)):
         if v is not None:
             raise SpecError(f"{flag} {v!r}: applies to decoder runs, not --import")
+    from ..calibration.imports import check_traffic
+    check_traffic(args.context_len, args.temperature)  # refused with or without --out
     imp = import_acceptance(args.import_file, fmt=args.format, k=args.k, model_name=args.model_name)
     if args.out is not None:
         if not args.name or args.name.count("/") != 2:
