@@ -121,11 +121,11 @@ def test_a_pass_past_its_capture_runs_eagerly_at_least_its_launches():
 
 
 def test_no_version_means_no_regime_changes_the_cost():
-    """Without stack_version only '*' entries apply (vLLM has none): the cost is the one at a release
-    no regime covers."""
+    """Without stack_version only '*' entries apply (vLLM's one, per_token_share, only splits a load
+    calibration's terms and prices nothing by itself): the cost is the one at a release no regime covers."""
     a = ServingCost(_op())
     mix = _prefill(600)
-    assert a.regimes.applied == ()
+    assert [e.property for e in a.regimes.applied] == ["per_token_share"]
     assert a.parts(mix)[0] == pytest.approx(ServingCost(_op(stack_version="0.7.0")).parts(mix)[0], rel=1e-12)
 
 

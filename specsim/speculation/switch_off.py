@@ -27,7 +27,7 @@ import numpy as np
 
 from ..cost.roofline import mixed_step_cost
 from ..errors import field_error
-from .families import dense_time_s, pass_efficiency, pass_widths, verify_q_len
+from .families import dense_time_s, masked_score_time_s, pass_efficiency, pass_widths, verify_q_len
 from .operating_point import OperatingPoint
 from .predict import grid, tokens_per_cycle_at
 
@@ -179,6 +179,8 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
         t += float(dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
                                 hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=dep.tp,
                                 extra_bytes=b * q * work.verify_head_logit_rows * target.vocab_size * 4.0))
+    if work.masked_verify and dep.drafting.masked_score_bytes:  # a masked eager verify (as draft_cost prices it)
+        t += float(masked_score_time_s(target, dep, batch_size=b, q_len=q, context_len=ctx))
     from .cycle import device_cycle_overhead_s
 
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
