@@ -123,7 +123,7 @@ def test_the_fit_recovers_planted_terms(load_kind):
     for r, (_, t) in zip(sw.rows, truth.iterrows()):
         rows.append(replace(r, output_tokens_per_s=t["predicted_output_tokens_per_s"],
                             tpot_s=t["predicted_tpot_s"], role="fit" if (not r.speculative or r.load <= 2) else "check"))
-    fit = fit_sweep(replace(sw, rows=tuple(rows)))
+    fit = fit_sweep(replace(sw, rows=tuple(rows)), token_share=0.0)  # planted per sequence, not per token
     assert fit.terms.device_scale == pytest.approx(1.6, rel=2e-3)
     assert fit.terms.device_per_seq_s == pytest.approx(30e-6, rel=2e-2)
     assert fit.terms.cycle_s == pytest.approx(2e-3, rel=2e-2)

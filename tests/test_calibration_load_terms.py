@@ -210,3 +210,30 @@ def test_the_cli_takes_a_share_and_refuses_a_bad_one(tmp_path, capsys):
     assert "--token-share 1.5: expected a share in [0, 1]" in capsys.readouterr().err
     assert main(["calibrate", "load", str(csv), "--token-share-loo", "0,1"]) == 2  # one sweep: nothing to leave out
     assert "at least 2 needed" in capsys.readouterr().err
+
+
+def test_a_tree_sweep_writes_the_alpha_whose_tree_gives_its_tau(tmp_path):
+    """A τ given for a tree holds only where it was measured; the written scenario gives the α that the
+    tree formula turns into that τ, so the switch-off's grid (other batches) reads the same τ as the row."""
+    from specsim.calibration.load_fit import LoadCalibration, write_scenarios
+    from specsim.speculation.cycle import tokens_per_cycle
+    from specsim.speculation.operating_point import resolve_id
+
+    rows, line = [], 2
+    for spec, ld, thr in ((False, 1, 100.0), (False, 4, 330.0), (True, 1, 180.0), (True, 4, 500.0)):
+        rows.append(LoadRow(sweep="tree", line=line, load=float(ld), speculative=spec, role="fit", prompt_tokens=16,
+                            output_tokens=16, n_requests=2 * ld, output_tokens_per_s=thr, tau=2.4 if spec else None))
+        line += 1
+    sw = LoadSweep(name="tree", stack="sglang", hardware="h100-sxm", n_devices=1, target="llama-3.2-1b",
+                   load_kind="concurrency", method="eagle", k=3, tree_size=8,
+                   drafter_options={"eagle_version": 3, "eagle_top_k": 3}, rows=tuple(rows), file="tree.csv")
+    fit = fit_sweep(sw, token_share=1.0)
+    paths = write_scenarios(LoadCalibration(fits=(fit,)), tmp_path, command="test")
+    op = resolve_id(str([p for p in paths if not p.name.endswith(".stack.toml")][0]))
+    acc = op.require_acceptance()
+    assert acc.tau_given is None and acc.model.alpha < 0.99
+    tau = float(tokens_per_cycle(op.drafter, alpha=acc.model.alpha, k=3, tree_size=8, n_ranks=acc.n_ranks,
+                                 rank_decay=acc.rank_decay))
+    assert tau == pytest.approx(2.4, rel=1e-9)
+    g = grid(op, k=[3], batch_size=[1, 16], context_len=[op.context_len])
+    np.testing.assert_allclose(g.tokens_per_cycle.ravel(), 2.4, rtol=1e-9)

@@ -726,6 +726,8 @@ def scenario_table(fit: SweepFit, *, stack_path: str) -> dict:
     if sw.tree_size is not None:
         out["tree_size"] = sw.tree_size
     acc = row_acceptance(sw, ref, fit.alpha) if spec_rows else None
+    if acc is not None and acc.get("tau") is not None and sw.tree_size is not None:
+        acc = {"alpha": tree_alpha(fit, ref, float(acc["tau"]))}
     if acc is not None:
         out.update(_acceptance_kwargs(acc))
     if sw.load_kind == "batch":
@@ -748,6 +750,32 @@ def scenario_table(fit: SweepFit, *, stack_path: str) -> dict:
     if sw.drafter_options:
         out["drafter_options"] = dict(sw.drafter_options)
     return out
+
+
+def tree_alpha(fit: SweepFit, row: LoadRow, tau: float) -> float:
+    """The α whose tree τ (the family's tree formula at the sweep's K and tree size) is the row's τ.
+
+    A scenario giving τ for a tree holds it only at the point it was measured; at any other batch,
+    context or K the chain α equivalent to it stands in, and the tree formula turns that α into more
+    tokens than τ (`speculation.predict.tokens_per_cycle_at`). The switch-off reads a grid of batches, so
+    a calibrated scenario of a tree sweep gives this α instead: every view then sees the row's τ."""
+    from scipy.optimize import brentq
+
+    from ..speculation.cycle import tokens_per_cycle
+
+    sc = row_scenario(fit.sweep, row, speculative=True, acceptance={"tau": tau})
+    op = resolve(sc, stack_profile=fit.stack)
+    acc = op.require_acceptance()
+
+    def gap(a):
+        return float(tokens_per_cycle(op.drafter, alpha=a, k=op.k, tree_size=op.tree_size, n_ranks=acc.n_ranks,
+                                      rank_decay=acc.rank_decay)) - tau
+
+    lo, hi = 1e-6, 1.0 - 1e-9
+    if not gap(lo) < 0.0 < gap(hi):
+        raise SpecError(f"sweep {fit.sweep.name!r}: τ = {tau:g} at K = {op.k}, tree {op.tree_size} is outside what the "
+                        f"tree can emit ({gap(lo) + tau:.3g} to {gap(hi) + tau:.3g} tokens a cycle)")
+    return float(brentq(gap, lo, hi, xtol=1e-12))
 
 
 def write_scenarios(cal: LoadCalibration, folder, *, command: str) -> list[Path]:
