@@ -1,6 +1,15 @@
-"""Issue 14's fuzz campaign: malformed flags, TOML, traces, CSVs and GGUF headers, interrupts, reused
-output folders and random valid configurations, each run as a subprocess of a given specsim
-installation and classified by what it did.
+"""The fuzz campaign: malformed flags, TOML, traces, CSVs and GGUF headers, interrupts, reused output
+folders and random valid configurations (issue 14), and every field of every scenario table, the
+rules that join them, calibration files, stack metrics, step-cost fits and replay rows (issue 28),
+each run as a subprocess of a given specsim installation and classified by what it did.
+
+Groups added for issue 28: `tables` (each field of [workload], [engine], [fleet], [slo], [policies],
+[sweep], [threshold], [acceptance] and [drafter_options] set to a string, a boolean, a list, NaN,
+infinity, -1, 0, 0.5, 1e30 and 2^63 - 1, or for a choice field to an unknown name, run by the
+command that reads the table), `cross-field` (one joining rule broken per case; a typo or an
+impossible value in every table run by `predict`; runs that cannot end soon), `calibration-file`,
+`stack-metrics` (`calibrate acceptance --import`), `step-fit` (`calibrate steps` on rows that cannot
+determine the fit; Splitwise names) and more `trace` and `csv-replay` cases.
 
     .venv/bin/python benchmarks/fuzz_campaign.py --python .venv/bin/python --out /tmp/fuzz-after
     .venv/bin/python benchmarks/fuzz_campaign.py --python /tmp/before/.venv/bin/python \
@@ -14,7 +23,9 @@ a flag or command the installation does not have is counted as "n/a". Catalog fi
 mutate (hardware, model, stack TOML) are the installation's own, with the same mutation applied.
 
 Outcome classes (the first that applies):
-  hang            no exit within the timeout (after a SIGINT: within 30 s of it)
+  hang            no exit within the timeout (after a SIGINT: within 30 s of it); or a run on an input that
+                  must be refused that went on until the case's SIGINT; or a run expected to take
+                  long that did not say so ("specsim: note: ...") before it was interrupted
   native crash    killed by a signal other than the SIGINT the case sent
   traceback       a Python traceback on stdout/stderr, or exit 70 "internal error"
   partial output  a failed or interrupted run changed or added a non-hidden file in its output, or a
@@ -26,7 +37,8 @@ Outcome classes (the first that applies):
                   positive and finite, speedup <= K + 1 on a chain, tokens conserved, requests
                   conserved, the same answer twice, the same answer for a reordered grid)
   clean refusal   exit 2-6 (or 130 after the SIGINT) with one error line on stderr (argparse's
-                  usage line allowed) that names the flag, key or file of the case
+                  usage line and "specsim: note:" lines allowed) that names the flag, key or file of
+                  the case
   unclear refusal exit 2-6 but more than one line, or not naming what was wrong
   valid result    exit 0 and every check passed
   other exit      any other exit status without a traceback
@@ -1018,6 +1030,506 @@ class Gen:
                  files={"m.gguf": ("tiny_gguf", {}), "p.txt": "hello world, hello world, hello\n"}, expect="valid",
                  check="decoder-json", timeout_s=400)
 
+    # -- every scenario table and field (issue 28 item 3) ---------------------------------------------
+    # field -> (type, lowest possible, highest possible, lowest open): what the README and the
+    # system being modelled allow; a value outside is impossible and must be refused. None: no
+    # bound the system sets (the simulator may still refuse a value as past its own limits).
+    TABLE_FIELDS = {
+        "workload": ("poisson", {"n_requests": ("int", 1, None, False), "rate_per_s": ("float", 0.0, None, True),
+                                 "kind": ("choice:trace,poisson,gamma,closed_loop", None, None, False)}),
+        "workload@gamma": ("gamma", {"cv": ("float", 0.0, None, True)}),
+        "workload@closed": ("closed_loop", {"n_users": ("int", 1, 30, False), "think_time_s": ("float", 0.0, None, False)}),
+        "workload.prompt": ("poisson", {"tokens": ("int", 1, None, False)}),
+        "workload.output": ("poisson", {"tokens": ("int", 1, None, False)}),
+        "workload.prompt@uniform": ("uniform", {"min": ("int", 1, 64, False), "max": ("int", 1, None, False)}),
+        "workload.prompt@lognormal": ("lognormal", {"mu": ("float", None, None, False), "sigma": ("float", 0.0, None, False)}),
+        "workload.prompt@lognormal-mean": ("lognormal-mean", {"mean_tokens": ("float", 0.0, None, True)}),
+        "workload@trace": ("trace", {"time_scale": ("float", 0.0, None, True), "trace": ("path", None, None, False),
+                                     "format": ("choice:azure,mooncake,plain", None, None, False)}),
+        "workload@mooncake": ("mooncake", {"jitter_s": ("float", 0.0, None, False)}),
+        "engine": (None, {"max_num_seqs": ("int", 1, None, False), "max_num_batched_tokens": ("int", 1, None, False),
+                          "chunked_prefill": ("bool", None, None, False), "block_size": ("int", 1, None, False),
+                          "gpu_memory_utilization": ("float", 0.0, 1.0, True), "watermark_frac": ("float", 0.0, 0.999, False),
+                          "max_model_len": ("int", 1, 131072, False), "acceptance_window_steps": ("int", 1, None, False),
+                          "activation_reserve_gb": ("float", 0.0, 80.0, False), "n_blocks": ("int", 1, None, False),
+                          "preemption_mode": ("choice:recompute,swap", None, None, False),
+                          "scheduling": ("choice:fcfs,priority", None, None, False),
+                          "prefix_caching": ("bool", None, None, False), "drafter_catchup": ("bool", None, None, False)}),
+        "engine@swap": ("swap", {"swap_space_gib": ("float", 0.0, None, False),
+                                 "swap_bandwidth_gb_s": ("float", 0.0, None, True)}),
+        "fleet": (None, {"n_replicas": ("int", 1, None, False),
+                         "layout": ("choice:colocated,disaggregated", None, None, False),
+                         "router": ("choice:round_robin,least_outstanding,prefix_affinity", None, None, False)}),
+        "fleet@affinity": ("affinity", {"cache_threshold": ("float", 0.0, 1.0, False),
+                                        "balance_abs_threshold": ("int", 0, None, False),
+                                        "balance_rel_threshold": ("float", 1.0, None, False)}),
+        "fleet@disagg": ("disagg", {"n_prefill": ("int", 1, 1, False), "kv_transfer_gb_s": ("float", 0.0, None, True),
+                                    "kv_transfer_latency_us": ("float", 0.0, None, False),
+                                    "prefill_runs_drafter": ("bool", None, None, False)}),
+        "slo": (None, {"ttft_s": ("float+inf", 0.0, None, True), "tpot_s": ("float+inf", 0.0, None, True)}),
+        "policies.static_k4": ("static", {"k": ("int", 0, 64, False)}),
+        "policies.gate_bs16": ("disable_by_batch_size", {"threshold": ("int", 1, 64, False), "sticky": ("bool", None, None, False)}),
+        "policies.off": ("acceptance_off_switch", {"min_acceptance_frac": ("float", 0.0, 1.0, False),
+                                                   "min_window_tokens": ("int", 1, None, False),
+                                                   "probe_every_steps": ("int", 1, None, False)}),
+        "policies.gp": ("goodput_optimal", {"k_max": ("int", 0, 64, False)}),
+        "sweep": (None, {"tau_k": ("int", 1, 64, False)}),
+        "sweep[]": (None, {"k": ("int", 0, 64, False), "batch_size": ("int", 1, None, False),
+                           "context_len": ("int", 0, 131000, False), "alpha": ("float", 0.0, 1.0, False),
+                           "tree_size": ("int", 1, None, False), "tp": ("int", 1, 8, False),
+                           "temperature": ("float", 0.0, None, False), "attention": ("choice:fused,naive", None, None, False),
+                           "hardware": ("id", None, None, False), "target": ("id", None, None, False),
+                           "method": ("choice:draft_model,prompt_lookup,medusa,eagle,lookahead,layer_skip,mtp,sparse_kv",
+                                      None, None, False),
+                           "plots": ("id", None, None, False)}),
+        "threshold": (None, {"margin": ("float", 0.0, None, False), "k_max": ("int", 1, 64, False),
+                             "batch_limit": ("int", 1, None, False), "drafter_model": ("str", None, None, False)}),
+        "threshold[]": (None, {"batch_sizes": ("int", 1, None, False), "alphas": ("float", 0.0, 1.0, False)}),
+        "acceptance": (None, {"context_decay_per_token": ("float", 0.0, None, False),
+                              "reference_context_len": ("float", 0.0, None, False),
+                              "temperature_slope": ("float", None, None, False),
+                              "reference_temperature": ("float", 0.0, None, False), "n_ranks": ("int", 1, None, False),
+                              "rank_decay": ("float", 0.0, 1.0, False)}),
+        "acceptance@by_position[]": ("by_position", {"by_position": ("float", 0.0, 1.0, False)}),
+        "drafter_options@medusa": ("medusa", {"n_heads_medusa": ("int", 1, None, False),
+                                              "medusa_layers_per_head": ("int", 1, None, False)}),
+        "drafter_options@layer_skip": ("layer_skip", {"skip_layers": ("int", 1, 31, False)}),
+        "drafter_options@lookahead": ("lookahead", {"lookahead_window": ("int", 1, None, False),
+                                                    "lookahead_ngram": ("int", 2, None, False),
+                                                    "lookahead_guesses": ("int", 1, None, False)}),
+        "drafter_options@sparse_kv": ("sparse_kv", {"sparse_sink": ("int", 0, 131072, False),
+                                                    "sparse_window": ("int", 1, 131072, False)}),
+        "drafter_options@prompt_lookup": ("prompt_lookup", {"prompt_lookup_s_per_seq_per_ktoken": ("float", 0.0, 1.0, False)}),
+        "drafter_options@eagle": ("eagle", {"eagle_version": ("int", 1, 3, False)}),
+    }
+    # one sample per kind of fault, and an edge that is possible
+    FIELD_VALUES = [("abc", "type"), (True, "type"), ([1, 2], "type"), (float("nan"), "nan"), (float("inf"), "inf"),
+                    (-1, -1), (0, 0), (0.5, 0.5), (1e30, 1e30), (2 ** 63 - 1, 2 ** 63 - 1)]
+
+    def _table_base(self, table: str, variant: str | None) -> tuple[dict, str]:
+        """A scenario whose `table` the command reads, in the variant a field needs."""
+        sec = table.split(".")[0]
+        if sec in ("workload", "engine", "fleet", "slo", "policies"):
+            scen = serving_scenario()
+            if variant == "gamma":
+                scen["workload"].update(kind="gamma", cv=1.0)
+            elif variant == "uniform":
+                scen["workload"]["prompt"] = {"kind": "uniform", "min": 1, "max": 64}
+            elif variant == "lognormal":
+                scen["workload"]["prompt"] = {"kind": "lognormal", "mu": 5.0, "sigma": 0.5}
+            elif variant == "lognormal-mean":
+                scen["workload"]["prompt"] = {"kind": "lognormal", "mean_tokens": 200.0, "sigma": 0.5}
+            elif variant == "closed_loop":
+                scen["workload"] = {"kind": "closed_loop", "n_requests": 30, "n_users": 4,
+                                    "prompt": {"kind": "fixed", "tokens": 256}, "output": {"kind": "fixed", "tokens": 32}}
+            elif variant in ("trace", "mooncake"):
+                name = {"trace": "traces/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv",
+                        "mooncake": "traces/mooncake_fast25/conversation_trace.jsonl"}[variant]
+                scen["workload"] = {"kind": "trace", "trace": name, "window_s": [0, 30]}
+            elif variant == "swap":
+                scen["engine"]["preemption_mode"] = "swap"
+            elif variant == "affinity":
+                scen["fleet"] = {"n_replicas": 2, "router": "prefix_affinity"}
+            elif variant == "disagg":
+                scen["fleet"] = {"n_replicas": 2, "layout": "disaggregated", "n_prefill": 1}
+            elif variant in ("static", "disable_by_batch_size", "acceptance_off_switch", "goodput_optimal"):
+                base = {"static": {"kind": "static", "k": 4}, "disable_by_batch_size": {"kind": "disable_by_batch_size",
+                        "k": 4, "threshold": 16}, "acceptance_off_switch": {"kind": "acceptance_off_switch", "k": 4,
+                        "min_acceptance_frac": 0.5}, "goodput_optimal": {"kind": "goodput_optimal", "k_max": 4}}[variant]
+                scen["policies"] = {"never": {"kind": "never"}, table.split(".")[1]: base}
+            if table == "fleet" and "fleet" not in scen:
+                scen["fleet"] = {"n_replicas": 1}
+            return scen, "simulate"
+        if sec in ("sweep", "threshold"):
+            return analysis_scenario(), sec
+        scen = point_scenario()
+        if variant == "by_position":
+            scen.pop("alpha")
+            scen["acceptance"] = {"by_position": [0.8, 0.7]}
+        elif variant is not None and sec == "drafter_options":
+            scen.update(method=variant, drafter_options={})
+            if variant != "draft_model":
+                scen.pop("drafter")
+        else:
+            scen["tree_size"] = 8
+            scen["method"] = "eagle"
+            scen.pop("drafter")
+            scen["acceptance"] = {}
+        return scen, "predict"
+
+    def tables(self) -> None:
+        for key, (variant, fields) in self.TABLE_FIELDS.items():
+            table, _, _ = key.partition("@")
+            listed = table.endswith("[]")
+            table = table.rstrip("[]")
+            for name, spec in fields.items():
+                typ, lo, hi, lo_open = spec
+                values = list(self.FIELD_VALUES)
+                if typ.startswith("choice:"):
+                    values = [("nope", "type"), (5, "type"), ("", "type"), (True, "type")] + \
+                        [(c, "valid") for c in typ.split(":")[1].split(",")[:2]]
+                elif typ in ("path", "id"):
+                    values = [(5, "type"), ("", "type"), ([1], "type"), ("no/such/file-or-id", "type")]
+                elif typ == "str":  # any non-empty string: a name printed as given
+                    values = [(5, "type"), ("", "type"), ([1], "type"), ("meta-llama/Llama-3.2-1B", "valid")]
+                for value, kind in values:
+                    scen, cmd = self._table_base(table, variant)
+                    v = [value] if listed else value
+                    if table.startswith("drafter_options"):
+                        scen["drafter_options"][name] = v
+                    else:
+                        set_path(scen, f"{table}.{name}", v)
+                    exp = self._field_judge(spec, value, kind)
+                    if table == "workload" and name == "kind" and value in ("trace", "poisson"):
+                        exp = "refuse" if value == "trace" else "either"  # trace without a trace path
+                    culprit = (name, name.split("_")[0] if len(name.split("_")[0]) > 3 else name, "interrupted")
+                    if isinstance(value, str) and len(value) > 3:
+                        culprit += (value,)
+                    if table == "workload":
+                        culprit += ("trace",)  # a format that is not the file's: the reader names the file
+                    if table == "fleet":
+                        culprit += ("n_prefill",)  # a disaggregated layout needs its prefill pool
+                    c = self._scenario_case("tables", f"[{key}] {name} = {_toml_value(v)[:40]}", scen, cmd, exp,
+                                            culprit, interrupt_s=60 if cmd == "simulate" else None)
+                    if variant in ("trace", "mooncake"):
+                        c.meta.pop("out_tokens", None)  # a trace's own lengths
+
+    @staticmethod
+    def _field_judge(spec, value, kind) -> str:
+        typ, lo, hi, lo_open = spec
+        if typ.startswith("choice:"):
+            return "either" if kind == "valid" else "refuse"
+        if typ in ("path", "id"):
+            return "refuse"
+        if typ == "str":
+            return "either" if kind == "valid" else "refuse"
+        if typ == "bool":
+            return "either" if isinstance(value, bool) else "refuse"
+        if kind == "type":
+            return "refuse"
+        if kind == "inf" and typ == "float+inf" and value > 0:
+            return "either"
+        if kind in ("nan", "inf"):
+            return "refuse"
+        v = float(kind)
+        if typ == "int" and isinstance(value, float):
+            return "refuse"
+        if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
+            return "refuse"
+        return "either"
+
+    def cross_fields(self) -> None:
+        """Rules that join fields and tables: each case breaks one."""
+        def serve(**over):
+            s = serving_scenario()
+            for k, v in over.items():
+                if isinstance(v, dict) and isinstance(s.get(k), dict) and k not in ("policies", "workload"):
+                    s[k].update(v)
+                else:
+                    s[k] = v
+            return s
+        wl = copy.deepcopy(WORKLOAD)
+        azure = "traces/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv"
+        cases = [
+            ("a band above max_num_seqs", serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1, 4], [128, 2]]}}),
+             "simulate", "refuse", ("bands", "max_num_seqs")),
+            ("a band of one end", serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1], [8, 2]]}}), "simulate",
+             "refuse", ("bands",)),
+            ("a band of three ends", serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1, 4, 2]]}}), "simulate",
+             "refuse", ("bands",)),
+            ("bands with non-integer ends", serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1.5, 4]]}}),
+             "simulate", "refuse", ("bands",)),
+            ("bands descending", serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[8, 4], [2, 1]]}}), "simulate",
+             "refuse", ("bands",)),
+            ("a gate above max_num_seqs", serve(policies={"g": {"kind": "disable_by_batch_size", "k": 4, "threshold": 1000}}),
+             "simulate", "refuse", ("threshold", "max_num_seqs")),
+            ("a policy name that is no file name", serve(policies={"a/b": {"kind": "never"}}), "simulate-out", "refuse",
+             ("name", "a/b")),
+            ("lognormal without parameters", serve(workload=dict(wl, prompt={"kind": "lognormal"})), "simulate", "refuse",
+             ("sigma", "mu", "prompt")),
+            ("lognormal with tokens", serve(workload=dict(wl, prompt={"kind": "lognormal", "mu": 5, "sigma": 1, "tokens": 3})),
+             "simulate", "refuse", ("tokens",)),
+            ("uniform min above max", serve(workload=dict(wl, prompt={"kind": "uniform", "min": 50, "max": 5})), "simulate",
+             "refuse", ("min", "max")),
+            ("fixed without tokens", serve(workload=dict(wl, prompt={"kind": "fixed"})), "simulate", "refuse", ("tokens",)),
+            ("lengths_from beside prompt", serve(workload=dict(wl, lengths_from=azure)), "simulate", "refuse",
+             ("lengths_from", "prompt")),
+            ("a key of another kind (cv on poisson)", serve(workload=dict(wl, cv=2.0)), "simulate", "refuse", ("cv",)),
+            ("more users than requests", serve(workload={"kind": "closed_loop", "n_requests": 5, "n_users": 50,
+                                                         "prompt": {"kind": "fixed", "tokens": 16},
+                                                         "output": {"kind": "fixed", "tokens": 4}}),
+             "simulate", "refuse", ("n_users",)),
+            ("rates on a closed loop", serve(workload={"kind": "closed_loop", "n_requests": 5, "n_users": 2, "rates": [1, 2],
+                                                       "prompt": {"kind": "fixed", "tokens": 16},
+                                                       "output": {"kind": "fixed", "tokens": 4}}),
+             "simulate", "refuse", ("rates",)),
+            ("jitter_s on an Azure trace", serve(workload={"kind": "trace", "trace": azure, "jitter_s": 1.0}), "simulate",
+             "refuse", ("jitter_s",)),
+            ("hash_block_tokens on an Azure trace", serve(workload={"kind": "trace", "trace": azure, "hash_block_tokens": 16}),
+             "simulate", "refuse", ("hash_block_tokens",)),
+            ("window_s reversed", serve(workload={"kind": "trace", "trace": azure, "window_s": [60, 0]}), "simulate",
+             "refuse", ("window_s",)),
+            ("window_s of one end", serve(workload={"kind": "trace", "trace": azure, "window_s": [60]}), "simulate",
+             "refuse", ("window_s",)),
+            ("a trace path as a number", serve(workload={"kind": "trace", "trace": 5}), "simulate", "refuse", ("trace",)),
+            ("priority fractions not summing to 1", serve(workload=dict(wl, priority_fracs=[0.2, 0.2])), "simulate", "refuse",
+             ("priority_fracs",)),
+            ("swap space with recompute", serve(engine={"swap_space_gib": 8.0}), "simulate", "refuse", ("swap_space_gib",)),
+            ("n_blocks above the memory", serve(engine={"n_blocks": 10 ** 8}), "simulate", "refuse", ("n_blocks",)),
+            ("max_model_len above the context", serve(engine={"max_model_len": 10 ** 7}), "simulate", "refuse",
+             ("max_model_len",)),
+            ("prefix caching without prefixes", serve(engine={"prefix_caching": True}), "simulate", "refuse",
+             ("prefix_caching",)),
+            ("router keys without prefix_affinity", serve(fleet={"n_replicas": 2, "cache_threshold": 0.5}), "simulate",
+             "refuse", ("cache_threshold",)),
+            ("n_prefill on a colocated fleet", serve(fleet={"n_replicas": 2, "n_prefill": 1}), "simulate", "refuse",
+             ("n_prefill",)),
+            ("a disaggregated fleet of one", serve(fleet={"n_replicas": 1, "layout": "disaggregated", "n_prefill": 1}),
+             "simulate", "refuse", ("n_replicas", "n_prefill")),
+            ("every replica prefilling", serve(fleet={"n_replicas": 2, "layout": "disaggregated", "n_prefill": 2}),
+             "simulate", "refuse", ("n_prefill",)),
+            ("alpha and by_position", point_scenario(acceptance={"by_position": [0.8]}), "predict", "refuse",
+             ("by_position", "alpha")),
+            ("workload without calibrated", point_scenario(acceptance={"workload": "chat"}), "predict", "refuse",
+             ("workload",)),
+            ("calibrated and alpha", point_scenario(acceptance={"calibrated": "smollm2-135m/prompt-lookup/prose"}),
+             "predict", "refuse", ("alpha", "calibrated")),
+            ("a calibration of another target", dict({k: v for k, v in point_scenario(method="prompt_lookup").items()
+                                                       if k not in ("alpha", "drafter")},
+                                                      acceptance={"calibrated": "smollm2-135m/prompt-lookup/prose"}),
+             "predict", "refuse", ("calibrated", "target")),
+            ("a calibration of another method", dict({k: v for k, v in point_scenario(
+                hardware="ddr5-5600-2ch", target="smollm2-135m-q4_1", method="layer_skip").items()
+                if k not in ("alpha", "drafter")}, context_len=300, acceptance={"calibrated": "smollm2-135m/prompt-lookup/prose"}),
+             "predict", "refuse", ("calibrated", "method")),
+            ("a sparse window past the context", point_scenario(method="sparse_kv", drafter_options={"sparse_window": 10 ** 7}),
+             "predict", "refuse", ("sparse_window",)),
+            ("a sparse sink past the context", point_scenario(method="sparse_kv", drafter_options={"sparse_sink": 10 ** 30 // 10 ** 12}),
+             "predict", "refuse", ("sparse_sink",)),
+            ("a prompt-lookup cost of 1e30", point_scenario(method="prompt_lookup",
+                                                            drafter_options={"prompt_lookup_s_per_seq_per_ktoken": 1e30}),
+             "predict", "refuse", ("prompt_lookup_s_per_seq_per_ktoken",)),
+            ("the drafter is the target", point_scenario(drafter="llama-3.1-8b"), "predict", "refuse", ("drafter",)),
+            ("a tree of 10^5 nodes", point_scenario(method="eagle", tree_size=100000), "predict", "refuse", ("tree_size",)),
+            ("a [sweep] tree of 10^5 nodes", dict(analysis_scenario(), sweep={"k": [4], "tree_size": [100000]}), "sweep",
+             "refuse", ("tree_size",)),
+            ("a [sweep] grid of 10^10 points", dict(analysis_scenario(), sweep={"k": list(range(1, 65)),
+                                                                               "batch_size": list(range(1, 1001)),
+                                                                               "context_len": list(range(0, 100000, 100)),
+                                                                               "alpha": [i / 200 for i in range(200)]}),
+             "sweep", "refuse", ("grid", "points", "batch_size")),
+            ("alpha and tau in [sweep]", dict(analysis_scenario(), sweep={"alpha": [0.5], "tau": [2.0]}), "sweep", "refuse",
+             ("tau", "alpha")),
+            ("tau above tau_k + 1 in [sweep]", dict(analysis_scenario(), sweep={"tau": [9.0], "tau_k": 4}), "sweep", "refuse",
+             ("tau",)),
+            ("an unknown plot in [sweep]", dict(analysis_scenario(), sweep={"k": [2], "plots": ["nope"]}), "sweep", "refuse",
+             ("plots", "nope")),
+            ("a moved [threshold] key", dict(analysis_scenario(), threshold={"k": [1, 2]}), "threshold", "refuse",
+             ("k_max", "k")),
+        ]
+        for key in ("engine", "fleet", "workload", "slo", "policies", "sweep", "threshold"):  # issue 27: every command
+            scen = point_scenario(**{key: {"bogus_key": 1}})
+            cases.append((f"a typo in [{key}] on predict", scen, "predict", "refuse", ("bogus_key",)))
+        for key, value in (("engine", {"max_num_seqs": 0}), ("fleet", {"n_replicas": -1}), ("slo", {"ttft_s": -1}),
+                           ("workload", {"kind": "nope"}), ("policies", {"x": {"kind": "static", "k": -1}}),
+                           ("sweep", {"k": [-1]}), ("threshold", {"k_max": 0})):
+            cases.append((f"an impossible [{key}] value on predict", point_scenario(**{key: value}), "predict", "refuse",
+                          tuple(k for k in value) + ("k",)))
+        for title, scen, cmd, exp, culprit in cases:
+            if cmd == "simulate-out":
+                self.add("cross-field", f"simulate: {title}", ["simulate", f"{D}/s.toml", "--quiet", "--no-plots", "--out",
+                         f"{D}/out"], files={"s.toml": to_toml(scen)}, expect=exp, culprit=culprit, check="none",
+                         out="out", timeout_s=180)
+                continue
+            self._scenario_case("cross-field", title, scen, cmd, exp, culprit)
+        # a run that cannot end soon: said before it starts, and a SIGINT ends it cleanly
+        big = serving_scenario({"kind": "poisson", "n_requests": 10 ** 7, "rate_per_s": 1e6,
+                                "prompt": {"kind": "fixed", "tokens": 16}, "output": {"kind": "fixed", "tokens": 8}})
+        self.add("cross-field", "simulate: 10^7 requests at 10^6 req/s, SIGINT after 20 s",
+                 ["simulate", f"{D}/s.toml", "--quiet", "--json"], files={"s.toml": to_toml(big)}, interrupt_s=20,
+                 expect="either", culprit=("interrupted",), check="simulate", timeout_s=400,
+                 meta={"notice": True})
+        huge = serving_scenario({"kind": "poisson", "n_requests": 10 ** 7, "rate_per_s": 1e9,
+                                 "prompt": {"kind": "fixed", "tokens": 16}, "output": {"kind": "fixed", "tokens": 8}})
+        self.add("cross-field", "simulate: 10^7 requests at 10^9 req/s", ["simulate", f"{D}/s.toml", "--quiet", "--json"],
+                 files={"s.toml": to_toml(huge)}, interrupt_s=20, expect="either", culprit=("rate_per_s", "interrupted"),
+                 check="simulate", timeout_s=400, meta={"notice": True})
+        forever = serving_scenario({"kind": "poisson", "n_requests": 10 ** 7, "rate_per_s": 10.0,
+                                    "prompt": {"kind": "fixed", "tokens": 16}, "output": {"kind": "fixed", "tokens": 4000}})
+        self.add("cross-field", "simulate: 4 x 10^10 output tokens", ["simulate", f"{D}/s.toml", "--quiet", "--json"],
+                 files={"s.toml": to_toml(forever)}, interrupt_s=20, expect="refuse", culprit=("tokens", "hours"),
+                 check="simulate", timeout_s=400)
+
+    # -- calibration files a scenario names -----------------------------------------------------------
+    def calibration_files(self) -> None:
+        good = {"name": "t/prompt-lookup/code-edit", "target": "llama-3.1-8b", "drafter": "prompt-lookup",
+                "method": "prompt_lookup", "workload": "code-edit", "command": "fuzz", "level": 0.95,
+                "reference": {"context_len": 1024.0, "temperature": 0.0, "k": 4},
+                "iid": {"alpha": 0.7, "ci_low": 0.65, "ci_high": 0.75, "n_cycles": 200, "n_trials": 300},
+                "conditional": {"rates": [0.7, 0.72], "ci_low": [0.6, 0.6], "ci_high": [0.8, 0.8]},
+                "dependence": {"context_decay_per_token": 0.0, "context_decay_ci": [0.0, 0.0],
+                               "temperature_slope": -0.1, "temperature_slope_ci": [-0.2, 0.0]},
+                "coverage": {"context_len": [500.0, 1500.0], "temperatures": [0.0], "ks": [4], "workloads": ["code-edit"],
+                             "drafters": ["prompt-lookup"]}}
+        scen = {k: v for k, v in point_scenario(method="prompt_lookup").items() if k not in ("alpha", "drafter")}
+        scen["acceptance"] = {"calibrated": f"{D}/cal.toml"}
+        edits = [("valid", None, None, "either"), ("n_cycles = 0", "iid.n_cycles", 0, "refuse"),
+                 ("n_cycles = -5", "iid.n_cycles", -5, "refuse"), ("ks = []", "coverage.ks", [], "refuse"),
+                 ("ks = [0]", "coverage.ks", [0], "refuse"), ("ci_low above alpha", "iid.ci_low", 0.8, "refuse"),
+                 ("ci_high below alpha", "iid.ci_high", 0.6, "refuse"), ("alpha = nan", "iid.alpha", float("nan"), "refuse"),
+                 ("alpha = 1.5", "iid.alpha", 1.5, "refuse"),
+                 ("a conditional ci_low above its rate", "conditional.ci_low", [0.75, 0.6], "refuse"),
+                 ("conditional rates of another length", "conditional.ci_high", [0.8], "refuse"),
+                 ("a dependence outside its interval", "dependence.temperature_slope", 0.5, "refuse"),
+                 ("context coverage reversed", "coverage.context_len", [1500.0, 500.0], "refuse"),
+                 ("reference k = 0", "reference.k", 0, "refuse"), ("reference context -1", "reference.context_len", -1.0, "refuse"),
+                 ("level = 2", "level", 2.0, "refuse"), ("another target", "target", "qwen2.5-7b", "refuse"),
+                 ("another method", "method", "eagle", "refuse"), ("an unknown target", "target", "no-such-model", "refuse"),
+                 ("the same model in another format", "target", "llama-3.1-8b", "either"),
+                 ("target missing", "target", None, "refuse")]
+        for title, key, value, exp in edits:
+            cal = copy.deepcopy(good)
+            if key is not None:
+                if value is None:
+                    del_path(cal, key)
+                else:
+                    set_path(cal, key, value)
+            self.add("calibration-file", title, ["predict", f"{D}/s.toml", "--json"],
+                     files={"s.toml": to_toml(scen), "cal.toml": to_toml(cal)}, expect=exp,
+                     culprit=(key.split(".")[-1] if key else "cal.toml", "cal.toml", "calibrated"), check="predict",
+                     meta={"k": 4})
+
+    # -- stack metrics (calibrate acceptance --import) ------------------------------------------------
+    def stack_metrics(self) -> None:
+        v0 = ("INFO 08-01 12:00:00 metrics.py:400] Speculative metrics: Draft acceptance rate: 0.642, System efficiency: "
+              "0.598, Number of speculative tokens: {k}, Number of accepted tokens: {a}, Number of draft tokens: {d}, "
+              "Number of emitted tokens: {e}.")
+        v1 = ("INFO 08-01 12:00:00 [metrics.py:100] SpecDecoding metrics: Mean acceptance length: {tau}, Accepted "
+              "throughput: 12.40 tokens/s, Drafted throughput: 15.10 tokens/s, Accepted: {a} tokens, Drafted: {d} tokens, "
+              "Per-position acceptance rate: {rates}, Avg Draft acceptance rate: 82.1%")
+        prom = ("vllm:spec_decode_num_drafts_total{{model_name=\"m\"}} {n}\n"
+                "vllm:spec_decode_num_draft_tokens_total{{model_name=\"m\"}} {d}\n"
+                "vllm:spec_decode_num_accepted_tokens_total{{model_name=\"m\"}} {a}\n"
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name=\"m\",position=\"0\"}} {p0}\n"
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name=\"m\",position=\"1\"}} {p1}\n")
+        sglang = "[2025-01-01] Decode batch. #running-req: {r}, #token: 1234, token usage: 0.01, accept len: {tau}, gen throughput (token/s): 100\n"
+        llama = "n_draft   = {k}\nn_predict = {p}\nn_drafted = {d}\nn_accept  = {a}\naccept    = 77.778%\n"
+        files = [
+            ("vLLM V0: valid", v0.format(k=3, a=8547, d=13311, e=10616), "either", ()),
+            ("vLLM V0: 0 draft tokens", v0.format(k=3, a=0, d=0, e=0), "refuse", ("draft",)),
+            ("vLLM V0: accepted above drafted", v0.format(k=3, a=20000, d=13311, e=10616), "refuse", ("accepted",)),
+            ("vLLM V0: K = 0", v0.format(k=0, a=0, d=0, e=0), "refuse", ("k",)),
+            ("vLLM V1: valid", v1.format(tau="3.26", a=226, d=300, rates="0.890, 0.760, 0.610") * 1, "either", ()),
+            ("vLLM V1: 10^12 counters that disagree", v1.format(tau="2.73", a=10 ** 12, d=10 ** 12 + 7,
+                                                                 rates="0.500, 0.200, 0.100"), "refuse", ("agree", "drafts")),
+            ("vLLM V1: 10^12 counters that agree", v1.format(tau="2.50", a=3 * 10 ** 12 // 2, d=3 * 10 ** 12,
+                                                              rates="0.700, 0.500, 0.300"), "either", ()),
+            ("vLLM V1: accepted above drafted", v1.format(tau="2.73", a=500, d=151, rates="0.890, 0.760, 0.610"),
+             "refuse", ("accepted",)),
+            ("vLLM V1: rates growing with position", v1.format(tau="2.73", a=124, d=151, rates="0.100, 0.760, 0.910"),
+             "refuse", ("rates", "position")),
+            ("vLLM V1: a rate above 1", v1.format(tau="2.73", a=124, d=151, rates="1.890, 0.760, 0.610"), "refuse", ("rate",)),
+            ("Prometheus: valid", prom.format(n=100, d=200, a=120, p0=70, p1=50), "either", ()),
+            ("Prometheus: accepted above drafted", prom.format(n=100, d=200, a=300, p0=100, p1=200), "refuse",
+             ("accepted", "drafted", "per-position")),
+            ("Prometheus: accepted above drafted, per position consistent", prom.format(n=100, d=150, a=180, p0=100, p1=80),
+             "refuse", ("accepted", "drafted")),
+            ("Prometheus: more draft tokens than drafts x K", prom.format(n=10, d=200, a=12, p0=7, p1=5), "refuse",
+             ("drafted", "drafts")),
+            ("Prometheus: no drafts", prom.format(n=0, d=0, a=0, p0=0, p1=0), "refuse", ("drafts",)),
+            ("Prometheus: a negative counter", prom.format(n=100, d=-200, a=120, p0=70, p1=50), "refuse", ("count",)),
+            ("Prometheus: NaN", prom.format(n=100, d="NaN", a=120, p0=70, p1=50), "refuse", ("count", "finite")),
+            ("SGLang: valid", sglang.format(r=4, tau="3.21") + sglang.format(r=2, tau="2.9"), "either", ()),
+            ("SGLang: accept len above K + 1", sglang.format(r=4, tau="9.5"), "refuse", ("accept",)),
+            ("SGLang: accept len below 1", sglang.format(r=4, tau="0.5"), "refuse", ("accept",)),
+            ("llama.cpp: valid", llama.format(k=16, p=128, d=90, a=70), "either", ()),
+            ("llama.cpp: more accepted than drafted", llama.format(k=16, p=128, d=50, a=70), "refuse", ("n_accept",)),
+            ("llama.cpp: n_draft 0", llama.format(k=0, p=128, d=90, a=70), "refuse", ("n_draft",)),
+            ("empty", "", "refuse", ()), ("binary", "\x00\x01\x02", "refuse", ()),
+        ]
+        for title, text, exp, culprit in files:
+            argv = ["calibrate", "acceptance", "--import", f"{D}/m.log", "--json"]
+            if title.startswith("SGLang"):
+                argv += ["-k", "4"]
+            self.add("stack-metrics", title, argv, files={"m.log": text}, expect=exp, culprit=culprit + ("m.log",),
+                     check="json")
+        good = v1.format(tau="3.26", a=226, d=300, rates="0.890, 0.760, 0.610")
+        for flag in ("--context-len", "--temperature"):
+            for v in ("-1", "nan", "inf", "1e308"):
+                exp = "either" if v == "1e308" and flag == "--context-len" and False else "refuse"
+                for out in (False, True):
+                    argv = ["calibrate", "acceptance", "--import", f"{D}/m.log", f"{flag}={v}", "--json"]
+                    if out:
+                        argv += ["--out", f"{D}/cal.toml", "--name", "llama-3.1-8b/eagle/chat"]
+                    self.add("stack-metrics", f"{flag} {v}" + (" with --out" if out else ""), argv,
+                             files={"m.log": good}, expect=exp, culprit=(flag, flag.lstrip("-").replace("-", "_")),
+                             check="json")
+
+    # -- step-cost fits that the rows cannot determine --------------------------------------------------
+    def step_fits(self) -> None:
+        head = "hardware,target,tp,batch_size,q_len,context_len,logit_len,measured_time_s"
+        row = lambda b, q, t: f"h100-sxm,llama-3.1-8b,1,{b},{q},1024,{q},{t:.6f}"  # noqa: E731
+        cases = [("one row, five parameters", [row(1, 1, 0.0062)], "", "refuse"),
+                 ("two identical rows", [row(1, 1, 0.0062)] * 2, "", "refuse"),
+                 ("six identical rows, two parameters", [row(4, 1, 0.0063)] * 6, "bandwidth_frac,step_overhead_s", "refuse"),
+                 ("rows of one batch and query length, both fractions", [row(4, 2, 0.0063 + 1e-5 * i) for i in range(8)],
+                  "bandwidth_frac,compute_frac", "refuse"),
+                 ("eight distinct rows, both fractions", [row(b, q, 0.0062 + 4e-5 * b * q) for b in (1, 4, 16, 64)
+                                                          for q in (1, 5)], "bandwidth_frac,compute_frac", "either"),
+                 ("three distinct rows, one parameter", [row(b, 1, 0.0062 + 4e-5 * b) for b in (1, 4, 16)],
+                  "step_overhead_s", "either")]
+        for title, rows, fit, exp in cases:
+            argv = ["calibrate", "steps", f"{D}/rows.csv", "--json"] + (["--fit", fit] if fit else [])
+            self.add("step-fit", title, argv, files={"rows.csv": "\n".join([head] + rows) + "\n"}, expect=exp,
+                     culprit=("distinct", "parameters", "tokens in flight", "rows.csv"), check="json")
+        split = (REPO / "data/perf/splitwise_sim/perf_model.csv").read_text().splitlines()
+        sp = [split[0]] + [r for r in split[1:] if "llama2-70b,h100-80gb," in r][:40]
+        cols = sp[0].split(",")
+        for col, bad in (("model", "llama2-70bx"), ("hardware", "h100-80gbx"), ("model", "")):
+            t = [r.split(",") for r in sp]
+            t[5][cols.index(col)] = bad
+            self.add("step-fit", f"splitwise: {col} = {bad!r}", ["calibrate", "steps", f"{D}/perf.csv", "--format",
+                     "splitwise", "--hardware", "h100-sxm", "--json"], files={"perf.csv": "\n".join(",".join(r) for r in t) + "\n"},
+                     expect="refuse", culprit=(col, "perf.csv"), check="json")
+
+    # -- replay rows and traces that cannot mean anything -----------------------------------------------
+    def more_inputs(self) -> None:
+        replay = (REPO / "tests/data/published_examples.csv").read_text().splitlines()
+        header = replay[0]
+        row = "fz-self,h100-sxm,1,vllm,llama-3.1-8b,llama-3.1-8b,draft_model,4,,1,1024,0,0.7,,1.8,,,fuzz"
+        self.add("csv-replay", "a row whose drafter is the target", ["replay", f"{D}/rows.csv", "--json"],
+                 files={"rows.csv": "\n".join([header, replay[1], row]) + "\n"}, expect="refuse",
+                 culprit=("drafter", "fz-self"), check="replay", meta={"bad_row": "fz-self"})
+        moon = (REPO / "data/traces/mooncake_fast25/conversation_trace.jsonl").read_text().splitlines()[:40]
+        plain = ["arrival_time_s,prompt_tokens,output_tokens"] + [f"{0.25 * i:.2f},{200 + 7 * i},{20 + i % 13}"
+                                                                  for i in range(50)]
+        for fmt, name, data, extra, exp, culprit in (
+                ("mooncake", "trace.jsonl", moon, {"jitter_s": -1}, "refuse", ("jitter_s",)),
+                ("mooncake", "trace.jsonl", moon, {"jitter_s": float("nan")}, "refuse", ("jitter_s",)),
+                ("mooncake", "trace.jsonl", moon, {"jitter_s": "x"}, "refuse", ("jitter_s",)),
+                ("mooncake", "trace.jsonl", moon, {"jitter_s": [1]}, "refuse", ("jitter_s",)),
+                ("plain", "trace.csv", plain, {"jitter_s": 1.0}, "refuse", ("jitter_s",)),
+                ("plain", "trace.csv", plain, {"time_scale": 1e300}, "refuse", ("time_scale",)),
+                ("plain", "trace.csv", plain, {"time_scale": 0}, "refuse", ("time_scale",)),
+                ("plain", "trace.csv", plain, {"time_scale": 1e-300}, "refuse", ("time_scale", "arrival")),
+                ("plain", "trace.csv", plain, {"hash_block_tokens": 0}, "refuse", ("hash_block_tokens",)),
+                ("plain", "trace.csv", plain, {"window_s": [0, float("inf")]}, "refuse", ("window_s",)),
+                ("plain", "trace.csv", plain, {"window_s": ["a", "b"]}, "refuse", ("window_s",))):
+            wl = {"kind": "trace", "trace": f"{D}/{name}", "format": fmt, **extra}
+            self.add("trace", f"{fmt}: {extra}", ["simulate", f"{D}/s.toml", "--json", "--quiet", "--rates", "2",
+                                                  "--policies", "never,static_k4"],
+                     files={"s.toml": to_toml(serving_scenario(wl)), name: "\n".join(data) + "\n"}, expect=exp,
+                     culprit=culprit, check="simulate", meta={"k": 4}, timeout_s=240)
+        for title, data, exp in (("a trace of one request", plain[:2], "refuse"), ("a missing trace", None, "refuse"),
+                                 ("a valid trace", plain, "either")):
+            wl = dict(WORKLOAD, lengths_from=f"{D}/lt.csv")
+            del wl["prompt"], wl["output"]
+            files = {"s.toml": to_toml(serving_scenario(wl))}
+            if data is not None:
+                files["lt.csv"] = "\n".join(data) + "\n"
+            self.add("trace", f"lengths_from: {title}", ["simulate", f"{D}/s.toml", "--json", "--quiet"], files=files,
+                     expect=exp, culprit=("lengths_from", "lt.csv"), check="simulate", meta={"k": 4}, timeout_s=240)
+
 
 def _check_for(cmd: str) -> str:
     return {"predict": "predict", "threshold": "threshold", "sweep": "sweep", "simulate": "simulate"}[cmd]
@@ -1043,6 +1555,12 @@ def build_cases(seed: int, catalog_ctx: dict) -> list[Case]:
     g.csvs()
     g.hf_configs()
     g.gguf()
+    g.tables()
+    g.cross_fields()
+    g.calibration_files()
+    g.stack_metrics()
+    g.step_fits()
+    g.more_inputs()
     g.interrupts()
     g.outputs()
     g.valid(320, catalog_ctx)
@@ -1437,7 +1955,8 @@ def _stderr_lines(err: str) -> list[str]:
     # argparse prints a usage block before its one error line; progress bars are not errors
     if lines and re.match(r"^specsim[\w -]*: error:", lines[-1]) and lines[0].startswith("usage:"):
         return lines[-1:]
-    return [ln for ln in lines if "it/s]" not in ln and "s/it]" not in ln and not ln.startswith("\r")]
+    return [ln for ln in lines if "it/s]" not in ln and "s/it]" not in ln and not ln.startswith("\r")
+            and not ln.startswith("specsim: note:")]
 
 
 def run_case(case: Case, inst: Installation, work: Path, shared: Path) -> Outcome:
@@ -1509,8 +2028,14 @@ def run_case(case: Case, inst: Installation, work: Path, shared: Path) -> Outcom
     if strays:
         o.cls, o.reason = "stray output", f"wrote into the current folder: {', '.join(sorted(strays)[:5])}"
         return o
+    if sent and rc == 130 and case.expect == "refuse":
+        o.cls, o.reason = "hang", f"ran until the SIGINT at {case.interrupt_s:g} s on an input that must be refused"
+        return o
+    if sent and rc == 130 and case.meta.get("notice") and "specsim: note:" not in err:
+        o.cls, o.reason = "hang", f"ran past {case.interrupt_s:g} s without saying before it started that it would take long"
+        return o
     if rc == 0:
-        if case.interrupt_s is not None:
+        if case.interrupt_s is not None and (sent or case.group == "interrupt"):
             if sent and secs > case.interrupt_s + 10:
                 o.cls, o.reason = "hang", f"ignored the SIGINT: ran to completion {secs - case.interrupt_s:.0f} s after it"
                 return o

@@ -9,7 +9,11 @@ The commands run in process through `specsim.cli.main` (argparse's own exit is c
 interrupts, which need a real SIGINT in a subprocess. The expectations are stated here from the
 documented rules (flags' --help, scenarios/README.md, the catalogs), not read from the code.
 `benchmarks/fuzz_campaign.py` runs the same classes of input at scale against an installation and
-counts outcomes; this file keeps them from coming back. Under CI the hypothesis profile is
+counts outcomes; this file keeps them from coming back. Every field of every scenario table, the
+rules that join them, and every input file kind (traces, step-cost rows, replay tables, calibration
+files, stack metrics) are fuzzed through the library (load, resolve, then the table's own consumer:
+the serving setup, the sweep's axes, the threshold settings, the importers), a sample per field, so
+the whole file stays under a few minutes. Under CI the hypothesis profile is
 derandomised (tests/conftest.py)."""
 from __future__ import annotations
 
@@ -55,7 +59,9 @@ def cli(argv) -> tuple[int, str, str]:
 
 
 def error_line(err: str) -> list[str]:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
+    """The error lines of stderr: argparse's usage block and a run's notes ("specsim: note: ...",
+    said before a long run starts) are not errors."""
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("specsim: note:")]
     if lines and lines[0].startswith("usage:"):  # argparse: a usage block, then its one error line
         lines = lines[-1:]
     return lines
@@ -585,7 +591,7 @@ CAL_HEADER = "hardware,target,tp,batch_size,q_len,context_len,logit_len,measured
 
 def calibration_rows(tmp_path: Path, bad: tuple | None = None) -> Path:
     rows = [["h100-sxm", "llama-3.1-8b", "1", str(b), str(q), "1024", str(q), f"{0.0062 + 0.00004 * b * q:.6f}"]
-            for b in (1, 16) for q in (1, 5)]
+            for b in (1, 4, 16) for q in (1, 5)]  # six distinct passes: more than the five parameters
     if bad is not None:
         col, text = bad
         rows[2][CAL_HEADER.split(",").index(col)] = text
@@ -844,3 +850,403 @@ def test_sigint_during_simulate_leaves_no_output_that_looks_complete(tmp_path):
     if rc != 0:
         assert rc == 130 and len(error_line(err)) == 1, (rc, err)
         assert not nonhidden_files(out)
+
+
+# ---- every scenario table and field, through the library ---------------------------------------------------
+
+def _serve(**over) -> dict:
+    s = dict(POINT, workload={"kind": "poisson", "n_requests": 12, "rate_per_s": 4.0, "prompt": {"kind": "fixed", "tokens": 64},
+                              "output": {"kind": "fixed", "tokens": 8}},
+             engine={"max_num_seqs": 64, "max_num_batched_tokens": 512},
+             policies={"never": {"kind": "never"}, "static": {"kind": "static", "k": 3}}, slo={"ttft_s": 1.0, "tpot_s": 0.05})
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(s.get(key), dict) and key not in ("policies",):
+            s[key] = {**s[key], **value}
+        else:
+            s[key] = value
+    return s
+
+
+AZURE = "traces/azure_llm_inference_2023/AzureLLMInferenceTrace_conv.csv"
+MOONCAKE = "traces/mooncake_fast25/conversation_trace.jsonl"
+_NO_ALPHA = {k: v for k, v in POINT.items() if k not in ("alpha", "drafter")}
+# (table, field) -> (kind, lowest possible, highest possible, lowest open, the scenario it is set in): what
+# scenarios/README.md and the system being modelled allow; outside, a value is impossible and must be refused
+# (a bound None: nothing in the system sets one, so the simulator may refuse or accept)
+TABLE_FIELDS = {
+    ("workload", "n_requests"): ("int", 1, None, False, _serve),
+    ("workload", "rate_per_s"): ("float", 0.0, None, True, _serve),
+    ("workload", "cv"): ("float", 0.0, None, True, lambda: _serve(workload={"kind": "gamma"})),
+    ("workload", "n_users"): ("int", 1, 12, False,
+                              lambda: _serve(workload={"kind": "closed_loop", "rate_per_s": None})),
+    ("workload", "think_time_s"): ("float", 0.0, None, False,
+                                   lambda: _serve(workload={"kind": "closed_loop", "rate_per_s": None})),
+    ("workload", "time_scale"): ("float", 0.0, None, True,
+                                 lambda: _serve(workload={"kind": "trace", "trace": AZURE, "window_s": [0, 20]})),
+    ("workload", "jitter_s"): ("float", 0.0, None, False,
+                               lambda: _serve(workload={"kind": "trace", "trace": MOONCAKE, "window_s": [0, 20]})),
+    ("workload", "trace"): ("str", None, None, False, lambda: _serve(workload={"kind": "trace", "trace": AZURE,
+                                                                              "window_s": [0, 20]})),
+    ("workload.prompt", "tokens"): ("int", 1, None, False, _serve),
+    ("workload.output", "tokens"): ("int", 1, None, False, _serve),
+    ("workload.prompt", "sigma"): ("float", 0.0, None, False,
+                                   lambda: _serve(workload={"prompt": {"kind": "lognormal", "mu": 4.0, "sigma": 0.5}})),
+    ("workload.prompt", "mean_tokens"): ("float", 0.0, None, True,
+                                         lambda: _serve(workload={"prompt": {"kind": "lognormal", "mean_tokens": 60.0,
+                                                                             "sigma": 0.5}})),
+    ("workload.prompt", "max"): ("int", 10, None, False,
+                                 lambda: _serve(workload={"prompt": {"kind": "uniform", "min": 10, "max": 60}})),
+    ("engine", "max_num_seqs"): ("int", 1, None, False, _serve),
+    ("engine", "max_num_batched_tokens"): ("int", 1, None, False, _serve),
+    ("engine", "block_size"): ("int", 1, None, False, _serve),
+    ("engine", "gpu_memory_utilization"): ("float", 0.0, 1.0, True, _serve),
+    ("engine", "watermark_frac"): ("float", 0.0, 0.999, False, _serve),
+    ("engine", "max_model_len"): ("int", 1, 131072, False, _serve),
+    ("engine", "acceptance_window_steps"): ("int", 1, None, False, _serve),
+    ("engine", "activation_reserve_gb"): ("float", 0.0, 80.0, False, _serve),
+    ("engine", "n_blocks"): ("int", 1, None, False, _serve),
+    ("engine", "chunked_prefill"): ("bool", None, None, False, _serve),
+    ("engine", "drafter_catchup"): ("bool", None, None, False, _serve),
+    ("engine", "scheduling"): ("str", None, None, False, _serve),
+    ("engine", "swap_space_gib"): ("float", 0.0, None, False, lambda: _serve(engine={"preemption_mode": "swap"})),
+    ("engine", "swap_bandwidth_gb_s"): ("float", 0.0, None, True, lambda: _serve(engine={"preemption_mode": "swap"})),
+    ("fleet", "n_replicas"): ("int", 1, None, False, lambda: _serve(fleet={"n_replicas": 2})),
+    ("fleet", "cache_threshold"): ("float", 0.0, 1.0, False,
+                                   lambda: _serve(fleet={"n_replicas": 2, "router": "prefix_affinity"})),
+    ("fleet", "balance_rel_threshold"): ("float", 1.0, None, False,
+                                         lambda: _serve(fleet={"n_replicas": 2, "router": "prefix_affinity"})),
+    ("fleet", "kv_transfer_gb_s"): ("float", 0.0, None, True,
+                                    lambda: _serve(fleet={"n_replicas": 2, "layout": "disaggregated", "n_prefill": 1})),
+    ("fleet", "kv_transfer_latency_us"): ("float", 0.0, None, False,
+                                          lambda: _serve(fleet={"n_replicas": 2, "layout": "disaggregated", "n_prefill": 1})),
+    ("fleet", "n_prefill"): ("int", 1, 1, False,
+                             lambda: _serve(fleet={"n_replicas": 2, "layout": "disaggregated", "n_prefill": 1})),
+    ("slo", "ttft_s"): ("float+inf", 0.0, None, True, _serve),
+    ("slo", "tpot_s"): ("float+inf", 0.0, None, True, _serve),
+    ("policies.static", "k"): ("int", 0, 64, False, _serve),
+    ("policies.gate", "threshold"): ("int", 1, 64, False,
+                                     lambda: _serve(policies={"gate": {"kind": "disable_by_batch_size", "k": 3,
+                                                                       "threshold": 8}})),
+    ("policies.off", "min_acceptance_frac"): ("float", 0.0, 1.0, False,
+                                              lambda: _serve(policies={"off": {"kind": "acceptance_off_switch", "k": 3,
+                                                                               "min_acceptance_frac": 0.5}})),
+    ("policies.off", "probe_every_steps"): ("int", 1, None, False,
+                                            lambda: _serve(policies={"off": {"kind": "acceptance_off_switch", "k": 3,
+                                                                             "min_acceptance_frac": 0.5}})),
+    ("policies.gp", "k_max"): ("int", 0, 64, False, lambda: _serve(policies={"gp": {"kind": "goodput_optimal", "k_max": 3}})),
+    ("sweep", "tau_k"): ("int", 1, 64, False, lambda: dict(POINT, sweep={"tau": [2.0]})),
+    ("threshold", "margin"): ("float", 0.0, None, False, lambda: dict(POINT, threshold={})),
+    ("threshold", "k_max"): ("int", 1, 64, False, lambda: dict(POINT, threshold={})),
+    ("threshold", "batch_limit"): ("int", 1, None, False, lambda: dict(POINT, threshold={})),
+    ("acceptance", "context_decay_per_token"): ("float", 0.0, None, False, lambda: dict(POINT, acceptance={})),
+    ("acceptance", "reference_context_len"): ("float", 0.0, None, False, lambda: dict(POINT, acceptance={})),
+    ("acceptance", "reference_temperature"): ("float", 0.0, None, False, lambda: dict(POINT, acceptance={})),
+    ("acceptance", "temperature_slope"): ("float", None, None, False, lambda: dict(POINT, acceptance={})),
+    ("acceptance", "rank_decay"): ("float", 0.0, 1.0, False, lambda: dict(POINT, acceptance={})),
+    ("acceptance", "n_ranks"): ("int", 1, None, False,
+                                lambda: dict(_NO_ALPHA, method="eagle", alpha=0.7, tree_size=8, acceptance={})),
+    ("drafter_options", "n_heads_medusa"): ("int", 1, None, False,
+                                            lambda: dict(_NO_ALPHA, method="medusa", alpha=0.7, drafter_options={})),
+    ("drafter_options", "lookahead_ngram"): ("int", 2, None, False,
+                                             lambda: dict(_NO_ALPHA, method="lookahead", drafter_options={})),
+    ("drafter_options", "sparse_window"): ("int", 1, 131072, False,
+                                           lambda: dict(_NO_ALPHA, method="sparse_kv", alpha=0.7, drafter_options={})),
+    ("drafter_options", "sparse_sink"): ("int", 0, 131072, False,
+                                         lambda: dict(_NO_ALPHA, method="sparse_kv", alpha=0.7, drafter_options={})),
+    ("drafter_options", "prompt_lookup_s_per_seq_per_ktoken"): (
+        "float", 0.0, 1.0, False, lambda: dict(_NO_ALPHA, method="prompt_lookup", alpha=0.7, drafter_options={})),
+}
+# list-valued fields: each item judged like a field of that kind
+LIST_FIELDS = {
+    ("sweep", "k"): ("int", 0, 64), ("sweep", "batch_size"): ("int", 1, None), ("sweep", "context_len"): ("int", 0, 131000),
+    ("sweep", "alpha"): ("float", 0.0, 1.0), ("sweep", "tree_size"): ("int", 1, None), ("sweep", "temperature"): ("float", 0.0, None),
+    ("threshold", "batch_sizes"): ("int", 1, None), ("workload", "rates"): ("float", 0.0, None),
+    ("workload", "priority_fracs"): ("float", 0.0, 1.0),
+}
+
+
+def use_scenario(raw: dict) -> None:
+    """Load the scenario, resolve it and hand each table to the code that reads it (the serving setup,
+    the sweep's axes, the threshold settings): a SpecError is a refusal; anything else is a bug."""
+    from specsim.analyses.threshold import threshold_settings
+    from specsim.presentation.sweep import sweep_axes
+    from specsim.serving.setup import build_serving
+    from specsim.specs.scenario import scenario_from_dict
+    from specsim.speculation.operating_point import resolve
+
+    raw = {k: v for k, v in raw.items() if v is not None}
+    if isinstance(raw.get("workload"), dict):
+        raw["workload"] = {k: v for k, v in raw["workload"].items() if v is not None}
+        if raw["workload"].get("kind") in ("trace", "closed_loop"):
+            for key in ("rate_per_s", "n_requests", "prompt", "output") if raw["workload"]["kind"] == "trace" else ():
+                raw["workload"].pop(key, None)
+    op = resolve(scenario_from_dict(raw, where="fz.toml"))
+    if "workload" in raw:
+        build_serving(op)
+    if "sweep" in raw:
+        sweep_axes(op)
+    if "threshold" in raw:
+        threshold_settings(op)
+
+
+def outcome(raw: dict) -> str | None:
+    """None when the scenario was taken, else the refusal's message."""
+    from specsim.errors import SpecError
+
+    try:
+        use_scenario(raw)
+    except SpecError as exc:
+        return str(exc)
+    return None
+
+
+def set_field(scen: dict, table: str, key: str, value) -> dict:
+    parts = table.split(".")
+    node = scen
+    for p in parts:
+        node = node.setdefault(p, {})
+    node[key] = value
+    return scen
+
+
+def field_impossible(spec, value) -> bool:
+    kind, lo, hi, lo_open = spec[:4]
+    if kind == "float+inf":
+        if not isinstance(value, bool) and isinstance(value, (int, float)) and value == math.inf:
+            return False
+        kind = "float"
+    if kind == "str":
+        return not isinstance(value, str) or not value.strip() or value not in ("fcfs", "priority", AZURE)
+    return judge(value, kind, lo, hi, lo_open=lo_open)
+
+
+@fuzz(250)
+@given(field=st.sampled_from(sorted(TABLE_FIELDS, key=str)), value=ANY_VALUE)
+def test_every_table_field(field, value):
+    table, key = field
+    spec = TABLE_FIELDS[field]
+    message = outcome(set_field(spec[4](), table, key, value))
+    if field_impossible(spec, value):
+        assert message is not None, f"[{table}] {key} = {value!r} was taken"
+    if message is not None and field_impossible(spec, value):
+        assert key in message or key.split("_")[0] in message, message
+
+
+# the faults of one kind each field must refuse: a string, a boolean, NaN, infinity (except where
+# inf means no limit), a negative and an overflowing integer
+FIELD_FAULTS = ["x", True, float("nan"), -1, 2 ** 63 - 1, 1e30]
+
+
+@pytest.mark.parametrize("field", sorted(TABLE_FIELDS, key=str), ids=lambda f: f"{f[0]}.{f[1]}")
+def test_a_sample_of_faults_per_field(field):
+    table, key = field
+    spec = TABLE_FIELDS[field]
+    for value in FIELD_FAULTS:
+        if not field_impossible(spec, value):
+            continue
+        message = outcome(set_field(spec[4](), table, key, value))
+        assert message is not None and key in message, (value, message)
+
+
+@fuzz(80)
+@given(field=st.sampled_from(sorted(LIST_FIELDS)), items=st.lists(ANY_VALUE, min_size=1, max_size=3))
+def test_every_list_field(field, items):
+    table, key = field
+    kind, lo, hi = LIST_FIELDS[field]
+    base = _serve() if table == "workload" else dict(POINT, **{table: {}})
+    impossible = any(judge(v, kind, lo, hi) for v in items)
+    if key == "priority_fracs" and not impossible:
+        impossible = abs(sum(items) - 1.0) > 1e-6
+    if key == "rates" and not impossible:
+        impossible = any(v <= 0 for v in items)
+    message = outcome(set_field(base, table, key, items))
+    if impossible:
+        assert message is not None and key in message, (items, message)
+
+
+# ---- rules that join fields and tables ------------------------------------------------------------------
+
+CAL = {"name": "t/prompt-lookup/chat", "target": "llama-3.1-8b", "drafter": "prompt-lookup", "method": "prompt_lookup",
+       "workload": "chat", "command": "test", "level": 0.95, "reference": {"context_len": 1024.0, "temperature": 0.0, "k": 4},
+       "iid": {"alpha": 0.7, "ci_low": 0.65, "ci_high": 0.75, "n_cycles": 200, "n_trials": 300},
+       "conditional": {"rates": [0.7, 0.72], "ci_low": [0.6, 0.6], "ci_high": [0.8, 0.8]},
+       "coverage": {"context_len": [500.0, 1500.0], "temperatures": [0.0], "ks": [4], "workloads": ["chat"]}}
+
+
+def _calibrated(tmp_path, **cal_over) -> dict:
+    cal = json.loads(json.dumps(CAL))
+    for dotted, v in cal_over.items():
+        node = cal
+        *parents, last = dotted.split("__")
+        for p in parents:
+            node = node[p]
+        node[last] = v
+    path = tmp_path / "cal.toml"
+    path.write_text(toml_text({k: v for k, v in cal.items() if not isinstance(v, dict)})
+                    + "".join(f"[{t}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in cal[t].items())
+                              for t in cal if isinstance(cal[t], dict)))
+    return dict(_NO_ALPHA, method="prompt_lookup", acceptance={"calibrated": str(path)})
+
+
+CROSS = [  # (what breaks, scenario, a word the refusal names)
+    ("a band above max_num_seqs", lambda: _serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1, 4], [100, 2]]}}),
+     "max_num_seqs"),
+    ("a band with one end", lambda: _serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1], [8, 2]]}}), "bands"),
+    ("a band with three ends", lambda: _serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1, 4, 2]]}}), "bands"),
+    ("a band with a non-integer end", lambda: _serve(policies={"b": {"kind": "k_by_batch_band", "bands": [[1.5, 4]]}}),
+     "bands"),
+    ("a gate above max_num_seqs", lambda: _serve(policies={"g": {"kind": "disable_by_batch_size", "k": 3,
+                                                                "threshold": 500}}), "threshold"),
+    ("a policy name that is not a file name", lambda: _serve(policies={"../x": {"kind": "never"}}), "name"),
+    ("lognormal without parameters", lambda: _serve(workload={"prompt": {"kind": "lognormal"}}), "sigma"),
+    ("lognormal given tokens", lambda: _serve(workload={"prompt": {"kind": "lognormal", "mu": 4, "sigma": 1,
+                                                                    "tokens": 5}}), "tokens"),
+    ("tokens = true", lambda: _serve(workload={"prompt": {"kind": "fixed", "tokens": True}}), "tokens"),
+    ("lengths_from beside prompt", lambda: _serve(workload={"lengths_from": AZURE}), "lengths_from"),
+    ("more users than requests", lambda: _serve(workload={"kind": "closed_loop", "rate_per_s": None, "n_users": 50}),
+     "n_users"),
+    ("jitter_s on an Azure trace", lambda: _serve(workload={"kind": "trace", "trace": AZURE, "jitter_s": 1.0}), "jitter_s"),
+    ("a trace path given as a number", lambda: _serve(workload={"kind": "trace", "trace": 5}), "trace"),
+    ("a window of one end", lambda: _serve(workload={"kind": "trace", "trace": AZURE, "window_s": [5]}), "window_s"),
+    ("swap space with recompute", lambda: _serve(engine={"swap_space_gib": 8.0}), "swap_space_gib"),
+    ("n_blocks above what the memory holds", lambda: _serve(engine={"n_blocks": 10 ** 9}), "n_blocks"),
+    ("max_model_len above the target's context", lambda: _serve(engine={"max_model_len": 10 ** 6}), "max_model_len"),
+    ("prefix affinity's keys on another router", lambda: _serve(fleet={"n_replicas": 2, "cache_threshold": 0.5}),
+     "cache_threshold"),
+    ("n_prefill in a colocated fleet", lambda: _serve(fleet={"n_replicas": 2, "n_prefill": 1}), "n_prefill"),
+    ("alpha and by_position", lambda: dict(POINT, acceptance={"by_position": [0.8, 0.7]}), "by_position"),
+    ("a calibration's workload without a calibration", lambda: dict(POINT, acceptance={"workload": "chat"}), "workload"),
+    ("a sparse window past the target's context", lambda: dict(_NO_ALPHA, method="sparse_kv", alpha=0.7,
+                                                               drafter_options={"sparse_window": 10 ** 7}), "sparse_window"),
+    ("a prompt-lookup cost of 1e30", lambda: dict(_NO_ALPHA, method="prompt_lookup", alpha=0.7,
+                                                 drafter_options={"prompt_lookup_s_per_seq_per_ktoken": 1e30}),
+     "prompt_lookup_s_per_seq_per_ktoken"),
+    ("the drafter is the target", lambda: dict(POINT, drafter="llama-3.1-8b"), "drafter"),
+    ("a tree of 10^5 nodes", lambda: dict(_NO_ALPHA, method="eagle", alpha=0.7, tree_size=100_000), "tree_size"),
+    ("a [sweep] tree of 10^5 nodes", lambda: dict(POINT, sweep={"tree_size": [100_000]}), "tree_size"),
+    ("a [sweep] of 10^10 points", lambda: dict(POINT, sweep={"k": list(range(1, 65)), "batch_size": list(range(1, 1001)),
+                                                             "context_len": list(range(0, 100_000, 100)),
+                                                             "alpha": [i / 200 for i in range(200)]}), "points"),
+    ("an unknown plot name", lambda: dict(POINT, sweep={"plots": ["nope"]}), "plots"),
+    ("tau above tau_k + 1", lambda: dict(POINT, sweep={"tau": [9.0], "tau_k": 4}), "tau"),
+]
+
+
+@pytest.mark.parametrize("title, make, word", CROSS, ids=[c[0] for c in CROSS])
+def test_cross_field_rules(title, make, word):
+    message = outcome(make())
+    assert message is not None, f"{title}: taken"
+    assert word in message, message
+
+
+@pytest.mark.parametrize("edit, word", [
+    ({}, None), ({"iid__n_cycles": 0}, "n_cycles"), ({"coverage__ks": []}, "ks"), ({"iid__ci_low": 0.72}, "alpha"),
+    ({"conditional__ci_low": [0.75, 0.6]}, "rates"), ({"target": "qwen2.5-7b"}, "target"),
+    ({"target": "no-such-model"}, "target"), ({"method": "eagle"}, "method"), ({"level": 1.5}, "level"),
+    ({"reference__k": 0}, "k"), ({"coverage__context_len": [1500.0, 500.0]}, "context_len"),
+])
+def test_calibration_files_are_checked_when_the_scenario_loads(tmp_path, edit, word):
+    from specsim.specs.scenario import scenario_from_dict
+
+    raw = _calibrated(tmp_path, **edit)
+    if word is None:
+        assert outcome(raw) is None
+        return
+    from specsim.errors import SpecError
+
+    with pytest.raises(SpecError, match=word):
+        scenario_from_dict(raw, where="fz.toml")  # on load, before any analysis
+
+
+@pytest.mark.parametrize("table, body", [("engine", {"max_num_seq": 4}), ("fleet", {"n_replica": 2}),
+                                         ("slo", {"ttft": 1}), ("workload", {"rate": 2}),
+                                         ("policies", {"p": {"kind": "static", "kk": 2}}), ("sweep", {"kk": [1]}),
+                                         ("threshold", {"marginn": 1})])
+def test_a_typo_in_any_table_is_refused_by_predict(tmp_path, table, body):
+    """Issue 27: a table is checked when the scenario loads, not only by the command that reads it."""
+    path = write(tmp_path, "s.toml", toml_text(dict(POINT, **{table: body})))
+    rc, out, err = cli(["predict", path, "--json"])
+    assert_clean(rc, out, err, refuse=True, names=[next(iter(body)) if table != "policies" else "kk"])
+
+
+def test_a_run_too_long_to_end_is_refused_before_it_starts(tmp_path):
+    # 10^7 requests of 1000 output tokens: 10^10 tokens, about 18 hours at the simulator's speed
+    path = serving_scenario_file(tmp_path, {"kind": "poisson", "n_requests": 10 ** 7, "rate_per_s": 100.0,
+                                            "prompt": {"kind": "fixed", "tokens": 16},
+                                            "output": {"kind": "fixed", "tokens": 1000}})
+    started = time.monotonic()
+    rc, out, err = cli(["simulate", path, "--json", "--quiet", "--workers", "1"])
+    assert_clean(rc, out, err, refuse=True, names=["tokens"])
+    assert time.monotonic() - started < 60
+
+
+# ---- input files: stack metrics, step-cost fits ---------------------------------------------------------
+
+V0 = ("Speculative metrics: Draft acceptance rate: 0.642, System efficiency: 0.598, Number of speculative tokens: {k}, "
+      "Number of accepted tokens: {a}, Number of draft tokens: {d}, Number of emitted tokens: {e}.")
+V1 = ("SpecDecoding metrics: Mean acceptance length: {tau}, Accepted: {a} tokens, Drafted: {d} tokens, "
+      "Per-position acceptance rate: {rates}, Avg Draft acceptance rate: 82.1%")
+PROM = ("vllm:spec_decode_num_drafts_total {n}\nvllm:spec_decode_num_draft_tokens_total {d}\n"
+        "vllm:spec_decode_num_accepted_tokens_total {a}\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="0"}} {p0}\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="1"}} {p1}\n')
+
+
+@pytest.mark.parametrize("text, ok", [
+    (V0.format(k=3, a=8547, d=13311, e=10616), True),
+    (V0.format(k=3, a=0, d=0, e=0), False),  # nothing drafted: no division by zero, a refusal
+    (V1.format(tau="3.26", a=226, d=300, rates="0.890, 0.760, 0.610"), True),
+    (V1.format(tau="2.73", a=10 ** 12, d=10 ** 12 + 7, rates="0.500, 0.200, 0.100"), False),  # disagree: ends, refused
+    (V1.format(tau="2.50", a=3 * 10 ** 12 // 2, d=3 * 10 ** 12, rates="0.700, 0.500, 0.300"), True),
+    (V1.format(tau="2.73", a=500, d=151, rates="0.890, 0.760, 0.610"), False),
+    (PROM.format(n=100, d=200, a=120, p0=70, p1=50), True),
+    (PROM.format(n=100, d=150, a=180, p0=100, p1=80), False),  # more accepted than drafted
+    (PROM.format(n=10, d=200, a=12, p0=7, p1=5), False),  # more draft tokens than drafts x K
+    (PROM.format(n=100, d=200, a=120, p0=50, p1=70), False),  # position 1 accepted more often than 0
+])
+def test_stack_metrics_are_consistent_or_refused(tmp_path, text, ok):
+    from specsim.calibration.imports import import_acceptance
+    from specsim.errors import SpecError
+
+    path = write(tmp_path, "m.log", text)
+    started = time.monotonic()
+    if ok:
+        imp = import_acceptance(path)
+        assert imp.n_accepted <= imp.n_draft_tokens and 1 <= imp.tau <= imp.k + 1
+    else:
+        with pytest.raises(SpecError, match="m.log"):
+            import_acceptance(path)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("flag, value", [("--context-len", "-1"), ("--context-len", "nan"), ("--context-len", "inf"),
+                                         ("--temperature", "-1"), ("--temperature", "nan"), ("--temperature", "inf")])
+def test_import_traffic_flags_are_checked(tmp_path, flag, value):
+    path = write(tmp_path, "m.log", V1.format(tau="3.26", a=226, d=300, rates="0.890, 0.760, 0.610"))
+    for extra in ([], ["--out", str(tmp_path / "cal.toml"), "--name", "llama-3.1-8b/eagle/chat"]):
+        rc, out, err = cli(["calibrate", "acceptance", "--import", path, f"{flag}={value}", "--json", *extra])
+        assert_clean(rc, out, err, refuse=True, names=[flag])
+        assert not (tmp_path / "cal.toml").exists()
+
+
+@pytest.mark.parametrize("rows, fit, ok", [
+    ([(1, 1)], (), False),  # one row, five parameters
+    ([(1, 1), (1, 1)], (), False),  # two identical rows
+    ([(4, 2)] * 8, ("bandwidth_frac", "compute_frac"), False),  # one batch and query length: the fractions trade
+    ([(b, q) for b in (1, 4, 16, 64) for q in (1, 5)], ("bandwidth_frac", "compute_frac"), True),
+    ([(1, 1), (4, 1), (16, 1)], ("step_overhead_s",), True),
+])
+def test_a_step_cost_fit_needs_more_distinct_points_than_parameters(rows, fit, ok):
+    import pandas as pd
+
+    from specsim.calibration.fit import PARAMETERS, fit_efficiency
+    from specsim.errors import SpecError
+
+    table = pd.DataFrame([{"hardware": "h100-sxm", "target": "llama-3.1-8b", "tp": 1, "batch_size": b, "q_len": q,
+                           "context_len": 1024, "logit_len": q, "measured_time_s": 0.0062 + 4e-5 * b * q + 1e-6 * i}
+                          for i, (b, q) in enumerate(rows)])
+    if ok:
+        assert fit_efficiency(table, fit=fit or PARAMETERS).n_rows == len(rows)
+    else:
+        with pytest.raises(SpecError, match="distinct|tokens in flight"):
+            fit_efficiency(table, fit=fit or PARAMETERS)

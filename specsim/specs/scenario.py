@@ -93,6 +93,7 @@ class Scenario:
     attention: str = "fused"
     allow_cross_tokenizer: bool = False
     stack: str | None = None
+    stack_version: str | None = None  # the stack's release (specs.regimes: what changes with load, by version)
     target_dtype: str | None = None
     temperature: float = 0.0
     baseline_tokens_per_s: float | None = None
@@ -109,7 +110,7 @@ class Scenario:
                 raise field_error(where, name, getattr(self, name), "a string")
         for name in ("hardware", "target", "method"):
             C.text(where, name, getattr(self, name), what="a non-empty string (an id or a path)")
-        for name in ("drafter", "stack", "target_dtype"):
+        for name in ("drafter", "stack", "target_dtype", "stack_version"):
             if getattr(self, name) is not None:
                 C.text(where, name, getattr(self, name), what="a non-empty string (an id or a path)")
         if self.target_dtype is not None and self.target_dtype not in WEIGHT_FORMATS:
