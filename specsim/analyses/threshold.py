@@ -53,7 +53,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import field_error, reject_unknown_keys
+from ..errors import field_error
+from ..specs import checks as C
+from ..specs.analysis_tables import DEFAULT_BATCH_SIZES, DEFAULT_MARGIN
 from ..speculation.acceptance import tokens_per_cycle_iid
 from ..speculation.cycle import acceptance_threshold
 from ..speculation.families import FAMILIES
@@ -61,9 +63,6 @@ from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import grid
 from ..speculation.switch_off import SwitchOff, WorkloadMix, switch_off_point, workload_speedup
 
-THRESHOLD_KEYS = ("margin", "k_max", "batch_sizes", "alphas", "batch_limit", "drafter_model")
-DEFAULT_MARGIN = 0.05
-DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
 def observed_k(op: OperatingPoint) -> int | None:
@@ -106,38 +105,20 @@ class ThresholdSettings:
 
 
 def threshold_settings(op: OperatingPoint, *, margin: float | None = None) -> ThresholdSettings:
-    """The point's `[threshold]` table, validated (margin: a flag's value replaces the file's)."""
-    raw = dict(op.section("threshold"))
+    """The point's `[threshold]` table (checked when the scenario loaded: `specs.analysis_tables`), with
+    what needs the resolved point: k_max, when the table leaves it, the largest K the acceptance speaks
+    for (at most 8). margin: a flag's value replaces the file's."""
+    t = op.scenario.tables.threshold
     where = f"scenario {op.scenario.path or op.name!r} [threshold]"
-    for moved in ("alpha", "context_len", "k"):
-        if moved in raw:
-            raise field_error(where, moved, raw[moved], "absent: set the top-level alpha / context_len / k, or "
-                              "k_max for the K candidates")
-    reject_unknown_keys(where, raw, THRESHOLD_KEYS)
-    m = raw.get("margin", DEFAULT_MARGIN) if margin is None else margin
-    if isinstance(m, bool) or not isinstance(m, (int, float)) or not (np.isfinite(m) and 0.0 <= m < 10.0):
-        raise field_error(where, "margin", m, "a safety margin in [0, 10) (0.1 = require a 1.1× speedup)")
+    if margin is not None:
+        C.number(where, "margin", margin, lo=0.0, hi=10.0, hi_open=True, unit="a safety margin: 0.1 = require a "
+                 "1.1× speedup")
     k_obs = observed_k(op) if op.speculative and op.acceptance.model is not None else None
-    k_max = raw.get("k_max", min(8, k_obs) if k_obs else 8)
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or not 1 <= k_max <= 64:
-        raise field_error(where, "k_max", k_max, "an integer in 1..64")
-    bs = raw.get("batch_sizes", list(DEFAULT_BATCH_SIZES))
-    if not (isinstance(bs, list) and bs and all(not isinstance(b, bool) and isinstance(b, int) and b >= 1 for b in bs)
-            and len(set(bs)) == len(bs)):
-        raise field_error(where, "batch_sizes", bs, "a list of distinct integers >= 1")
-    alphas = raw.get("alphas", list(ThresholdSettings().alphas))
-    if not (isinstance(alphas, list) and len(alphas) >= 2 and all(
-            not isinstance(a, bool) and isinstance(a, (int, float)) and 0.0 <= a <= 1.0 for a in alphas)
-            and len(set(alphas)) == len(alphas)):
-        raise field_error(where, "alphas", alphas, "a list of at least two distinct acceptance rates in [0, 1]")
-    limit = raw.get("batch_limit", 1024)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1 << 16:
-        raise field_error(where, "batch_limit", limit, "an integer in 1..65536")
-    dm = raw.get("drafter_model")
-    if dm is not None and not isinstance(dm, str):
-        raise field_error(where, "drafter_model", dm, "a path or Hugging Face id (a string)")
-    return ThresholdSettings(margin=float(m), k_max=k_max, k_observed=k_obs, batch_sizes=tuple(sorted(bs)),
-                             alphas=tuple(sorted(float(a) for a in alphas)), batch_limit=limit, drafter_model=dm)
+    k_max = t.k_max if "k_max" in op.section("threshold") else (min(8, k_obs) if k_obs else 8)
+    return ThresholdSettings(margin=float(t.margin if margin is None else margin), k_max=k_max, k_observed=k_obs,
+                             batch_sizes=tuple(sorted(t.batch_sizes)),
+                             alphas=ThresholdSettings().alphas if t.alphas is None else tuple(sorted(map(float, t.alphas))),
+                             batch_limit=t.batch_limit, drafter_model=t.drafter_model)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -257,25 +257,23 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                 raise SpecError(f"{where}: line {line}: columns 'tau' and 'alpha' both given: expected one of them")
         groups.setdefault(name, []).append(i)
 
+    def one_value(name: str, c: str, idx: list, rows_what: str, expected: str):
+        """The one value column c takes on rows idx of sweep `name`, refused where they differ."""
+        vals = {(_cell(t[c].iloc[i]) if c not in num else val(c, i)) for i in idx}
+        if len(vals) > 1:
+            raise SpecError(f"{where}: sweep {name!r}: column {c!r} differs between its {rows_what} "
+                            f"({sorted(map(str, vals))}): expected {expected} a sweep")
+        return next(iter(vals))
+
     sweeps = []
     for name, idx in groups.items():
         first = idx[0]
-        shared = {}
-        for c in SWEEP_KEYS:
-            vals = {(_cell(t[c].iloc[i]) if c not in num else val(c, i)) for i in idx}
-            if len(vals) > 1:
-                raise SpecError(f"{where}: sweep {name!r}: column {c!r} differs between its rows ({sorted(map(str, vals))}): "
-                                f"expected one configuration a sweep")
-            shared[c] = next(iter(vals))
+        shared = {c: one_value(name, c, idx, "rows", "one configuration") for c in SWEEP_KEYS}
         spec_idx = [i for i in idx if val("speculative", i)]
         draft = {"method": "none", "drafter": "", "k": 0, "tree_size": None, "drafter_options": ""}
         if spec_idx:
             for c in DRAFT_KEYS:
-                vals = {(_cell(t[c].iloc[i]) if c not in num else val(c, i)) for i in spec_idx}
-                if len(vals) > 1:
-                    raise SpecError(f"{where}: sweep {name!r}: column {c!r} differs between its speculative rows "
-                                    f"({sorted(map(str, vals))}): expected one drafting configuration a sweep")
-                draft[c] = next(iter(vals))
+                draft[c] = one_value(name, c, spec_idx, "speculative rows", "one drafting configuration")
             for i in idx:
                 if not val("speculative", i):
                     for c in ("method", "k"):

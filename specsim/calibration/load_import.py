@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import InputError, SpecError
+from ..specs.tables import read_text_file
 from .load import COLUMNS, rows_to_table
 
 FORMATS = ("vllm", "sglang", "guidellm")
@@ -43,16 +44,7 @@ REQUIRED_CONFIG = ("sweep", "stack", "hardware", "n_devices", "target")
 
 def _read_json_records(path: Path) -> list:
     """The JSON objects of a file: one document, or one a line (JSONL, --append-result)."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found; expected a benchmark result file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: a folder, not a benchmark result file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; expected a JSON benchmark result") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    text = read_text_file(path, what="JSON benchmark result file")
     if not text.strip():
         raise InputError(f"{path}: empty; expected a JSON benchmark result")
     try:

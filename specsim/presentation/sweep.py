@@ -23,16 +23,12 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from ..errors import SpecError, field_error, reject_unknown_keys
+from ..errors import SpecError, field_error
+from ..specs.analysis_tables import SWEEP_KEYS, SweepTable
 from ..speculation.acceptance import alpha_from_tau
 from ..speculation.families import FAMILIES, TREE_METHODS
 from ..speculation.operating_point import OperatingPoint, check_context, memory_parts
 from ..speculation.predict import band_grid, grid
-
-CATEGORICAL = ("hardware", "target", "method", "drafter", "stack", "tp", "attention", "temperature")
-NUMERIC = ("k", "tree_size", "batch_size", "context_len", "alpha", "tau")
-OTHER_KEYS = ("tau_k", "plots")
-SWEEP_KEYS = CATEGORICAL + NUMERIC + OTHER_KEYS
 
 COLUMNS = ("hardware", "target", "drafter", "method", "stack", "tp", "attention", "temperature", "k", "tree_size",
            "is_tree", "batch_size", "context_len", "alpha", "tokens_per_cycle", "draft_time_s", "verify_time_s",
@@ -41,69 +37,48 @@ COLUMNS = ("hardware", "target", "drafter", "method", "stack", "tp", "attention"
            "speedup_low", "speedup_high")  # the last two: a calibrated acceptance's interval carried through (else NaN)
 
 
-def _as_list(value) -> list:
-    if value is None:
-        return [None]
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    return [value]
-
-
 def sweep_axes(op: OperatingPoint) -> dict:
-    """The grid an operating point's `[sweep]` table describes, over its own values, validated."""
-    raw = dict(op.section("sweep"))
+    """The grid an operating point's `[sweep]` table describes, over its own values. The table was
+    checked when the scenario loaded (`specs.analysis_tables.SweepTable`); what needs the resolved point
+    or the families is checked here: τ against the point's K where tau_k is not given, the method
+    names, the figure names."""
+    t = op.scenario.tables.sweep or SweepTable()
     where = f"scenario {op.scenario.path or op.name!r} [sweep]"
-    reject_unknown_keys(where, raw, SWEEP_KEYS)
     drafter_id = op.drafter.drafter.id if op.drafter is not None and op.drafter.drafter is not None else op.scenario.drafter
     axes = {
-        "hardware": _as_list(raw.get("hardware", op.hardware.id)),
-        "target": _as_list(raw.get("target", op.scenario.target)),
-        "method": _as_list(raw.get("method", op.scenario.method)),
-        "drafter": _as_list(raw.get("drafter", drafter_id)),
-        "stack": [s if s else "" for s in _as_list(raw.get("stack", op.stack.id if op.stack else ""))],
-        "tp": _as_list(raw.get("tp", op.deployment.n_devices)),
-        "attention": _as_list(raw.get("attention", op.deployment.attention)),
-        "temperature": _as_list(raw.get("temperature", op.temperature)),
-        "k": _as_list(raw.get("k", op.k)),
-        "tree_size": _as_list(raw["tree_size"]) if "tree_size" in raw else None,
-        "batch_size": _as_list(raw.get("batch_size", op.batch_size)),
-        "context_len": _as_list(raw.get("context_len", op.context_len)),
+        "hardware": t.axis("hardware", op.hardware.id),
+        "target": t.axis("target", op.scenario.target),
+        "method": t.axis("method", op.scenario.method),
+        "drafter": t.axis("drafter", drafter_id),
+        "stack": [s if s else "" for s in t.axis("stack", op.stack.id if op.stack else "")],
+        "tp": t.axis("tp", op.deployment.n_devices),
+        "attention": t.axis("attention", op.deployment.attention),
+        "temperature": t.axis("temperature", op.temperature),
+        "k": t.axis("k", op.k),
+        "tree_size": list(t.tree_size) if t.tree_size is not None else None,
+        "batch_size": t.axis("batch_size", op.batch_size),
+        "context_len": t.axis("context_len", op.context_len),
     }
-    if "alpha" in raw and "tau" in raw:
-        raise field_error(where, "tau", raw["tau"], "either alpha or tau, not both")
-    tau_k = raw.get("tau_k", op.k)
-    if isinstance(tau_k, bool) or not isinstance(tau_k, int) or tau_k < 1:
-        raise field_error(where, "tau_k", tau_k, "an integer >= 1 (the K the τ values were measured at)")
-    if "alpha" in raw:
-        alphas = _as_list(raw["alpha"])
-    elif "tau" in raw:
-        taus = _as_list(raw["tau"])
-        for t in taus:
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 1.0 <= t <= tau_k + 1:
-                raise field_error(where, "tau", t, f"mean tokens per cycle in [1, tau_k + 1] = [1, {tau_k + 1}]")
-        alphas = [alpha_from_tau(float(t), tau_k) for t in taus]
+    if t.alpha is not None:
+        alphas = list(t.alpha)
+    elif t.tau is not None:
+        tau_k = t.tau_k if t.tau_k is not None else op.k
+        if tau_k < 1:
+            raise field_error(where, "tau_k", tau_k, "an integer >= 1 (the K the τ values were measured at): set "
+                              "tau_k where the point's own k is 0")
+        for tau in t.tau:
+            if tau > tau_k + 1:
+                raise field_error(where, "tau", tau, f"mean tokens per cycle in [1, tau_k + 1] = [1, {tau_k + 1}]")
+        alphas = [alpha_from_tau(float(tau), tau_k) for tau in t.tau]
     else:
         alphas = [None]  # the operating point's own acceptance
     axes["alpha"] = alphas
-    for name in ("k", "batch_size", "context_len", "tp") + (("tree_size",) if axes["tree_size"] else ()):
-        lo = 0 if name in ("k", "context_len") else 1
-        for v in axes[name]:
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise field_error(where, name, v, f"whole numbers >= {lo}")
-        if len(set(axes[name])) != len(axes[name]):
-            raise field_error(where, name, axes[name], "distinct values (each grid value once)")
-    for a in axes["alpha"]:
-        if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0):
-            raise field_error(where, "alpha", a, "acceptance rates in [0, 1]")
-    for t in axes["temperature"]:
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (np.isfinite(t) and t >= 0):
-            raise field_error(where, "temperature", t, "temperatures >= 0")
     for m in axes["method"]:
         if m not in FAMILIES:
             raise field_error(where, "method", m, f"drafter families among {', '.join(FAMILIES)}")
     from .figures import check_sweep_plots
 
-    axes["plots"] = check_sweep_plots(where, raw.get("plots", "all"))
+    axes["plots"] = check_sweep_plots(where, list(t.plots))
     return axes
 
 

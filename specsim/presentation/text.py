@@ -17,6 +17,21 @@ from ..analyses.threshold import ThresholdPolicy
 from ..errors import SpecError
 
 
+
+def _paste_lines(c: dict) -> list[str]:
+    """One stack's paste lines, indented under its title: a warning, the command line or config (or
+    why there is none), a caveat."""
+    out = [f"    NOTE: {c['warning']}"] if c.get("warning") else []
+    if c.get("command_line"):
+        out.append(f"    {c['command_line']}")
+    elif c.get("config") is not None:
+        out.append(f"    speculative_config = {c['config']!r}")
+    else:
+        out.append(f"    {c.get('note', '')}")
+    if c.get("caveat"):
+        out.append(f"    caveat: {c['caveat']}")
+    return out
+
 def band_rows(bands: list) -> list[tuple[str, str]]:
     """(running-batch range, K) rows, ranges contiguous: a band starts after the previous one ends."""
     rows, prev = [], 0
@@ -95,16 +110,7 @@ def format_advice(a: Advice) -> str:
         title = STACK_TITLES.get(name, name)
         version = c["semantics"].replace(";", ":").split(":")[0]
         lines.append(f"  {title} — {version}:")
-        if c.get("warning"):
-            lines.append(f"    NOTE: {c['warning']}")
-        if c.get("command_line"):
-            lines.append(f"    {c['command_line']}")
-        elif c.get("config") is not None:
-            lines.append(f"    speculative_config = {c['config']!r}")
-        else:
-            lines.append(f"    {c.get('note', '')}")
-        if c.get("caveat"):
-            lines.append(f"    caveat: {c['caveat']}")
+        lines += _paste_lines(c)
     if a.gates is not None:
         g = a.gates
         lines += ["", f"Serving check — p50 TPOT (ms) / share of requests within the SLO (TTFT ≤ {g.slo.ttft_s:g} s, "
@@ -168,16 +174,7 @@ def format_policy(p: ThresholdPolicy) -> str:
         lines.append(f"    B = {row['batch_size']:<5} {a}")
     for name, c in p.configs.items():
         lines += ["", f"  [{name}] ({c['semantics']})"]
-        if c.get("warning"):
-            lines.append(f"    NOTE: {c['warning']}")
-        if c.get("command_line"):
-            lines.append(f"    {c['command_line']}")
-        elif c.get("config") is not None:
-            lines.append(f"    speculative_config = {c['config']!r}")
-        else:
-            lines.append(f"    {c.get('note', '')}")
-        if c.get("caveat"):
-            lines.append(f"    caveat: {c['caveat']}")
+        lines += _paste_lines(c)
     return "\n".join(lines)
 
 

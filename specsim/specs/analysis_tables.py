@@ -98,6 +98,7 @@ class SweepTable:
 
 THRESHOLD_KEYS = ("margin", "k_max", "batch_sizes", "alphas", "batch_limit", "drafter_model")
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+DEFAULT_MARGIN = 0.05  # speculate where the speedup is at least 1.05x
 MAX_BATCH_LIMIT = 1 << 16
 
 
@@ -107,7 +108,7 @@ class ThresholdTable:
     1..k_max), batch_sizes and alphas (the grids), batch_limit (largest batch examined), drafter_model
     (the path or Hugging Face id printed in the configs). alphas None: 0, 0.01, ..., 1."""
 
-    margin: float = 0.05
+    margin: float = DEFAULT_MARGIN
     k_max: int = 8
     batch_sizes: tuple = DEFAULT_BATCH_SIZES
     alphas: tuple | None = None

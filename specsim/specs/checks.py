@@ -202,5 +202,13 @@ def fields(where: str, raw, allowed: Iterable[str], *, what: str = "table") -> d
     return raw
 
 
+def absent_unless(where: str, spec, keys: Iterable[str], given: Iterable[str], condition: str) -> None:
+    """Refuse any of `keys` that was given although `condition` (a sentence: when the key applies, and
+    why) does not hold: a key that cannot apply would otherwise be silently ignored."""
+    for key in keys:
+        if key in given:
+            raise field_error(where, key, getattr(spec, key), f"absent unless {condition}")
+
+
 __all__ = ["INT32_MAX", "is_int", "is_number", "integer", "number", "fraction", "boolean", "choice", "text",
-           "file_name", "table", "integers", "floats", "texts", "fields"]
+           "file_name", "table", "integers", "floats", "texts", "fields", "absent_unless"]

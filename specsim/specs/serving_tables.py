@@ -319,10 +319,8 @@ class EngineTable:
         C.number(w, "swap_bandwidth_gb_s", self.swap_bandwidth_gb_s, lo=0.0, hi=MAX_LINK_GB_S, lo_open=True,
                  unit="GB/s per device")
         if self.preemption_mode != "swap":
-            for key in ENGINE_SWAP_KEYS:
-                if key in self.given:
-                    raise field_error(w, key, getattr(self, key), "absent unless preemption_mode = 'swap' (a recomputed "
-                                      "sequence swaps nothing)")
+            C.absent_unless(w, self, ENGINE_SWAP_KEYS, self.given, "preemption_mode = 'swap' (a recomputed sequence "
+                            "swaps nothing)")
 
     @classmethod
     def from_table(cls, raw, *, where: str) -> "EngineTable":
@@ -386,15 +384,11 @@ class FleetTable:
                 raise field_error(w, "n_replicas", self.n_replicas, "at least 2 for a disaggregated layout (a prefill "
                                   "and a decode replica)")
         else:
-            for key in HANDOFF_KEYS:
-                if key in self.given:
-                    raise field_error(w, key, getattr(self, key), "absent unless layout = 'disaggregated' (only a "
-                                      "prefill pool hands caches over)")
+            C.absent_unless(w, self, HANDOFF_KEYS, self.given, "layout = 'disaggregated' (only a prefill pool hands "
+                            "caches over)")
         if self.router != "prefix_affinity":
-            for key in ROUTER_KEYS:
-                if key in self.given:
-                    raise field_error(w, key, getattr(self, key), "absent unless router = 'prefix_affinity' (the "
-                                      "cache-aware router reads it)")
+            C.absent_unless(w, self, ROUTER_KEYS, self.given, "router = 'prefix_affinity' (the cache-aware router "
+                            "reads it)")
 
     @classmethod
     def from_table(cls, raw, *, where: str) -> "FleetTable":

@@ -20,10 +20,10 @@ import pandas as pd
 from ..errors import InputError, SpecError
 
 
-def read_csv_table(path, *, what: str = "CSV file", dtype=None, infer: bool = False) -> pd.DataFrame:
-    """The CSV at `path` as a DataFrame, with every cell kept as written (strings) unless `dtype` says
-    otherwise for a column, or, with `infer`, pandas' own column types and NaN for blank cells (only);
-    refused with an InputError naming the path when it cannot be one."""
+def read_text_file(path, *, what: str) -> str:
+    """The text of the file at `path` (UTF-8, a byte-order mark tolerated), refused with an InputError
+    naming the path when it is missing, a folder, unreadable, binary (NUL bytes) or not UTF-8; `what`:
+    the kind of file expected, for the message."""
     p = Path(path)
     if str(path).strip() == "":
         raise InputError(f"'': expected the path of a {what}")
@@ -43,6 +43,14 @@ def read_csv_table(path, *, what: str = "CSV file", dtype=None, infer: bool = Fa
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start} = 0x{raw[exc.start]:02x}); expected a {what}") from None
+    return text
+
+
+def read_csv_table(path, *, what: str = "CSV file", dtype=None, infer: bool = False) -> pd.DataFrame:
+    """The CSV at `path` as a DataFrame, with every cell kept as written (strings) unless `dtype` says
+    otherwise for a column, or, with `infer`, pandas' own column types and NaN for blank cells (only);
+    refused with an InputError naming the path when it cannot be one."""
+    text = read_text_file(path, what=what)
     if not text.strip():
         raise InputError(f"{path}: empty; expected a {what} with a header row and data rows")
     try:
@@ -130,4 +138,4 @@ def text_column(table: pd.DataFrame, column: str, *, where: str, error=SpecError
     return pd.Series(out, index=table.index, dtype=object)
 
 
-__all__ = ["read_csv_table", "require_columns", "numeric_column", "text_column", "cell_number"]
+__all__ = ["read_text_file", "read_csv_table", "require_columns", "numeric_column", "text_column", "cell_number"]
