@@ -238,6 +238,7 @@ class ServingCost:
         # the reference repos' masked eager verify: device bytes per attention score (families.masked_score_time_s)
         self._masked = bool(w is not None and w.masked_verify and dep.drafting.masked_score_bytes)
         self.hop_s = dep.hop_s
+        self._widths = {}  # (kmax, tree_size) -> the first pass's and the later passes' widths (families.pass_widths)
         self._proj = (0.0, 0.0)
         if w is not None and w.projection_params:
             one = float(dense_time_s(w.projection_params, 0.0, weight_bytes_per_param=op.target.weight_bytes_per_param,
@@ -260,6 +261,11 @@ class ServingCost:
             self._overlaps = {False: rg.overlap[0], True: rg.overlap[1]}
         self._host_memo: dict = {}
         self._passes = w is not None and w.pass_model is not None and w.n_passes == "k"
+        # the common drafting iteration in closed form (_draft's first branch): chains of one K on every row,
+        # a fused full-context drafter without an input projection
+        d = self.drafter
+        self._chain_closed = bool(self._passes and d is not None and d.kw["attention"] == "fused" and not d.window
+                                  and d.ok and w.context_cap is None and not w.projection_params)
         # regimes that change a pass's device time (None of them: the device time is the analytical one)
         self._eager_target_s = op.target.n_layers * rg.eager_layer_s
         self._eager_draft_s = (w.pass_model.n_layers * rg.eager_layer_s
@@ -316,6 +322,33 @@ class ServingCost:
             on = n > 0
         if not on:
             return 0.0, 0.0
+        if self._chain_closed and n and mix.uniform_q and not n_pf and n == dk.size:
+            # the general path below, taken for every row drafting one K, one width a pass: the same terms
+            # in the same order (the passes' closed form, then pass 0's catch-up increment)
+            kmax = int(dk[0])
+            widths = self._widths.get((kmax, mix.tree_size))
+            if widths is not None and widths[0] == widths[1]:
+                cu = mix.catchup
+                cs = 0
+                if cu is not None:
+                    cs = int(np.add.reduce(cu))
+                    mix.sum_catchup = cs
+                total = 0.0
+                if w.host_s_per_seq_per_ktoken:
+                    total += w.host_s_per_seq_per_ktoken * float(np.maximum(mix.context_lens, 1).sum()) / 1000.0
+                width = widths[0]
+                s0 = _sum_ctx(mix)
+                model = self.drafter
+                total += model.passes(n, width, s0, kmax)
+                catchup_s = 0.0
+                if cs:
+                    t0 = n * width
+                    base = s0 + t0
+                    p0 = width * s0 + n * ((width * width + width) / 2.0)
+                    ctx = mix.context_lens
+                    dp = float(np.dot(cu, ctx)) - float(np.dot(cu, cu)) / 2.0 + cs / 2.0
+                    catchup_s += model.time(t0 + cs, t0, base, p0 + dp) - model.time(t0, t0, base, p0)
+                return total + catchup_s, catchup_s
         total = 0.0
         every = n == dk.size
         spec = None if every else dk > 0
@@ -346,7 +379,11 @@ class ServingCost:
                 uniform = int(ks.min()) == kmax
             # the first pass's width and the later passes' (families.pass_widths: a dynamic tree with a top-k
             # drafts one token's children first, then top-k tokens a level); pass j sees context + off(j)
-            w0, wl = (int(x) for x in pass_widths(w, kmax, mix.tree_size or None))
+            widths = self._widths.get((kmax, mix.tree_size))
+            if widths is None:
+                widths = self._widths[(kmax, mix.tree_size)] = tuple(
+                    int(x) for x in pass_widths(w, kmax, mix.tree_size or None))
+            w0, wl = widths
             width = w0
 
             def offset(j: int) -> int:
