@@ -273,6 +273,13 @@ MAX_LINK_GB_S = 1e5  # 100 TB/s: faster than any host or device link (NVLink 5 i
 ENGINE_SWAP_KEYS = ("swap_space_gib", "swap_bandwidth_gb_s")
 
 
+def _with_given(cls, raw, where: str, keys):
+    """A table spec from its raw TOML table, remembering which keys the file gave (a key that applies
+    only under a condition is refused when given outside it)."""
+    raw = C.fields(where, raw, keys)
+    return cls(**raw, given=frozenset(raw), where=where)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineTable:
     """`[engine]`: the scheduler's limits with vLLM's names (see scenarios/README.md). max_model_len
@@ -324,8 +331,7 @@ class EngineTable:
 
     @classmethod
     def from_table(cls, raw, *, where: str) -> "EngineTable":
-        raw = C.fields(where, raw, ENGINE_KEYS)
-        return cls(**raw, given=frozenset(raw), where=where)
+        return _with_given(cls, raw, where, ENGINE_KEYS)
 
 
 ENGINE_KEYS = tuple(f.name for f in dc_fields(EngineTable) if f.name not in ("given", "where"))
@@ -392,8 +398,7 @@ class FleetTable:
 
     @classmethod
     def from_table(cls, raw, *, where: str) -> "FleetTable":
-        raw = C.fields(where, raw, FLEET_KEYS)
-        return cls(**raw, given=frozenset(raw), where=where)
+        return _with_given(cls, raw, where, FLEET_KEYS)
 
 
 FLEET_KEYS = tuple(f.name for f in dc_fields(FleetTable) if f.name not in ("given", "where"))
