@@ -3,8 +3,8 @@
 A prefill that ends its prompt emits one token, a plain decode one, a drafting decode its accepted
 drafts plus the target's own token, never past the request's output length. Then, in this order:
 the draft counters and histograms, the drafter's cache, the contexts and prefill progress, prefix
-publications, first-token times, the token log, the acceptance window, the step log, and the
-sequences that leave (finished, or handed to a decode replica).
+publications, first-token times, the token log, the acceptance window (kept for a policy that reads it),
+the step log, and the sequences that leave (finished, or handed to a decode replica).
 
 The drafter's own cache (a draft model, an EAGLE or MTP head) records how many of a sequence's
 tokens the drafter has cached: a draft model ("keep") keeps what it cached while drafting, all of the
@@ -137,15 +137,16 @@ def emit(rep: Replica, batch: Batch, mix: IterationMix, k: int, accepted: np.nda
     else:
         left_col[idx] = left - emit_n
 
-    rep.observe_drafts(n_drafted, acc_tok, rejections)
+    if not rep.constant_policy:  # the acceptance window is read only by a policy that decides per iteration
+        rep.observe_drafts(n_drafted, acc_tok, rejections)
     if n_pf or not run.all_decoding:  # every row ran and every prefill among them ended: all decode now
         run.all_decoding = every and (not n_pf or int(count(pf_end)) == n_pf)
-    any_finished = finished.any()
+    any_finished = count(finished) > 0  # (count_nonzero: a third of ndarray.any's cost on a few rows)
     # every drafting row emitted its accepted drafts and one token, unless capped (then it finished)
     n_emitted = n + acc_tok if (capless and not any_finished) else int(add(emit_n))
     rep.log.append((start_at_s, now - start_at_s, run.n, n_pf, batch.n_dec, n_spec, k,
                     n * mix.uniform_q if mix.uniform_q else int(add(mix.q_lens)), n_drafted, acc_tok, n_emitted,
-                    n_drafted - acc_tok, ledger.used_blocks, len(rep.waiting), batch.n_preempted,
+                    n_drafted - acc_tok, ledger.used_blocks, len(rep.waiting.q), batch.n_preempted,
                     int(count(pf_end)) if n_pf else 0, rep.rid, bool(mix.drafter_on), n_catchup, catchup_s,
                     plan.prefix_hit_tokens, ledger.prefix.evictable_blocks if ledger.prefix is not None else 0, len(plan.swapped_in), plan.swap_blocks, swap_s))
 
