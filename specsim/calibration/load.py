@@ -37,6 +37,7 @@ from typing import Mapping
 import pandas as pd
 
 from ..errors import InputError, SpecError
+from ..specs.regimes import check_version
 from ..specs.tables import numeric_column, read_csv_table, require_columns
 
 COLUMNS = ("sweep", "stack", "hardware", "n_devices", "target", "target_dtype", "method", "drafter", "k", "tree_size",
@@ -219,6 +220,8 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
         role = _cell(t["role"].iloc[i])
         if role not in ROLES:
             raise SpecError(f"{where}: line {line}: column 'role' = {role!r}: expected fit or check")
+        if _cell(t["stack_version"].iloc[i]):  # one release (specs.regimes), not 'latest' or a range
+            check_version(f"{where}: line {line}", "stack_version", _cell(t["stack_version"].iloc[i]))
         load = float(num["load"].iloc[i])
         if kind in ("concurrency", "batch") and load != int(load):
             raise SpecError(f"{where}: line {line}: column 'load' = {t['load'].iloc[i]!r}: expected a whole number "

@@ -84,16 +84,38 @@ LOAD_KINDS = ("concurrency", "rate", "batch")
 COMMON = {"property", "versions", "status", "source", "notes", "min_tp", "max_tp", "min_memory_gb", "max_memory_gb"}
 
 
+# A release as stacks tag them and PEP 440 spells it: release numbers separated by dots, then an optional
+# pre-release (aN, bN, rcN), .postN and .devN, in that order, an optional leading "v". ASCII digits only
+# (\d would take other scripts' digits); at most 8 numbers of at most 9 digits each: no release has more,
+# and a longer run of digits is a paste, not a version (int() refuses past 4,300 digits).
+_VERSION_RE = re.compile(r"v?(?P<release>[0-9]{1,9}(?:\.[0-9]{1,9}){0,7})(?:(?:a|b|rc)[0-9]{1,9})?"
+                         r"(?:\.post(?P<post>[0-9]{1,9}))?(?:\.dev[0-9]{1,9})?")
+VERSION_FORM = ("a release such as '0.10.1', 'v0.4.6.post5' or '0.11.0rc2' (numbers separated by dots, then "
+                "optionally aN/bN/rcN, .postN, .devN, as PEP 440 spells them; a leading 'v' allowed)")
+
+
 def parse_version(text: str, *, where: str = "version") -> tuple[int, ...]:
-    """'0.4.6.post5' -> (0, 4, 6, 5); 'v0.10.1rc2' -> (0, 10, 1); a version names release numbers."""
-    s = str(text).strip().lower().removeprefix("v")
-    m = re.match(r"^(\d+(?:\.\d+)*)(?:\.post(\d+))?", s)
-    if not m:
-        raise SpecError(f"{where} {text!r}: expected a release number such as 0.4.6 or 0.10.1")
-    parts = tuple(int(p) for p in m.group(1).split("."))
-    if m.group(2) is not None:
-        parts = parts + (0,) * max(0, 3 - len(parts)) + (int(m.group(2)),)
+    """'0.4.6.post5' -> (0, 4, 6, 5); 'v0.10.1rc2' -> (0, 10, 1); a version names release numbers.
+
+    The whole string must be one release (`VERSION_FORM`): 'latest', '>=0.10' or '0.5-0.3' are refused
+    with a SpecError, not read as their leading digits. A pre-release or dev release compares as its
+    release (the regimes read in the code hold for the release it leads to); a .postN follows its release."""
+    m = _VERSION_RE.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if m is None:
+        raise SpecError(f"{where} {text!r}: expected {VERSION_FORM}")
+    parts = tuple(int(p) for p in m.group("release").split("."))
+    if m.group("post") is not None:
+        parts = parts + (0,) * max(0, 3 - len(parts)) + (int(m.group("post")),)
     return parts
+
+
+def check_version(where: str, name: str, value) -> str:
+    """`value` if it is one release (`parse_version`), else a field_error naming `name`, the value and the form."""
+    try:
+        parse_version(value)
+    except SpecError:
+        raise field_error(where, name, value, VERSION_FORM) from None
+    return value
 
 
 def _cmp(a: tuple, b: tuple) -> int:
@@ -104,12 +126,16 @@ def _cmp(a: tuple, b: tuple) -> int:
 
 @dataclass(frozen=True, slots=True)
 class VersionRange:
-    """A range of releases: '*', 'A-B' (inclusive), '>=A', '>A', '<A', '<=A', or one release 'A'."""
+    """A range of releases: '*', 'A-B' (inclusive, A no later than B), '>=A', '>A', '<A', '<=A', or one
+    release 'A' (with its series: '0.5' holds 0.5.5)."""
 
     text: str
 
     def __post_init__(self) -> None:
-        self.bounds()  # validates
+        b = self.bounds()  # validates
+        if b is not None and b[0] == "-" and _cmp(b[1], b[2]) > 0:
+            raise SpecError(f"versions {self.text!r}: the range runs backwards: expected the earlier release first "
+                            f"('A-B' holds A to B inclusive)")
 
     def bounds(self):
         t = self.text.strip()
@@ -137,9 +163,65 @@ class VersionRange:
         if op == "-":
             return _cmp(version, b[1]) >= 0 and _cmp(version, b[2]) <= 0
         c = _cmp(version, b[1])
-        if op == "=":
-            return _cmp(version[:len(b[1])], b[1]) == 0
+        if op == "=":  # the release and its series; 0.5 is 0.5.0, so pad before taking the prefix
+            n = len(b[1])
+            return _cmp(tuple(version[:n]) + (0,) * max(0, n - len(version)), b[1]) == 0
         return {">=": c >= 0, ">": c > 0, "<": c < 0, "<=": c <= 0}[op]
+
+    def interval(self) -> tuple:
+        """(low, low_inclusive, high, high_inclusive) of the releases it holds (None: unbounded); a
+        release 'A' holds A up to, not including, the next release of its last number (0.5: 0.5 to 0.6)."""
+        b = self.bounds()
+        if b is None:
+            return (None, False, None, False)
+        op = b[0]
+        if op == "-":
+            return (b[1], True, b[2], True)
+        if op == "=":
+            return (b[1], True, b[1][:-1] + (b[1][-1] + 1,), False)
+        return {">=": (b[1], True, None, False), ">": (b[1], False, None, False),
+                "<": (None, False, b[1], False), "<=": (None, False, b[1], True)}[op]
+
+
+def _version_overlap(a: VersionRange, b: VersionRange) -> tuple | None:
+    """The releases both ranges hold, as an interval (VersionRange.interval), or None when they share none.
+    Between any two distinct releases lies another (0.4.6 < 0.4.6.0.1 < 0.4.6.1), so only equal open ends
+    leave nothing."""
+    lo1, li1, hi1, hi_i1 = a.interval()
+    lo2, li2, hi2, hi_i2 = b.interval()
+    if lo1 is None or (lo2 is not None and _cmp(lo2, lo1) > 0):
+        lo, li = lo2, li2
+    elif lo2 is not None and _cmp(lo2, lo1) == 0:
+        lo, li = lo1, li1 and li2
+    else:
+        lo, li = lo1, li1
+    if hi1 is None or (hi2 is not None and _cmp(hi2, hi1) < 0):
+        hi, hi_i = hi2, hi_i2
+    elif hi2 is not None and _cmp(hi2, hi1) == 0:
+        hi, hi_i = hi1, hi_i1 and hi_i2
+    else:
+        hi, hi_i = hi1, hi_i1
+    if lo is not None and hi is not None:
+        c = _cmp(lo, hi)
+        if c > 0 or (c == 0 and not (li and hi_i)):
+            return None
+    return (lo, li, hi, hi_i)
+
+
+def _release_text(t: tuple) -> str:
+    return ".".join(map(str, t))
+
+
+def _interval_text(iv: tuple) -> str:
+    lo, li, hi, hi_i = iv
+    v = _release_text
+    if lo is None and hi is None:
+        return "every release"
+    if lo is not None and hi is not None and li and hi_i:
+        return v(lo) if _cmp(lo, hi) == 0 else f"{v(lo)} to {v(hi)}"
+    parts = ([f"{'>=' if li else '>'}{v(lo)}"] if lo is not None else []) + \
+        ([f"{'<=' if hi_i else '<'}{v(hi)}"] if hi is not None else [])
+    return " and ".join(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,10 +263,27 @@ class RegimeEntry:
         return f"{self.property} ({what}) for versions {self.versions.text} [{self.status}: {self.source}]"
 
 
-def _number(where: str, key: str, v, *, integer: bool = False, minimum: float = 0.0) -> float:
+# Plausibility bounds on the figures a regime adds to a step's cost. Past them the figure is a unit or
+# paste mistake (microseconds written as nanoseconds, a percentage as a fraction), and an answer built
+# on it would be nonsense that looks computed, so it is refused.
+MAX_TERM_US = 1e6  # a calibration's per-sequence or per-token device term: one second an iteration (a whole
+#                    decode iteration of a 70B model on one GPU is tens of ms; `calibrate load` fits at most this)
+MIN_DEVICE_SCALE, MAX_DEVICE_SCALE = 0.01, 100.0  # a device a hundred times off its roofline at the stack's
+#                    efficiencies has the wrong hardware or model, not a stack figure (`calibrate load` fits 0.1..20)
+MAX_EAGER_LAYER_US = 1e4  # 10 ms a layer for kernel launches a graph would replay: a second a pass at 100 layers
+#                    (SGLang's measured figure is 126 µs, stacks/sglang.toml)
+MAX_TAX_FRAC = 1.0  # a schedule that drafts nothing doubling the iteration (the measured tax is 0.07..0.22:
+#                    stacks/vllm.toml); past it, a percentage written where a fraction belongs
+
+
+def _number(where: str, key: str, v, *, integer: bool = False, minimum: float = 0.0,
+            maximum: float | None = None, why: str = "") -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < minimum \
             or (integer and v != int(v)):
-        raise field_error(where, key, v, f"{'an integer' if integer else 'a number'} >= {minimum:g}")
+        bound = f" and <= {maximum:g}" + (f" ({why})" if why else "") if maximum is not None else ""
+        raise field_error(where, key, v, f"{'an integer' if integer else 'a finite number'} >= {minimum:g}{bound}")
+    if maximum is not None and v > maximum:
+        raise field_error(where, key, v, f"a number <= {maximum:g}" + (f" ({why})" if why else ""))
     return int(v) if integer else float(v)
 
 
@@ -217,7 +316,8 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         f[given[0]] = _number(where, given[0], f[given[0]], integer=True)
     elif prop == "eager_layer_us":
         if "value" in f:
-            f["value"] = _number(where, "value", f["value"])
+            f["value"] = _number(where, "value", f["value"], maximum=MAX_EAGER_LAYER_US,
+                                 why="microseconds a layer; more than 10 ms is a unit mistake")
         elif status != "unmeasured":
             raise field_error(where, "value", None, "a number of microseconds (only an unmeasured property may "
                                                     "leave it out)")
@@ -246,11 +346,12 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         if "check_error_frac" in f:
             f["check_error_frac"] = _number(where, "check_error_frac", f["check_error_frac"])
         f["n_fit_rows"] = _number(where, "n_fit_rows", f.get("n_fit_rows"), integer=True, minimum=0)
-        f["device_scale"] = _number(where, "device_scale", f.get("device_scale", 1.0))
-        if not f["device_scale"] > 0:
-            raise field_error(where, "device_scale", f["device_scale"], "a number > 0")
-        f["device_per_seq_us"] = _number(where, "device_per_seq_us", f.get("device_per_seq_us", 0.0))
-        f["device_per_token_us"] = _number(where, "device_per_token_us", f.get("device_per_token_us", 0.0))
+        f["device_scale"] = _number(where, "device_scale", f.get("device_scale", 1.0), minimum=MIN_DEVICE_SCALE,
+                                    maximum=MAX_DEVICE_SCALE, why="a factor on the roofline's device time; further "
+                                    "off, the hardware or the model is wrong, not the stack")
+        for key in ("device_per_seq_us", "device_per_token_us"):
+            f[key] = _number(where, key, f.get(key, 0.0), maximum=MAX_TERM_US,
+                             why="microseconds an iteration; more than a second is a unit mistake")
         if f["load_max"] < f["load_min"]:
             raise field_error(where, "load_max", f["load_max"], f">= load_min = {f['load_min']:g}")
     elif prop == "per_token_share":
@@ -261,7 +362,8 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         for key in ("low_batch", "high_batch"):
             f[key] = _number(where, key, f.get(key), integer=True, minimum=1)
         for key in ("low_frac", "high_frac"):
-            f[key] = _number(where, key, f.get(key))
+            f[key] = _number(where, key, f.get(key), maximum=MAX_TAX_FRAC,
+                             why="a fraction of the iteration: 0.2 is 20 %")
         if f["high_batch"] <= f["low_batch"]:
             raise field_error(where, "high_batch", f["high_batch"], f"> low_batch = {f['low_batch']}")
     filters = {}
@@ -281,7 +383,40 @@ def parse_entries(raw, *, where: str = "stack") -> tuple[RegimeEntry, ...]:
         return ()
     if not isinstance(raw, list):
         raise field_error(where, "load_regime", raw, "an array of [[load_regime]] tables")
-    return tuple(entry_from_dict(r, where=f"{where} [[load_regime]] #{i + 1}") for i, r in enumerate(raw))
+    entries = tuple(entry_from_dict(r, where=f"{where} [[load_regime]] #{i + 1}") for i, r in enumerate(raw))
+    check_contradictions(entries, where=where)
+    return entries
+
+
+def _filters_overlap(a: RegimeEntry, b: RegimeEntry) -> bool:
+    """Whether some deployment meets both entries' tp and memory filters (tp inclusive, memory [min, max))."""
+    inf = math.inf
+    if max(a.min_tp or 1, b.min_tp or 1) > min(a.max_tp or inf, b.max_tp or inf):
+        return False
+    lo = max(a.min_memory_gb or 0.0, b.min_memory_gb or 0.0)
+    hi = min(inf if a.max_memory_gb is None else a.max_memory_gb, inf if b.max_memory_gb is None else b.max_memory_gb)
+    return lo < hi
+
+
+def check_contradictions(entries, *, where: str = "stack") -> None:
+    """Refuse two entries that say different things about one property (and pass kind, attention kind,
+    backend) for a release both hold, on a deployment both filters admit: `resolve_regimes` would keep
+    whichever came first and lose the other without a word. A '*' entry beside a ranged one is no
+    contradiction: the ranged one is the exception, by design (the module docstring)."""
+    for i, a in enumerate(entries):
+        for j in range(i + 1, len(entries)):
+            b = entries[j]
+            if a.key != b.key or dict(a.fields) == dict(b.fields) or a.versions.is_any != b.versions.is_any:
+                continue
+            if not _filters_overlap(a, b):
+                continue
+            both = _version_overlap(a.versions, b.versions)
+            if both is None:
+                continue
+            raise SpecError(f"{where}: [[load_regime]] #{i + 1} and #{j + 1} contradict: both set {a.property}"
+                            f"{_key_text(a.key)} for {_interval_text(both)} (versions {a.versions.text!r} and "
+                            f"{b.versions.text!r}) to different values ({_value_text(a)} vs {_value_text(b)}): "
+                            f"expected one value per release: narrow a range so they do not overlap, or remove one")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -451,5 +586,5 @@ def calibration_notes(regimes: Regimes, *, batch: float | None = None, rate_per_
 
 
 __all__ = ["PROPERTIES", "PASS_KINDS", "STATUSES", "LOAD_KINDS", "RegimeEntry", "Regimes", "VersionRange", "NO_REGIMES",
-           "calibration_notes",
+           "VERSION_FORM", "calibration_notes", "check_contradictions", "check_version",
            "entry_from_dict", "parse_entries", "parse_version", "resolve_regimes"]

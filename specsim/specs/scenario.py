@@ -29,6 +29,7 @@ from .analysis_tables import ATTENTION_KERNELS, MAX_BATCH, MAX_TEMPERATURE, MAX_
 from .catalog import catalog_ids, read_toml, resolve, to_toml
 from .drafting_tables import AcceptanceTable, DrafterOptionsTable, check_calibration_matches
 from .models import WEIGHT_FORMATS
+from .regimes import check_version
 from .serving_tables import EngineTable, FleetTable, PolicyTable, SloTable, WorkloadTable, policies_from_table
 
 SECTIONS = ("drafter_options", "acceptance", "sweep", "threshold", "workload", "engine", "policies", "slo", "fleet")
@@ -110,9 +111,14 @@ class Scenario:
                 raise field_error(where, name, getattr(self, name), "a string")
         for name in ("hardware", "target", "method"):
             C.text(where, name, getattr(self, name), what="a non-empty string (an id or a path)")
-        for name in ("drafter", "stack", "target_dtype", "stack_version"):
+        for name in ("drafter", "stack", "target_dtype"):
             if getattr(self, name) is not None:
                 C.text(where, name, getattr(self, name), what="a non-empty string (an id or a path)")
+        if self.stack_version is not None:  # a release of the stack, read by its load regimes (specs.regimes)
+            if self.stack is None:
+                raise field_error(where, "stack_version", self.stack_version, "a stack to be the version of: set "
+                                  "`stack` too, or leave stack_version out")
+            check_version(where, "stack_version", self.stack_version)
         if self.target_dtype is not None and self.target_dtype not in WEIGHT_FORMATS:
             raise field_error(where, "target_dtype", self.target_dtype,
                               f"a weight format: one of {', '.join(WEIGHT_FORMATS)}")
@@ -167,7 +173,7 @@ class Scenario:
 
     def with_overrides(self, **overrides) -> "Scenario":
         """Replace the fields given; None means keep the scenario's value; "" (or "none") clears an
-        optional id (drafter, stack, target_dtype); tree_size = 0 makes a chain. alpha and tau are two forms of one input, so
+        optional id (drafter, stack, target_dtype, stack_version); tree_size = 0 makes a chain. alpha and tau are two forms of one input, so
         giving one clears the other. `sections` entries replace whole tables."""
         given = {k: v for k, v in overrides.items() if v is not None}
         sections = given.pop("sections", None)
@@ -175,7 +181,7 @@ class Scenario:
         if unknown:
             raise SpecError(f"unknown scenario override(s) {sorted(unknown)}; known: {', '.join(SCALAR_KEYS)}")
         changes = dict(given)
-        for key in ("drafter", "stack", "target_dtype"):
+        for key in ("drafter", "stack", "target_dtype", "stack_version"):
             if changes.get(key) in ("", "none"):
                 changes[key] = None
         if changes.get("tree_size") == 0:  # 0 clears a tree: a chain
