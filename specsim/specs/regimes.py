@@ -56,6 +56,13 @@ Properties (units in the key, converted once here):
 backend), the entry whose version range holds the version, a specific range before "*". With no
 version only "*" entries apply; the properties whose entries all name a range are listed as
 depending on the version.
+
+Rules checked on load (scenarios/README.md says them to users): a version is one release
+(`parse_version`: numbers and dots, optional aN/bN/rcN, .postN, .devN, a leading v; never its
+leading digits alone); 'A-B' runs forwards; two entries of one key with different values may not
+both hold for a release on a deployment both filters admit (`check_contradictions`; a ranged entry
+beside '*' is its exception, not a contradiction); a figure a regime adds to a step is finite, >= 0
+and within a plausibility bound (MAX_TERM_US, MIN/MAX_DEVICE_SCALE, MAX_EAGER_LAYER_US, MAX_TAX_FRAC).
 """
 from __future__ import annotations
 
