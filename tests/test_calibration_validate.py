@@ -340,7 +340,7 @@ def test_mismatches_name_cpu_instruction_sets_paths_threads_and_clock():
     there = _identity()
     here = _identity(cpu="Intel(R) Xeon(R) Processor", instruction_sets=("avx2", "fma", "avx512f", "avx512bw",
                                                                          "avx512vnni"), block_matmul="vnni",
-                     threads=2, clock="wall")
+                     threads=2, clock="wall", threads_measured=())  # a run: it measured no profile
     assert mismatches(there, there) == []
     assert mismatches(there, here) == [
         "CPU: 'AMD EPYC 7B13 64-Core Processor' there, 'Intel(R) Xeon(R) Processor' here",
@@ -348,7 +348,7 @@ def test_mismatches_name_cpu_instruction_sets_paths_threads_and_clock():
         "block matmuls: AVX2 tiles there, AVX512-VNNI tiles here",
         "threads: the [kernels] curve was fitted at 1, this run uses 2",
         "clock: one thread's CPU time there, wall time here"]
-    assert mismatches(there, _identity(threads=2)) == ["threads: the [kernels] curve was fitted at 1, this run uses 2"]
+    assert mismatches(there, _identity(threads=2, threads_measured=())) == ["threads: the [kernels] curve was fitted at 1, this run uses 2"]
 
 
 def test_a_machine_table_is_checked_on_load(tmp_path):
@@ -360,7 +360,7 @@ def test_a_machine_table_is_checked_on_load(tmp_path):
            "machine": {"cpu": "X", "block_matmul": "vnni", "attention": "vector", "threads": 2}}
     assert hardware_from_dict(dict(raw)).machine == MachineIdentity(cpu="X", instruction_sets=None, block_matmul="vnni",
                                                                     attention="vector", threads=2)
-    for bad, message in ((dict(threads=0), r"\[machine\]: field 'threads' = 0: expected an integer >= 1"),
+    for bad, message in ((dict(threads=0), r"\[machine\]: field 'threads' = 0: expected an integer in 1..4096"),
                          (dict(block_matmul="sse"), r"field 'block_matmul' = 'sse': expected one of vnni, avx2, plain"),
                          (dict(instruction_sets=["avx9"]), r"field 'instruction_sets' = 'avx9': expected names among"),
                          (dict(clock="cpu"), r"field 'clock' = 'cpu': expected wall or thread"),
@@ -385,7 +385,8 @@ def test_validate_names_another_cpu_first(tiny, tmp_path, capsys):
     d, gguf = tiny
     hw = _profile_of(d, tmp_path, _identity())
     cfg = ValidateConfig(model=gguf, hardware=str(hw), stack=str(d / "stack.toml"), target=str(d / "tiny-model.toml"),
-                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=2)
+                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=2,
+                         other_machine=True)
     res = validate(cfg, progress=lambda m: print(f"  {m}", file=__import__("sys").stderr))
     err = capsys.readouterr().err
     assert err.startswith("warning: hardware 'cpu' was measured on another machine or for another run: CPU: 'AMD EPYC")
@@ -409,7 +410,8 @@ def test_validate_names_another_thread_count_only(tiny, tmp_path, capsys):
     here = this_machine(threads=2)
     hw = _profile_of(d, tmp_path, replace(here, threads=1, threads_measured=(1,)))
     cfg = ValidateConfig(model=gguf, hardware=str(hw), stack=str(d / "stack.toml"), target=str(d / "tiny-model.toml"),
-                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=2)
+                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=2,
+                         other_machine=True)
     res = validate(cfg)
     assert res.summary["machine"]["mismatches"] == ["threads: the [kernels] curve was fitted at 1, this run uses 2"]
     assert format_report(res).startswith("NOTE, before any figure: hardware 'cpu' was measured on another machine or "
@@ -460,3 +462,69 @@ def test_calibrate_machine_records_this_machine(tmp_path):
     assert (m.block_matmul, m.attention) == (kernel_paths()["block_matmul"], kernel_paths()["attention"])
     assert check_machine(hw, threads=1, clock="wall") == []
     assert check_machine(hw, threads=3, clock="wall") == ["threads: the [kernels] curve was fitted at 1, this run uses 3"]
+
+
+@pytest.mark.parametrize("edit, field, value, rule", [
+    ({"threads": 10 ** 30}, "threads", "1000000000000000000000000000000", "an integer in 1..4096"),
+    ({"threads": 0}, "threads", "0", "an integer in 1..4096"),
+    ({"threads": 2}, "threads", "2", "one of threads_measured [1]"),
+    ({"threads": 4, "threads_measured": [1, 2]}, "threads", "4", "one of threads_measured [1, 2]"),
+    ({"threads_measured": [1, 10 ** 30]}, "threads_measured", "1000000000000000000000000000000", "integers in 1..4096"),
+    ({"logical_cpus": 10 ** 6}, "logical_cpus", "1000000", "an integer in 0..4096"),
+])
+def test_a_machine_table_that_no_run_had_is_refused_on_load(tiny, tmp_path, edit, field, value, rule):
+    """Issue 33: [machine] threads 10^30, or a thread count the profile never measured, loaded without a word.
+    Now refused when the file is read: one line naming the file, the field, the value and the rule."""
+    from specsim.specs.catalog import read_toml, to_toml
+    from specsim.specs.hardware import load_hardware
+
+    d, _ = tiny
+    path = _profile_of(d, tmp_path, _identity())
+    raw = read_toml(path)
+    raw["machine"] = {**raw["machine"], **edit}
+    path.write_text(to_toml(raw))
+    with pytest.raises(SpecError) as exc:
+        load_hardware(str(path))
+    msg = str(exc.value)
+    assert "\n" not in msg and str(path) in msg
+    assert f"[machine]: field '{field}' = {value}: expected {rule}" in msg
+
+
+def test_the_machine_table_calibrate_machine_writes_loads_back(tiny, tmp_path):
+    """The rule refuses nothing a measured run writes: threads the largest of threads_measured (1 and 2 here)."""
+    from specsim.specs.hardware import load_hardware
+
+    d, _ = tiny
+    hw = load_hardware(str(_profile_of(d, tmp_path, _identity(threads=2, threads_measured=(1, 2), clock="wall"))))
+    assert hw.machine.threads == 2 and hw.machine.threads_measured == (1, 2)
+
+
+def test_validate_refuses_another_machine_unless_told(tiny, tmp_path, capsys):
+    """A profile of another CPU would make validate's errors measure that CPU (issue 33's loop read a shipped
+    Xeon profile on an EPYC): refused in one line naming the file, each difference and the commands, before the
+    model loads; --other-machine runs it with the warning."""
+    from specsim.calibration.validate import ValidateConfig, validate
+    from specsim.cli import main
+
+    d, gguf = tiny
+    hw = _profile_of(d, tmp_path, _identity(cpu="Some Other CPU 9000", instruction_sets=("avx2", "fma", "avx512f",
+                                                                                          "avx512bw", "avx512vnni"),
+                                            block_matmul="vnni"))
+    cfg = ValidateConfig(model=gguf, hardware=str(hw), stack=str(d / "stack.toml"), target=str(d / "tiny-model.toml"),
+                         m_values=(1,), contexts=(32,), repeats=1, parts=("verify",), split=False, threads=1,
+                         clock="thread")
+    with pytest.raises(SpecError) as exc:
+        validate(cfg)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"--hardware {str(hw)!r} ({hw}): hardware 'cpu' was measured on another")
+    assert "CPU: 'Some Other CPU 9000' there" in msg and "block matmuls: AVX512-VNNI tiles there" in msg
+    assert "--bench-hardware hardware/local.toml" in msg and "--other-machine" in msg
+    argv = ["validate", "--model", str(gguf), "--hardware", str(hw), "--stack", str(d / "stack.toml"), "--target",
+            str(d / "tiny-model.toml"), "--m", "1", "--contexts", "32", "--repeats", "1", "--parts", "verify",
+            "--no-split", "--threads", "1", "--clock", "thread"]
+    capsys.readouterr()
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "CPU: 'Some Other CPU 9000' there" in err
+    assert main(argv + ["--other-machine", "--json"]) == 0
+    assert capsys.readouterr().err.startswith("warning: hardware 'cpu' was measured on another machine")

@@ -73,6 +73,9 @@ class ValidateConfig:
     parts: tuple = PARTS
     split: bool = True  # time the kernels of each pass apart (the measured split)
     clock: str = "wall"  # "thread": this thread's CPU time (a machine shared with other work; needs threads = 1)
+    # a profile of another machine or run predicts another machine: its errors measure nothing, so validate
+    # refuses it unless told to run anyway (then the difference is said before any figure)
+    other_machine: bool = False
 
     def __post_init__(self) -> None:
         for name in ("repeats", "n_prompts", "tokens"):
@@ -497,11 +500,18 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     from dataclasses import asdict
 
     from ..specs.hardware import load_hardware
-    from ..specs.machine import mismatch_message, this_machine, warn_if_other_machine
+    from ..specs.catalog import resolve as resolve_path
+    from ..specs.machine import check_machine, mismatch_message, this_machine, warn_if_other_machine
 
     say = progress or (lambda m: None)
     # first: does the profile describe this machine and this run? (said on stderr now, and atop the report)
     hw = load_hardware(config.hardware)
+    if not config.other_machine:
+        found = check_machine(hw, threads=config.threads, clock=config.clock)
+        if found:
+            raise SpecError(f"--hardware {config.hardware!r} ({resolve_path('hardware', config.hardware)}): "
+                            f"{mismatch_message(hw, found, threads=config.threads, clock=config.clock)}; or pass "
+                            "--other-machine to compare against it anyway")
     mismatched = warn_if_other_machine(hw, threads=config.threads, clock=config.clock, run=True)
     machine = {"here": asdict(this_machine(threads=config.threads, clock=config.clock)),
                "profile": asdict(hw.machine) if hw.machine is not None else None, "mismatches": mismatched,
@@ -540,7 +550,11 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
                                                               context_len=ctx,
                                                               draft_frac=None if frac is None or frac != frac else frac)
         be = break_even(spec, models)
-    summary = {"machine": machine, "load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
+    # the files the prediction read (a catalog id resolves to the package's copy): the loop closes only if
+    # these are the files calibrate machine and calibrate steps wrote
+    files = {"hardware": str(resolve_path("hardware", config.hardware).resolve()),
+             "stack": str(resolve_path("stacks", config.stack).resolve())}
+    summary = {"machine": machine, "files": files, "load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
                "clock": config.clock,
                "threads": model._n_threads if hasattr(model, "_n_threads") else None,
                "reference_pass": drift,

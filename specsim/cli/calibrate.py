@@ -56,7 +56,12 @@ def _register_steps(sub) -> None:
     p.add_argument("--target", help="--format bench: the catalog model the bench ran (default: smollm2-135m-q4_1 "
                                     "for the fetched GGUF)")
     p.add_argument("--bench-hardware", default="local",
-                   help="--format bench: the hardware id or file the bench ran on (from `specsim calibrate machine`)")
+                   help="--format bench: the hardware id or file the bench ran on; pass the file `specsim calibrate "
+                        "machine --out` wrote by path (an id reads the catalog's copy, which an installed package "
+                        "ships inside itself)")
+    p.add_argument("--other-machine", action="store_true",
+                   help="--format bench: fit even when the bench and --bench-hardware describe different machines or "
+                        "runs (refused otherwise: the fit would absorb the other machine's differences)")
     p.add_argument("--write-stack", metavar="PATH",
                    help="also write a stack TOML with the fitted efficiency and the decoder's measured host work "
                         "(e.g. stacks/specsim-numba.toml)")
@@ -92,10 +97,16 @@ def _run_steps(args) -> int:
 
         rows = check_rows(bench_rows(args.file, hardware=args.bench_hardware, target=args.target), where=args.file)
         differ = bench_machine_mismatches(args.file, args.bench_hardware)
-        if differ:  # said before any figure: the fit below is then against another machine's profile
-            print(f"warning: {args.file} and hardware {args.bench_hardware!r} describe different machines or runs: "
-                  f"{'; '.join(differ)}. Measure the machine for the bench's run first (`specsim calibrate machine "
-                  f"--out hardware/local.toml --force`, its --threads and --clock as the bench's)", file=sys.stderr)
+        if differ:  # the fit would be against another machine's profile: refused, or said before any figure
+            from ..specs.catalog import resolve as resolve_path
+
+            what = (f"{args.file} and hardware {args.bench_hardware!r} ({resolve_path('hardware', args.bench_hardware)}) "
+                    f"describe different machines or runs: {'; '.join(differ)}. Measure the machine for the bench's "
+                    "run first (`specsim calibrate machine --out hardware/local.toml --force`, its --threads and --clock "
+                    "as the bench's) and pass it by path (--bench-hardware hardware/local.toml)")
+            if not args.other_machine:
+                raise SpecError(what + "; or pass --other-machine to fit against it anyway")
+            print(f"warning: {what}", file=sys.stderr)
     elif args.format == "splitwise":
         rows, skipped = splitwise_rows(args.file, hardware=args.hardware)
     else:
@@ -375,19 +386,25 @@ def _run_stack_term(args) -> int:
     f = fit_stack_term(table, stack_id=args.stack, term=args.term, fit_ids=parse_list(args.rows, "--rows", str))
     t = f.table.assign(error_before=f.table["predicted_before"] / f.table["measured_speedup"] - 1,
                        error_after=f.table["predicted_after"] / f.table["measured_speedup"] - 1)
-    held = t[~t["fitted_on"]]
+    held = t[~t["fit_source"]]  # rows of sources no fit row comes from (a fit row's twin is not unseen)
     if args.json:
         print_json({"stack": f.stack, "term": f.term, "value_us": f.value_us, "before_us": f.before_us,
                     "fit_ids": list(f.fit_ids), "rows": t.to_dict(orient="records")})
         return 0
-    print(f"{f.stack} {f.term}: {f.before_us:g} -> {f.value_us:.1f} (fitted on {len(f.fit_ids)} row(s))")
+    before = "unset" if f.before_us is None else f"{f.before_us:g}"
+    print(f"{f.stack} {f.term}: {before} -> {f.value_us:.1f} (fitted on {len(f.fit_ids)} row(s))")
     for r in t.to_dict(orient="records"):
-        mark = "fit" if r["fitted_on"] else "   "
+        mark = "fit" if r["fitted_on"] else ("src" if r["fit_source"] else "   ")
         print(f"  {mark} {r['id']:<48} measured {r['measured_speedup']:.2f}  before {r['predicted_before']:.2f} "
               f"({r['error_before']:+.0%})  after {r['predicted_after']:.2f} ({r['error_after']:+.0%})")
     if len(held):
-        print(f"rows the fit never saw: median |error| {held['error_before'].abs().median():.1%} -> "
+        print(f"rows of sources the fit never saw: median |error| {held['error_before'].abs().median():.1%} -> "
               f"{held['error_after'].abs().median():.1%}")
+    same = t[t["fit_source"] & ~t["fitted_on"]]
+    if len(same):
+        print(f"rows not fitted but of a fit row's source ({', '.join(sorted(set(same['source_key'])))}; not unseen): "
+              f"{len(same)}, median |error| {same['error_before'].abs().median():.1%} -> "
+              f"{same['error_after'].abs().median():.1%}")
     return 0
 
 
@@ -673,12 +690,14 @@ def _register_load(sub) -> None:
                    help="of the plain curve's per-sequence cost, the share paid per emitted token (0..1; default: the "
                         "stack's per_token_share load regime, else 0)")
     p.add_argument("--token-share-loo", metavar="SHARES",
-                   help="fit the per-token share leave one sweep out over these candidates (comma-separated, e.g. "
-                        "0,0.25,0.5,0.75,1): each sweep is predicted at the share the other sweeps chose")
+                   help="fit the per-token share leave one source out over these candidates (comma-separated, e.g. "
+                        "0,0.25,0.5,0.75,1): each sweep is predicted at the share the sweeps of the other sources "
+                        "chose (sweeps whose rows cite one source go together)")
     p.add_argument("--seed", type=int, default=0, help="simulation seed")
     p.add_argument("--json", action="store_true", help="print one JSON object (sweeps, rows, summary)")
     p.add_argument("--out", help="write every row (measured and predicted) to this CSV")
     p.add_argument("--write-scenario", metavar="DIR", help="write each sweep's calibrated stack and scenario into DIR")
+    p.add_argument("--force", action="store_true", help="--write-scenario: replace files of those names already in DIR")
     p.set_defaults(func=_run_load)
 
 
@@ -711,22 +730,26 @@ def _run_load(args) -> int:
     if args.token_share is not None and not (0.0 <= args.token_share <= 1.0):
         raise SpecError(f"--token-share {args.token_share:g}: expected a share in [0, 1]")
     loo = None
-    if args.token_share_loo:
-        from ..calibration.load_share import leave_one_sweep_out
+    if args.write_scenario is not None:  # refused before the fit runs: an empty path, a name two sweeps share,
+        from ..calibration.load_fit import scenario_paths  # a file already there without --force
+
+        scenario_paths(sweeps, args.write_scenario, force=args.force)
+    if args.token_share_loo is not None:  # '' is refused by parse_list, not read as absent
+        from ..calibration.load_share import leave_one_source_out
         from .common import parse_list
 
         if args.token_share is not None:
             raise SpecError("--token-share and --token-share-loo: give one (the second fits the first)")
         shares = parse_list(args.token_share_loo, "--token-share-loo", float, minimum=0.0, maximum=1.0)
-        loo = leave_one_sweep_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress)
+        loo = leave_one_source_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress)
         cal = loo.loo
     else:
         cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share)
     command = ("specsim calibrate load " + " ".join(args.files) + (f" --roles {args.roles}" if args.roles != "table" else "")
                + (f" --token-share {args.token_share:g}" if args.token_share is not None else ""))
     written = []
-    if args.write_scenario:
-        written = write_scenarios(cal, args.write_scenario, command=command)
+    if args.write_scenario is not None:
+        written = write_scenarios(cal, args.write_scenario, command=command, force=args.force)
     if args.out:
         write_file_atomically(args.out, cal.rows.to_csv(index=False), flag="--out")
     if args.json:
@@ -745,15 +768,17 @@ def _run_load(args) -> int:
 
 
 def format_token_share_loo(loo) -> str:
-    """The leave-one-sweep-out scan: each sweep's check error at each share, and the share the others chose."""
+    """The leave-one-source-out scan: each sweep's check error at each share, and the share the others chose."""
     g = loo.grid()
     names = list(dict.fromkeys(r["sweep"] for r in g))
-    lines = ["per-token share, leave one sweep out: median |error| over each sweep's check rows at each share",
+    lines = ["per-token share, leave one source out: median |error| over each sweep's check rows at each share "
+             "(a sweep's source: the group it is left out with)",
              "  " + f"{'sweep':<60}" + "".join(f"{s:>8g}" for s in loo.shares) + "  chosen by the others"]
     for n in names:
         cells = {r["share"]: r["median_abs_error"] for r in g if r["sweep"] == n}
         lines.append("  " + f"{n[:60]:<60}" + "".join(f"{cells[s]:>8.1%}" if cells[s] is not None else f"{'-':>8}"
-                                                      for s in loo.shares) + f"  {loo.chosen[n]:g}")
+                                                      for s in loo.shares) + f"  {loo.chosen[n]:g}"
+                     + f"  [{loo.groups[n]}] {loo.sources[n]}")
     lines.append(f"  share over all sweeps: {loo.overall:g}; the tables below predict each sweep at its chosen share")
     return "\n".join(lines) + "\n"
 

@@ -22,8 +22,11 @@ def register(sub) -> None:
         "decoder (median of --repeats, with the range: this machine is shared) and print prediction against "
         "measurement with relative errors, naming the cost-model term behind a large error.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--hardware", default=d["hardware"].default, help="hardware id or TOML")
-    p.add_argument("--stack", default=d["stack"].default, help="the decoder's stack id or TOML")
+    p.add_argument("--hardware", default=d["hardware"].default,
+                   help="hardware id or TOML; pass the file `calibrate machine --out` wrote by path (an id reads the "
+                        "catalog's copy, which an installed package ships inside itself)")
+    p.add_argument("--stack", default=d["stack"].default,
+                   help="the decoder's stack id or TOML; pass the file `calibrate steps --write-stack` wrote by path")
     p.add_argument("--target", default=d["target"].default, help="the catalog model of the GGUF")
     p.add_argument("--model", help="target GGUF (default: the fetched SmolLM2-135M)")
     p.add_argument("--m", dest="m_values", default=",".join(map(str, d["m_values"].default)), help="verify pass sizes M")
@@ -47,6 +50,9 @@ def register(sub) -> None:
     p.add_argument("--clock", choices=("wall", "thread"), default="wall",
                    help="what the timings read: wall time, or this thread's CPU time (a machine shared with other work; "
                         "needs --threads 1)")
+    p.add_argument("--other-machine", action="store_true",
+                   help="run even when the hardware profile's [machine] names another CPU, kernel paths, thread count "
+                        "or clock than this run (refused otherwise: its errors would measure the other machine)")
     p.add_argument("--out", help="folder for validate.json, verify.csv, spec.csv, break_even.csv, report.txt and "
                                  "validate.png")
     p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
@@ -72,7 +78,7 @@ def _run(args) -> int:
         workloads=tuple(parse_list(args.workloads, "--workloads", str)),
         calibration_workload=args.calibration_workload, layers=args.layers, n_prompts=args.n_prompts,
         tokens=args.tokens, seed=args.seed, threads=args.threads, parts=tuple(parse_list(args.parts, "--parts", str)),
-        split=not args.no_split, clock=args.clock)
+        split=not args.no_split, clock=args.clock, other_machine=args.other_machine)
     res = validate(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
     report = format_report(res)
     if out is not None:

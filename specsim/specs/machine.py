@@ -26,6 +26,10 @@ INSTRUCTION_SETS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vnni", "avxvnni
 _CPUINFO_FLAGS = {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512bw": "avx512bw",
                   "avx512_vnni": "avx512vnni", "avx_vnni": "avxvnni", "amx_int8": "amx-int8"}
 CLOCKS = ("wall", "thread")
+# numba's thread pool has one thread per logical CPU unless told otherwise; the largest CPU servers have a few
+# hundred logical CPUs, so a count far beyond that is a typing slip, not a machine
+MAX_THREADS = 4096
+_MAX_WHY = "more threads than any CPU server has is not a measured run"
 MATMUL_PATHS = ("vnni", "avx2", "plain")
 ATTENTION_PATHS = ("vector", "plain")
 
@@ -78,13 +82,19 @@ class MachineIdentity:
             raise field_error(where, "block_matmul", self.block_matmul, f"one of {', '.join(MATMUL_PATHS)}")
         if self.attention not in ATTENTION_PATHS:
             raise field_error(where, "attention", self.attention, f"one of {', '.join(ATTENTION_PATHS)}")
-        for name in ("threads", "logical_cpus"):
+        for name, low in (("threads", 1), ("logical_cpus", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "threads" else 0):
-                raise field_error(where, name, v, "an integer >= 1" if name == "threads" else "an integer >= 0")
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in self.threads_measured):
-            raise field_error(where, "threads_measured", list(self.threads_measured), "integers >= 1")
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_THREADS:
+                raise field_error(where, name, v, f"an integer in {low}..{MAX_THREADS} ({_MAX_WHY})")
+        bad = [t for t in self.threads_measured if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_THREADS]
+        if bad:
+            raise field_error(where, "threads_measured", bad[0], f"integers in 1..{MAX_THREADS} ({_MAX_WHY})")
         object.__setattr__(self, "threads_measured", tuple(self.threads_measured))
+        # the [kernels] curve is fitted at the largest measured count (calibrate machine): a threads that was
+        # never measured names a run the figures do not describe
+        if self.threads_measured and self.threads not in self.threads_measured:
+            raise field_error(where, "threads", self.threads,
+                              f"one of threads_measured {list(self.threads_measured)} (the counts the profile measured)")
         if self.clock not in CLOCKS:
             raise field_error(where, "clock", self.clock, "wall or thread")
 
@@ -236,9 +246,13 @@ def mismatch_message(hw, found: list[str], *, threads: int | None = None, clock:
     what = (f"hardware {hw.id!r} {found[0]}" if getattr(hw, "machine", None) is None else
             f"hardware {hw.id!r} was measured on another machine or for another run{run}: {'; '.join(found)}")
     verb = "may not describe" if getattr(hw, "machine", None) is None else "do not describe"
+    run_flags = " --threads 1 --clock thread" if here.clock == "thread" else ""
+    # the commands name the files they write and read by path: a catalog id reads the copy the package ships
+    # (an installed wheel's own), not the file just written in this folder
     return (f"{what}. Its figures {verb} this one. Measure this machine first: `{remedy(here)}`; then the decoder's "
-            "stack: `specsim decoder bench --out out/bench` and `specsim calibrate steps out/bench --format bench "
-            "--write-stack stacks/specsim-numba.toml`")
+            f"stack: `specsim decoder bench --out out/bench{run_flags}` and `specsim calibrate steps out/bench --format "
+            "bench --bench-hardware hardware/local.toml --write-stack stacks/specsim-numba.toml`, and pass both files "
+            "by path (`--hardware hardware/local.toml --stack stacks/specsim-numba.toml`)")
 
 
 _SAID: set = set()  # (profile id, its machine) already checked in this process
