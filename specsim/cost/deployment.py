@@ -24,6 +24,8 @@ from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ModelSpec
 from ..specs.stacks import DraftingCost, HostCost
+from ..specs.operator_tables import OperatorTables, framework_for_stack, load_tables
+from . import measured
 from .roofline import ATTENTION_KERNELS, StepCost, step_cost
 
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
@@ -52,6 +54,7 @@ class Deployment:
     device_scale: float = 1.0
     device_per_seq_s: float = 0.0
     device_per_token_s: float = 0.0
+    operator_tables: OperatorTables | None = None  # measured tables pricing the target (cost.measured); None: roofline
 
     def __post_init__(self) -> None:
         if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
@@ -70,11 +73,19 @@ class Deployment:
                                   else "a finite number of seconds >= 0")
 
     @classmethod
-    def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused"):
-        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own)."""
+    def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused",
+                   stack_version: str | None = None):
+        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own). On a
+        part whose profile names measured operator tables, with a stack that maps to a collected
+        framework, the target's passes are priced from the tables at the version nearest
+        `stack_version` (None: the newest collected)."""
         if stack is None:
             return cls(hardware=hardware, n_devices=n_devices, attention=attention)
-        return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency,
+        tables = None
+        framework = framework_for_stack(stack.id)
+        if hardware.operator_tables and framework and attention == "fused":
+            tables = load_tables(hardware.operator_tables, framework, stack_version)
+        return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency, operator_tables=tables,
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
                    layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
                    supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host, drafting=stack.drafting,
@@ -150,15 +161,63 @@ def calibration_terms(stack) -> dict:
     return {}
 
 
+_MEASURED: dict = {}
+
+
+def measured_pass(target: ModelSpec, dep: Deployment):
+    """The target's tabulated measured pass on this deployment (cost.measured), or None: no tables, or
+    a model they do not cover. Built once per (tables, model, tp)."""
+    if dep.operator_tables is None or dep.multi_gpu == "layer_split":
+        return None
+    key = (id(dep.operator_tables), id(target), dep.tp)
+    hit = _MEASURED.get(key)
+    if hit is None or hit[0] is not target or hit[1] is not dep.operator_tables:
+        hit = (target, dep.operator_tables, measured.build(dep.operator_tables, target, dep.tp))
+        _MEASURED[key] = hit
+    return hit[2]
+
+
+def pricing_source(target: ModelSpec, dep: Deployment) -> str:
+    """What prices the target's passes on this deployment, in words (for --describe and breakdowns)."""
+    mp = measured_pass(target, dep)
+    if mp is not None:
+        return mp.label + "; element-wise ops, KV write and fixed overhead on the roofline"
+    if dep.operator_tables is not None:
+        why = measured.covered(target) or "its shapes (heads, head_dim) not in the tables"
+        return f"roofline ({dep.operator_tables.label()} does not cover {target.id}: {why})"
+    return "roofline" + (" with fitted kernel curves" if dep.hardware.kernels is not None else "")
+
+
 def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> StepCost:
     """One forward pass of the target (B sequences × M query tokens after L cached) on the deployment:
     the roofline step on one device of the group, with the layer-split hops (`Deployment.hop_s`)
-    counted as communication, so `time_s` is what the pass takes on this deployment."""
+    counted as communication, so `time_s` is what the pass takes on this deployment. Where measured
+    operator tables cover the target (`measured_pass`), its GEMMs, LM head, attention and all-reduces
+    are the tables' (cost.measured); the KV write, element-wise work and fixed overhead stay the roofline's."""
     c = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
                   attention=dep.attention, efficiency=dep.eff)
+    mp = measured_pass(target, dep)
+    if mp is not None:
+        c = _measured_step(c, mp, target, batch_size=batch_size, q_len=q_len, context_len=context_len)
     if not dep.hop_s:
         return c
     return replace(c, communication_s=c.communication_s + dep.hop_s, time_s=c.time_s + dep.hop_s)
+
+
+def _measured_step(c: StepCost, mp, target: ModelSpec, *, batch_size, q_len, context_len) -> StepCost:
+    from .roofline import OperatorCost, _per_unique, _visible_context
+    b, m, l = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (batch_size, q_len, context_len)))
+    l = _visible_context(target, l)
+    t = b * m
+    weights = OperatorCost(c.weights.bytes, c.weights.flops, _per_unique(mp.layers_time_s, t))
+    lm_head = OperatorCost(c.lm_head.bytes, c.lm_head.flops, _per_unique(mp.head_time_s, t))
+    # a verify of M tokens: M decode queries per sequence over its cache (AIC's batch widening; cost.measured)
+    attention = OperatorCost(c.attention.bytes, c.attention.flops, mp.attention_time_s(t, l + m))
+    comm = _per_unique(mp.allreduce_time_s, t)
+    total = weights.time_s + attention.time_s + c.kv_write.time_s + lm_head.time_s + c.activations.time_s + comm + c.overhead_s
+    notes = mp.notes + mp.range_notes(n_tokens=t, n_queries=t, kv_len=l + m) if t.size else mp.notes
+    return replace(c, weights=weights, attention=attention, lm_head=lm_head, communication_s=comm, time_s=total,
+                   source=mp.label, notes=notes)
 
 
 def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> np.ndarray:
@@ -166,4 +225,4 @@ def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, c
     return target_step_cost(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len).time_s
 
 
-__all__ = ["Deployment", "target_step_cost", "target_step_time", "calibration_terms", "MULTI_GPU_MODES"]
+__all__ = ["Deployment", "target_step_cost", "measured_pass", "pricing_source", "target_step_time", "calibration_terms", "MULTI_GPU_MODES"]

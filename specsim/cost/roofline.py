@@ -83,6 +83,8 @@ class StepCost:
     time_s: np.ndarray
     compute_dtype: str
     attention_dtype: str
+    source: str = "roofline"  # what priced the pass: "roofline", or the measured tables (cost.measured)
+    notes: tuple[str, ...] = ()  # what the source could not measure for this pass (op and shape)
 
     OPERATOR_CLASSES = ("weights", "attention", "kv_write", "lm_head", "activations")
 
@@ -105,6 +107,9 @@ class StepCost:
         out["overhead_s"] = _plain(self.overhead_s)
         out["time_s"] = _plain(self.time_s)
         out["compute_dtype"] = self.compute_dtype
+        out["source"] = self.source
+        if self.notes:
+            out["notes"] = "; ".join(self.notes)
         return out
 
 

@@ -234,6 +234,7 @@ class HardwareProfile:
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
     machine: MachineIdentity | None = None  # the machine and run a measured profile describes (specs.machine)
+    operator_tables: str = ""  # aiconfigurator-core's system folder holding this part's measured tables (specs.operator_tables)
 
     def __post_init__(self) -> None:
         where = f"hardware {self.id!r}"
@@ -330,7 +331,7 @@ _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
 _KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows", "gemm_tile_pass_cost",  # CPU row-tiled kernels only
                     "attention_overlap_exponent"}
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
-_TOP_KEYS = {"id", "name", "kind", "notes", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as", "machine",
+_TOP_KEYS = {"id", "name", "kind", "notes", "operator_tables", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as", "machine",
              *_SCALARS}
 
 
@@ -401,6 +402,11 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
         kwargs["all_reduce"] = _all_reduce_from_dict(where, raw["all_reduce"], raw["id"])
     if "machine" in raw:
         kwargs["machine"] = machine_from_dict(where, raw["machine"])
+    if "operator_tables" in raw:
+        if not isinstance(raw["operator_tables"], str) or "operator_tables" not in kwargs["sources"]:
+            raise field_error(where, "operator_tables", raw["operator_tables"],
+                              "an aiconfigurator-core system folder name with a sources.operator_tables entry")
+        kwargs["operator_tables"] = raw["operator_tables"]
     try:
         return HardwareProfile(**kwargs)
     except SpecError as exc:  # name the file too, not only the id
