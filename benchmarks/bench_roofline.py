@@ -20,7 +20,9 @@ import numpy as np  # noqa: E402
 
 from specsim.specs.hardware import load_hardware  # noqa: E402
 from specsim.specs.models import load_model  # noqa: E402
+from specsim.cost.deployment import Deployment, pricing_source, target_step_cost  # noqa: E402
 from specsim.cost.roofline import step_cost, token_time_s  # noqa: E402
+from specsim.specs.stacks import load_stack  # noqa: E402
 from specsim.speculation.cycle import cycle_times, tokens_per_cycle_iid  # noqa: E402
 
 
@@ -40,6 +42,18 @@ def evaluate(target, drafter, hw, B, M, L, K, alpha=0.8):
     verify_m = step_cost(target, hw, batch_size=B, q_len=M, context_len=L).time_s  # tree/verify of M tokens
     draft = step_cost(drafter, hw, batch_size=B, q_len=1, context_len=L).time_s
     verify_k = step_cost(target, hw, batch_size=B, q_len=K + 1, context_len=L).time_s
+    tau = tokens_per_cycle_iid(alpha, K)
+    c = cycle_times(target_step_time_s=plain, draft_time_s=K * draft, verify_time_s=verify_k, tokens_per_cycle=tau,
+                    batch_size=B)
+    return c.speedup, verify_m
+
+
+def evaluate_dep(target, drafter, dep, B, M, L, K, alpha=0.8):
+    """As evaluate, with the target's passes priced on a deployment (measured tables where it has them)."""
+    plain = target_step_cost(target, dep, batch_size=B, q_len=1, context_len=L).time_s
+    verify_m = target_step_cost(target, dep, batch_size=B, q_len=M, context_len=L).time_s
+    draft = step_cost(drafter, dep.hardware, batch_size=B, q_len=1, context_len=L).time_s
+    verify_k = target_step_cost(target, dep, batch_size=B, q_len=K + 1, context_len=L).time_s
     tau = tokens_per_cycle_iid(alpha, K)
     c = cycle_times(target_step_time_s=plain, draft_time_s=K * draft, verify_time_s=verify_k, tokens_per_cycle=tau,
                     batch_size=B)
@@ -73,6 +87,17 @@ def main() -> None:
         speedup = out["r"][0]
         print(f"{label}: best of {args.repeats}: {best:.3f} s  ->  {n / best:,.0f} points/s  (target > 1,000,000); "
               f"speedup range {speedup.min():.3f} .. {speedup.max():.3f}")
+    # measured operator tables on and off, side by side: llama-3.1-8b / llama-3.2-1b on h100-sxm, sglang
+    hw, stack = load_hardware("h100-sxm"), load_stack("sglang")
+    target, drafter = load_model("llama-3.1-8b"), load_model("llama-3.2-1b")
+    on = Deployment.from_stack(hw, stack)
+    off = Deployment(hardware=hw, efficiency=stack.efficiency, stack_id=stack.id)  # no tables: roofline + fitted curves
+    for dep in (on, off):
+        evaluate_dep(target, drafter, dep, B[:1000], M[:1000], L[:1000], K[:1000])  # warm-up (tabulates once)
+        out = {}
+        best = _time(lambda: out.update(r=evaluate_dep(target, drafter, dep, B, M, L, K)), args.repeats)
+        print(f"llama-3.1-8b / llama-3.2-1b on h100-sxm sglang, tables {'on ' if dep is on else 'off'} "
+              f"[{pricing_source(target, dep)}]: best of {args.repeats}: {best:.3f} s  ->  {n / best:,.0f} points/s")
     hw, target = load_hardware("h100-sxm"), load_model("llama-2-70b")
     tokens = np.arange(0, 8193)
     best = _time(lambda: token_time_s(target, hw, tokens, tp=4), args.repeats)

@@ -194,30 +194,47 @@ def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, c
     counted as communication, so `time_s` is what the pass takes on this deployment. Where measured
     operator tables cover the target (`measured_pass`), its GEMMs, LM head, attention and all-reduces
     are the tables' (cost.measured); the KV write, element-wise work and fixed overhead stay the roofline's."""
-    c = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
-                  attention=dep.attention, efficiency=dep.eff)
     mp = measured_pass(target, dep)
     if mp is not None:
-        c = _measured_step(c, mp, target, batch_size=batch_size, q_len=q_len, context_len=context_len)
+        c = _measured_step(target, dep, mp, batch_size=batch_size, q_len=q_len, context_len=context_len)
+    else:
+        c = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
+                      attention=dep.attention, efficiency=dep.eff)
     if not dep.hop_s:
         return c
     return replace(c, communication_s=c.communication_s + dep.hop_s, time_s=c.time_s + dep.hop_s)
 
 
-def _measured_step(c: StepCost, mp, target: ModelSpec, *, batch_size, q_len, context_len) -> StepCost:
-    from .roofline import OperatorCost, _per_unique, _visible_context
-    b, m, l = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (batch_size, q_len, context_len)))
-    l = _visible_context(target, l)
+def _measured_step(target: ModelSpec, dep: Deployment, mp, *, batch_size, q_len, context_len) -> StepCost:
+    """The pass from the measured tables, with the roofline's KV write, element-wise work and overhead."""
+    from . import roofline as rf
+    rf._check_group(target, dep.hardware, dep.tp)
+    b = rf._as_array("batch_size", batch_size, 1)
+    m = rf._as_array("q_len", q_len, 1)
+    l = rf._visible_context(target, rf._as_array("context_len", context_len, 0))
+    b, m, l = np.broadcast_arrays(b, m, l)
     t = b * m
-    weights = OperatorCost(c.weights.bytes, c.weights.flops, _per_unique(mp.layers_time_s, t))
-    lm_head = OperatorCost(c.lm_head.bytes, c.lm_head.flops, _per_unique(mp.head_time_s, t))
+    hw, tp, eff = dep.hardware, dep.tp, dep.eff
+    pairs = b * (m * l + m * (m + 1) / 2.0)
+    w_bytes, w_flops = rf._layer_weight_cost(target, t, tp)
+    weights = rf.OperatorCost(w_bytes, w_flops, mp.layers_time_s(t))
+    head_bytes = (target.lm_head_params * target.lm_head_bytes_per_param + t * target.vocab_size * rf.LOGIT_BYTES) / tp
+    lm_head = rf.OperatorCost(head_bytes, 2.0 * t * target.lm_head_params / tp, mp.head_time_s(t))
+    blocks = rf._n_attention_blocks(target)
+    a_bytes = blocks * target.n_layers * rf._kv_layer_bytes(target, tp) * b * (l + m)
+    a_flops = blocks * target.n_layers * rf.attention_flops_per_pair(target) * pairs / tp
     # a verify of M tokens: M decode queries per sequence over its cache (AIC's batch widening; cost.measured)
-    attention = OperatorCost(c.attention.bytes, c.attention.flops, mp.attention_time_s(t, l + m))
-    comm = _per_unique(mp.allreduce_time_s, t)
-    total = weights.time_s + attention.time_s + c.kv_write.time_s + lm_head.time_s + c.activations.time_s + comm + c.overhead_s
-    notes = mp.notes + mp.range_notes(n_tokens=t, n_queries=t, kv_len=l + m) if t.size else mp.notes
-    return replace(c, weights=weights, attention=attention, lm_head=lm_head, communication_s=comm, time_s=total,
-                   source=mp.label, notes=notes)
+    attention = rf.OperatorCost(a_bytes, a_flops, mp.attention_time_s(t, l + m))
+    kv_write = rf._kv_write(target, hw, t, tp, eff)
+    activations = rf._activations(target, hw, t, tp, eff)
+    comm = mp.allreduce_time_s(t)
+    overhead = np.full(np.shape(t), rf._overhead(target, hw, eff))
+    total = weights.time_s + attention.time_s + kv_write.time_s + lm_head.time_s + activations.time_s + comm + overhead
+    notes = mp.notes + (mp.range_notes(n_tokens=t, n_queries=t, kv_len=l + m) if t.size else ())
+    _, _, compute_dtype, attention_dtype, _, _ = rf._rates(target, hw, eff)
+    return StepCost(weights=weights, attention=attention, kv_write=kv_write, lm_head=lm_head, activations=activations,
+                    communication_s=comm, overhead_s=overhead, time_s=total, compute_dtype=compute_dtype,
+                    attention_dtype=attention_dtype, source=mp.label, notes=notes)
 
 
 def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> np.ndarray:

@@ -137,14 +137,19 @@ class MeasuredPass:
         b = np.asarray(n_queries, dtype=np.float64)
         s = np.asarray(kv_len, dtype=np.float64)
         gb, gs, c = self.attn_batch, self.attn_step, self.attn_s
-        bc, sc = np.clip(b, gb[0], gb[-1]), np.clip(s, gs[0], gs[-1])
-        i = np.clip(np.searchsorted(gb, bc) - 1, 0, gb.size - 2)
-        j = np.clip(np.searchsorted(gs, sc) - 1, 0, gs.size - 2)
-        u = (bc - gb[i]) / (gb[i + 1] - gb[i])
-        v = (sc - gs[j]) / (gs[j + 1] - gs[j])
-        t = ((1 - u) * (1 - v) * c[i, j] + u * (1 - v) * c[i + 1, j] + (1 - u) * v * c[i, j + 1] + u * v * c[i + 1, j + 1])
+        # fractional grid positions by np.interp (one pass each), then the four corners by flat index
+        fi = np.interp(b, gb, np.arange(gb.size, dtype=np.float64))
+        fj = np.interp(s, gs, np.arange(gs.size, dtype=np.float64))
+        i = np.minimum(fi.astype(np.intp), gb.size - 2)
+        j = np.minimum(fj.astype(np.intp), gs.size - 2)
+        u, v = fi - i, fj - j
+        flat, w = c.ravel(), gs.size
+        k = i * w + j
+        t = (1 - u) * ((1 - v) * flat[k] + v * flat[k + 1]) + u * ((1 - v) * flat[k + w] + v * flat[k + w + 1])
         # past the grid: in proportion to the queries and to the KV tokens (memory-bound there)
-        return t * np.maximum(b / gb[-1], 1.0) * np.maximum(s / gs[-1], 1.0)
+        if b.size and (b.max() > gb[-1] or s.max() > gs[-1]):
+            t = t * np.maximum(b / gb[-1], 1.0) * np.maximum(s / gs[-1], 1.0)
+        return t
 
     def allreduce_time_s(self, n_tokens) -> np.ndarray:
         if self.ar_elems.size == 0:
@@ -232,7 +237,9 @@ def build(tables: OperatorTables, model: ModelSpec, tp: int) -> MeasuredPass | N
     parts = [f"gemm {dtype} {grid.kernel_source}", f"generation_attention {pick[0]}"]
     if tp > 1:
         ar = tables.frames.get("custom_allreduce_perf")
-        r = None if ar is None else ar[(ar["num_gpus"] == tp) & ar["backend"].str.endswith("graph")]
+        r = None if ar is None else ar[ar["num_gpus"] == tp]
+        if r is not None and "backend" in r.columns:
+            r = r[r["backend"].str.endswith("graph")]
         if r is None or r.empty:
             return None
         r = r.groupby("message_size")["latency_s"].median()

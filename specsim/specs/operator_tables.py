@@ -45,7 +45,8 @@ TABLES: Mapping[str, tuple[str, tuple[str, ...]]] = {
                                                 "head_dim", "kv_cache_dtype", "step", "window_size", "latency")),
     "context_attention_perf": ("attention", ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads",
                                              "head_dim", "kv_cache_dtype", "window_size", "latency")),
-    "custom_allreduce_perf": ("comm", ("allreduce_dtype", "num_gpus", "message_size", "latency", "backend")),
+    # `backend` (graph / eager) only from 0.5.14-era collections on; older ones measured one backend
+    "custom_allreduce_perf": ("comm", ("allreduce_dtype", "num_gpus", "message_size", "latency")),
 }
 
 

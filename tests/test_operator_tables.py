@@ -1,0 +1,144 @@
+"""Measured operator tables (specs.operator_tables, cost.measured): columns, version pick, held-out
+interpolation against the tables' own rows, a step priced by hand from table rows, and the fallback."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsim.errors import SpecError
+from specsim.specs import operator_tables as ot
+from specsim.specs.hardware import load_hardware
+from specsim.specs.models import load_model
+from specsim.specs.stacks import load_stack
+
+ROOT = ot.package_root()
+needs_tables = pytest.mark.skipif(ROOT is None, reason="aiconfigurator-core is not installed (no wheel here)")
+
+
+@needs_tables
+@pytest.mark.parametrize("system,framework", [("h100_sxm", "sglang"), ("h100_sxm", "vllm"), ("h100_sxm", "trtllm"),
+                                              ("h200_sxm", "sglang")])
+def test_tables_have_the_columns_specsim_reads(system, framework):
+    t = ot.load_tables(system, framework)
+    assert t is not None and "gemm_perf" in t.frames and "generation_attention_perf" in t.frames
+    for name, frame in t.frames.items():
+        assert set(ot.TABLES[name][1]) <= set(frame.columns), name
+
+
+def test_a_table_missing_a_column_is_refused(tmp_path):
+    d = tmp_path / "x_sys" / "gemm" / "sglang" / "0.5.14"
+    d.mkdir(parents=True)
+    pd.DataFrame({"m": [1], "n": [32], "k": [32], "latency": [0.01]}).to_parquet(d / "gemm_perf.parquet")
+    with pytest.raises(SpecError, match="missing column.*kernel_source.*gemm_dtype"):
+        ot.load_tables("x_sys", "sglang", root=tmp_path)
+
+
+def test_version_pick():
+    v = ("0.5.6.post2", "0.5.9", "0.5.14")
+    assert ot.nearest_version(v, None) == "0.5.14"
+    assert ot.nearest_version(v, "0.5.10") == "0.5.9"  # the nearest collected at or below
+    assert ot.nearest_version(v, "0.6.0") == "0.5.14"
+    assert ot.nearest_version(v, "0.4.0") == "0.5.6.post2"  # nothing below: the oldest above
+    with pytest.raises(SpecError):
+        ot.nearest_version(v, "latest")
+    assert ot.framework_for_stack("sglang-specforge") == "sglang" and ot.framework_for_stack("hf-eager") is None
+
+
+@needs_tables
+def test_version_pick_on_the_installed_tables():
+    assert ot.collected_versions(ROOT, "h100_sxm", "gemm", "sglang", "gemm_perf") == ("0.5.6.post2", "0.5.14")
+    old = ot.load_tables("h100_sxm", "sglang", "0.5.7")
+    assert old.versions["gemm_perf"] == "0.5.6.post2"
+    assert "sglang 0.5.6.post2" in old.label()
+
+
+def _gemm_cube():
+    from specsim.cost.measured import GemmGrid
+    return GemmGrid.from_frame(ot.load_tables("h100_sxm", "sglang", "0.5.14").frames["gemm_perf"], "bfloat16")
+
+
+@needs_tables
+def test_gemm_interpolation_on_rows_left_out():
+    """Leave one measured grid point out along each axis and interpolate it from its neighbours the way
+    cost.measured does (linear in m; linear in n and in k, so bilinear off the grid)."""
+    g = _gemm_cube()
+    c = g.latency_s
+    errs = {}
+    for axis, grid in ((0, g.m), (1, g.n), (2, g.k)):
+        e = []
+        for i in range(1, grid.size - 1):
+            lo, mid, hi = (np.take(c, j, axis=axis) for j in (i - 1, i, i + 1))
+            w = (grid[i] - grid[i - 1]) / (grid[i + 1] - grid[i - 1])
+            pred = (1 - w) * lo + w * hi
+            ok = ~np.isnan(pred) & ~np.isnan(mid) & (mid > 20e-6)  # above the launch-floor noise
+            e.append(np.abs(pred[ok] / mid[ok] - 1))
+        errs[axis] = np.concatenate(e)
+    med = {a: float(np.median(v)) for a, v in errs.items()}
+    print("held-out |error| median by axis m, n, k:", med,
+          "p90:", {a: float(np.quantile(v, 0.9)) for a, v in errs.items()})
+    assert med[0] < 0.05 and med[1] < 0.15 and med[2] < 0.15
+
+
+@needs_tables
+def test_a_step_priced_by_hand_from_table_rows():
+    """Llama-3.1-8B, one sequence, L = 1022 (kv 1023, a measured step) on H100 SGLang 0.5.14: each GEMM
+    from the table's own rows (bilinear by hand where the shape is off the grid), attention the row."""
+    from specsim.cost.deployment import Deployment, pricing_source, target_step_cost
+    hw, stack, model = load_hardware("h100-sxm"), load_stack("sglang"), load_model("llama-3.1-8b")
+    dep = Deployment.from_stack(hw, stack, stack_version="0.5.14")
+    tab = dep.operator_tables.frames
+    g = tab["gemm_perf"]
+    g = g[(g.gemm_dtype == "bfloat16") & (g.m == 1)].set_index(["n", "k"])["latency"]  # ms
+
+    def lat(n, k):  # bilinear over the 22-point grid, written out
+        ns, ks = sorted(set(g.index.get_level_values(0))), sorted(set(g.index.get_level_values(1)))
+        n0 = max(x for x in ns if x <= n); n1 = min(x for x in ns if x >= n)
+        k0 = max(x for x in ks if x <= k); k1 = min(x for x in ks if x >= k)
+        u = 0.0 if n1 == n0 else (n - n0) / (n1 - n0)
+        v = 0.0 if k1 == k0 else (k - k0) / (k1 - k0)
+        return ((1 - u) * (1 - v) * g[(n0, k0)] + u * (1 - v) * g[(n1, k0)] + (1 - u) * v * g[(n0, k1)]
+                + u * v * g[(n1, k1)])
+
+    layer_ms = lat(6144, 4096) + lat(4096, 4096) + lat(28672, 4096) + lat(4096, 14336)
+    head_ms = 2 * lat(128256 / 2, 4096)  # the 128256-wide head as two column blocks the grid holds
+    a = tab["generation_attention_perf"]
+    attn_ms = float(a[(a.kernel_source == "fa3") & (a.batch_size == 1) & (a.step == 1023) & (a.num_heads == 32)
+                      & (a.num_key_value_heads == 8) & (a.head_dim == 128) & (a.window_size == 0)
+                      & (a.kv_cache_dtype == "bfloat16")]["latency"].median())
+    c = target_step_cost(model, dep, batch_size=1, q_len=1, context_len=1022)
+    assert float(c.weights.time_s) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
+    assert float(c.lm_head.time_s) == pytest.approx(head_ms * 1e-3, rel=1e-9)
+    assert float(c.attention.time_s) == pytest.approx(32 * attn_ms * 1e-3, rel=1e-9)
+    assert float(c.communication_s) == 0.0
+    assert c.source.startswith("aiconfigurator-core") and "h100_sxm sglang 0.5.14" in c.source
+    assert any("lm_head" in n for n in c.notes)
+    assert "generation_attention fa3" in pricing_source(model, dep)
+    # a verify of 4 tokens reads the table at batch 4, kv L + 4 (AIC's batch widening)
+    v = target_step_cost(model, dep, batch_size=1, q_len=4, context_len=1019)
+    row4 = float(a[(a.kernel_source == "fa3") & (a.batch_size == 4) & (a.step == 1023) & (a.num_heads == 32)
+                   & (a.num_key_value_heads == 8) & (a.head_dim == 128) & (a.window_size == 0)
+                   & (a.kv_cache_dtype == "bfloat16")]["latency"].median())
+    assert float(v.attention.time_s) == pytest.approx(32 * row4 * 1e-3, rel=1e-9)
+
+
+@needs_tables
+def test_outside_the_measured_range_is_noted():
+    from specsim.cost.deployment import Deployment, target_step_cost
+    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"))
+    c = target_step_cost(load_model("llama-3.1-8b"), dep, batch_size=64, q_len=1, context_len=100_000)
+    assert any("generation_attention" in n and "64" in n for n in c.notes)
+
+
+def test_fallback_when_the_tables_are_absent(monkeypatch, capsys):
+    from specsim.cost.deployment import Deployment, pricing_source, target_step_cost
+    monkeypatch.setattr(ot, "package_root", lambda: None)
+    monkeypatch.setattr(ot, "_WARNED", [])
+    hw, model = load_hardware("h100-sxm"), load_model("llama-3.1-8b")
+    dep = Deployment.from_stack(hw, load_stack("sglang"))
+    Deployment.from_stack(hw, load_stack("vllm"))
+    assert dep.operator_tables is None
+    assert pricing_source(model, dep).startswith("roofline")
+    assert target_step_cost(model, dep, batch_size=2, q_len=1, context_len=10).source == "roofline"
+    err = capsys.readouterr().err
+    assert err.count("is not installed") == 1 and "roofline" in err
