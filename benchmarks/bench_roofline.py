@@ -90,7 +90,7 @@ def main() -> None:
     # measured operator tables on and off, side by side: llama-3.1-8b / llama-3.2-1b on h100-sxm, sglang
     hw, stack = load_hardware("h100-sxm"), load_stack("sglang")
     target, drafter = load_model("llama-3.1-8b"), load_model("llama-3.2-1b")
-    on = Deployment.from_stack(hw, stack)
+    on = Deployment.from_stack(hw, stack, measured=True)
     off = Deployment(hardware=hw, efficiency=stack.efficiency, stack_id=stack.id)  # no tables: roofline + fitted curves
     for dep in (on, off):
         evaluate_dep(target, drafter, dep, B[:1000], M[:1000], L[:1000], K[:1000])  # warm-up (tabulates once)

@@ -86,7 +86,7 @@ def test_a_step_priced_by_hand_from_table_rows():
     from the table's own rows (bilinear by hand where the shape is off the grid), attention the row."""
     from specsim.cost.deployment import Deployment, pricing_source, target_step_cost
     hw, stack, model = load_hardware("h100-sxm"), load_stack("sglang"), load_model("llama-3.1-8b")
-    dep = Deployment.from_stack(hw, stack, stack_version="0.5.14")
+    dep = Deployment.from_stack(hw, stack, stack_version="0.5.14", measured=True)
     tab = dep.operator_tables.frames
     g = tab["gemm_perf"]
     g = g[(g.gemm_dtype == "bfloat16") & (g.m == 1)].set_index(["n", "k"])["latency"]  # ms
@@ -125,7 +125,7 @@ def test_a_step_priced_by_hand_from_table_rows():
 @needs_tables
 def test_outside_the_measured_range_is_noted():
     from specsim.cost.deployment import Deployment, target_step_cost
-    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"))
+    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"), measured=True)
     c = target_step_cost(load_model("llama-3.1-8b"), dep, batch_size=64, q_len=1, context_len=100_000)
     assert any("generation_attention" in n and "64" in n for n in c.notes)
 
@@ -135,8 +135,8 @@ def test_fallback_when_the_tables_are_absent(monkeypatch, capsys):
     monkeypatch.setattr(ot, "package_root", lambda: None)
     monkeypatch.setattr(ot, "_WARNED", [])
     hw, model = load_hardware("h100-sxm"), load_model("llama-3.1-8b")
-    dep = Deployment.from_stack(hw, load_stack("sglang"))
-    Deployment.from_stack(hw, load_stack("vllm"))
+    dep = Deployment.from_stack(hw, load_stack("sglang"), measured=True)
+    Deployment.from_stack(hw, load_stack("vllm"), measured=True)
     assert dep.operator_tables is None
     assert pricing_source(model, dep).startswith("roofline")
     assert target_step_cost(model, dep, batch_size=2, q_len=1, context_len=10).source == "roofline"

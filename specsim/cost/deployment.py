@@ -74,16 +74,18 @@ class Deployment:
 
     @classmethod
     def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused",
-                   stack_version: str | None = None):
+                   stack_version: str | None = None, measured: bool = False):
         """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own). On a
         part whose profile names measured operator tables, with a stack that maps to a collected
         framework, the target's passes are priced from the tables at the version nearest
-        `stack_version` (None: the newest collected)."""
+        `stack_version` (None: the newest collected). Off unless `measured`: the sweep, switch-off,
+        replay and serving paths do not read the tables yet, and every entry point must price one
+        point the same (tests/test_operating_point.py)."""
         if stack is None:
             return cls(hardware=hardware, n_devices=n_devices, attention=attention)
         tables = None
         framework = framework_for_stack(stack.id)
-        if hardware.operator_tables and framework and attention == "fused":
+        if measured and hardware.operator_tables and framework and attention == "fused":
             tables = load_tables(hardware.operator_tables, framework, stack_version)
         return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency, operator_tables=tables,
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,

@@ -511,7 +511,7 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         if note:
             loaded_as["target_weight_format"] = note
     stack = stack_profile if stack_profile is not None else (load_stack(s.stack) if s.stack else None)
-    dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention)
+    dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention, stack_version=s.stack_version)
     if s.method == "draft_model" and s.drafter_tp > s.tp:  # refused with K = 0 too: nothing given goes unread
         raise field_error(where, "drafter_tp", s.drafter_tp, f"<= tp = {s.tp} (the drafter runs on the target's devices)")
     method = s.method if (s.method == "none" or s.k > 0 or not FAMILIES[s.method].uses_k) else "none"
