@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..cost.deployment import Deployment
+from ..cost.deployment import Deployment, pricing_source
 from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
 from ..errors import DoesNotFitError, SpecError, field_error, reject_unknown_keys
 from ..specs.catalog import resolve as catalog_path
@@ -222,6 +222,8 @@ class OperatingPoint:
                            f"{dep.eff.bandwidth_frac:.2f} and compute {dep.eff.compute_frac:.2f} of peak, "
                            f"{dep.eff.step_overhead_s * 1e6:.0f} µs a step + {dep.eff.per_layer_overhead_s * 1e6:.1f} µs "
                            f"a layer, {dep.cycle_overhead_s * 1e6:.0f} µs a cycle", s.get("stack", "")),
+            ("priced by", pricing_source(self.target, dep),
+             self.hardware.sources.get("operator_tables", "") if dep.operator_tables is not None else ""),
             ("method", self.method, s.get("method", "")),
         ]
         if self.drafter is not None:
