@@ -142,3 +142,21 @@ def test_fallback_when_the_tables_are_absent(monkeypatch, capsys):
     assert target_step_cost(model, dep, batch_size=2, q_len=1, context_len=10).source == "roofline"
     err = capsys.readouterr().err
     assert err.count("is not installed") == 1 and "roofline" in err
+
+
+@needs_tables
+def test_all_reduce_at_tp2_from_the_table_row():
+    """tp 2, 32 tokens: 32 × 4096 = 131072 bf16 elements, a measured message size; two all-reduces a layer."""
+    from specsim.cost.deployment import Deployment, target_step_cost
+    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"), n_devices=2, measured=True)
+    ar = dep.operator_tables.frames["custom_allreduce_perf"]
+    row_ms = float(ar[(ar.num_gpus == 2) & (ar.message_size == 131072) & (ar.backend == "sglang_graph")]["latency"].median())
+    c = target_step_cost(load_model("llama-3.1-8b"), dep, batch_size=32, q_len=1, context_len=100)
+    assert float(c.communication_s) == pytest.approx(2 * 32 * row_ms * 1e-3, rel=1e-9)
+    assert "custom_allreduce graph tp 2" in c.source
+
+
+def test_another_installed_version_is_named(monkeypatch):
+    t = ot.OperatorTables(system="h100_sxm", framework="sglang", versions={"gemm_perf": "0.5.14"}, frames={},
+                          package_version="0.13.0")
+    assert "0.13.0 is installed" in t.version_note and ot.DATA_VERSION in t.version_note

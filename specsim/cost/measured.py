@@ -200,7 +200,7 @@ def build(tables: OperatorTables, model: ModelSpec, tp: int) -> MeasuredPass | N
     attn = tables.frames.get("generation_attention_perf")
     if grid is None or attn is None:
         return None
-    notes: list[str] = []
+    notes: list[str] = [tables.version_note] if tables.version_note else []
     d, h, hd = model.hidden_size, model.n_heads, model.head_dim
     kv = model.n_kv_heads
     heads, kv_heads = h // tp, max(1, kv // tp)
