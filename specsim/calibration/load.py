@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -52,6 +53,19 @@ SWEEP_KEYS = ("stack", "stack_version", "hardware", "n_devices", "target", "targ
 DRAFT_KEYS = ("method", "drafter", "k", "tree_size", "drafter_options")
 DEFAULT_REQUESTS_PER_USER = 4
 DEFAULT_RATE_REQUESTS = 100
+# Size limits. Every row is simulated (a serving run of its load: tenths of a second to seconds), the
+# fit re-runs or re-times each, so a table far past what a benchmark campaign measures would run for
+# hours; the shipped sweeps hold 8 to 14 rows each, 92 in all.
+MAX_ROWS = 1000  # rows in one table (or imported results in one run)
+MAX_SWEEP_ROWS = 100  # rows in one sweep (100 loads, each plain and speculative, is a dense curve)
+# Plausibility bounds on the metrics: past them the figure is a unit mistake (ms written as s, a count
+# as a rate), and a fit to it would move the device's scale to its bound and report nonsense.
+MIN_TIME_S, MAX_TIME_S = 1e-6, 1e6  # tpot_s, e2e_latency_s: no forward pass takes under a microsecond, no
+#                                    benchmark request waits 11 days
+MIN_RATE_PER_S, MAX_RATE_PER_S = 1e-6, 1e9  # output_tokens_per_s: a billion tokens a second is far past any
+#                                    deployment (the shipped sweeps peak near 10^4)
+MIN_SPEEDUP = 0.01  # measured_speedup: a speculating run 100 times slower than plain decoding is a unit or
+#                     column mistake (a drafter as large as the target at K = 64 costs at most 65 passes a token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +194,9 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
             close = difflib.get_close_matches(c, sorted(known), n=1)
             raise InputError(f"{where}: line 1: unknown column {c!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                              + "; extra columns must start with x_")
+    if len(table) > MAX_ROWS:
+        raise InputError(f"{where}: {len(table)} rows: expected at most {MAX_ROWS} in one table (each row is "
+                         f"simulated, tenths of a second to seconds each; split the table and calibrate it in parts)")
     t = table.copy()
     for c in OPTIONAL:
         if c not in t.columns:
@@ -194,8 +211,15 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
     num["context_len"] = numeric_column(t, "context_len", where=where, integer=True, minimum=0, blank=True)
     num["k"] = numeric_column(t, "k", where=where, integer=True, minimum=0, maximum=64, blank=True)
     num["tree_size"] = numeric_column(t, "tree_size", where=where, integer=True, minimum=1, blank=True)
-    for c in ("tpot_s", "e2e_latency_s", "output_tokens_per_s", "measured_speedup"):
-        num[c] = numeric_column(t, c, where=where, minimum=0, exclusive_minimum=True, blank=True)
+    for c in ("tpot_s", "e2e_latency_s"):
+        num[c] = numeric_column(t, c, where=where, minimum=MIN_TIME_S, maximum=MAX_TIME_S, blank=True,
+                                expected=f"seconds in [{MIN_TIME_S:g}, {MAX_TIME_S:g}] (past them a unit mistake), "
+                                         f"or empty")
+    num["output_tokens_per_s"] = numeric_column(
+        t, "output_tokens_per_s", where=where, minimum=MIN_RATE_PER_S, maximum=MAX_RATE_PER_S, blank=True,
+        expected=f"tokens a second in [{MIN_RATE_PER_S:g}, {MAX_RATE_PER_S:g}] (past them a unit mistake), or empty")
+    num["measured_speedup"] = numeric_column(t, "measured_speedup", where=where, minimum=MIN_SPEEDUP, blank=True,
+                                             expected=f"a speedup >= {MIN_SPEEDUP:g} (and at most K + 1), or empty")
     num["tau"] = numeric_column(t, "tau", where=where, minimum=1, blank=True,
                                 expected="mean tokens per verify >= 1 (the bonus token included), or empty")
     num["alpha"] = numeric_column(t, "alpha", where=where, minimum=0, maximum=1, blank=True)
@@ -231,6 +255,10 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                 if val(c, i) is None:
                     raise SpecError(f"{where}: line {line}: column {c!r} is empty: expected tokens per request for "
                                     f"load_kind = {kind} (the serving simulator runs those lengths)")
+        if kind in ("concurrency", "rate") and val("output_tokens", i) < 2:
+            raise SpecError(f"{where}: line {line}: column 'output_tokens' = {t['output_tokens'].iloc[i]!r}: expected "
+                            f"at least 2 for load_kind = {kind} (a request's first token comes from its prefill: with "
+                            f"one, no decode step runs, and decode steps are what the calibration fits)")
         if kind == "batch" and val("context_len", i) is None:
             raise SpecError(f"{where}: line {line}: column 'context_len' is empty: expected the cached tokens per "
                             f"sequence for load_kind = batch")
@@ -256,8 +284,21 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                                 f"speculative row")
             if val("k", i) is None:
                 raise SpecError(f"{where}: line {line}: column 'k' is empty: expected the draft length (a tree's depth)")
+            k = int(val("k", i))
+            if k < 1:
+                raise SpecError(f"{where}: line {line}: column 'k' = {t['k'].iloc[i]!r}: expected a draft length >= 1 "
+                                f"on a speculative row")
             if val("tau", i) is not None and val("alpha", i) is not None:
                 raise SpecError(f"{where}: line {line}: columns 'tau' and 'alpha' both given: expected one of them")
+            # a cycle emits at most the K drafted tokens and the bonus one, so neither the tokens per verify
+            # nor a speedup over one-token-a-step decoding can pass K + 1
+            if val("tau", i) is not None and val("tau", i) > k + 1:
+                raise SpecError(f"{where}: line {line}: column 'tau' = {t['tau'].iloc[i]!r}: expected tokens per "
+                                f"verify in [1, K + 1] = [1, {k + 1}] (K = {k}: the drafted tokens and the bonus one)")
+            if val("measured_speedup", i) is not None and val("measured_speedup", i) > k + 1:
+                raise SpecError(f"{where}: line {line}: column 'measured_speedup' = {t['measured_speedup'].iloc[i]!r}: "
+                                f"expected at most K + 1 = {k + 1} (a cycle emits at most K + 1 tokens and costs at "
+                                f"least one plain step)")
         groups.setdefault(name, []).append(i)
 
     def one_value(name: str, c: str, idx: list, rows_what: str, expected: str):
@@ -296,8 +337,11 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                 tau=val("tau", i), alpha=val("alpha", i), source=_cell(t["source"].iloc[i]),
                 notes=_cell(t["notes"].iloc[i]), extra=MappingProxyType(extra)))
         rows.sort(key=lambda r: (r.load, r.speculative))
-        dupes = {(r.load, r.speculative) for r in rows if sum((q.load, q.speculative) == (r.load, r.speculative)
-                                                               for q in rows) > 1}
+        if len(rows) > MAX_SWEEP_ROWS:
+            raise InputError(f"{where}: sweep {name!r}: {len(rows)} rows: expected at most {MAX_SWEEP_ROWS} in one "
+                             f"sweep (each row is simulated, and the fit re-times every fit row at each trial)")
+        seen = Counter((r.load, r.speculative) for r in rows)  # counted once: a pairwise scan is quadratic
+        dupes = {key for key, n in seen.items() if n > 1}
         if dupes:
             load, s = sorted(dupes)[0]
             raise SpecError(f"{where}: sweep {name!r}: two {'speculative' if s else 'plain'} rows at load {load:g}: "
@@ -316,6 +360,15 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
             temperature=float(shared["temperature"]) if shared["temperature"] is not None else 0.0,
             rows=tuple(rows), file=where))
         del first
+        sw = sweeps[-1]
+        for r in sw.speculative():  # a speedup worked from the row's metric and the plain row's at its load
+            sp, metric = sw.measured_speedup(r)
+            if metric not in (None, "measured_speedup") and sp > sw.k + 1:
+                base = sw.plain_at(r.load)
+                raise SpecError(f"{where}: line {r.line}: column {metric!r} = {r.metric(metric):g} against "
+                                f"{base.metric(metric):g} on the plain row (line {base.line}) at load {r.load:g}: a "
+                                f"speedup of {sp:.3g}, expected at most K + 1 = {sw.k + 1} (a cycle emits at most "
+                                f"K + 1 tokens and costs at least one plain step)")
     return sweeps
 
 

@@ -377,21 +377,29 @@ ROBUST_SCALE = 0.1  # residuals (log ratios) beyond about 10 % weigh as their ab
 NOISY_STEP = 0.02  # finite-difference step, in units of each term's scale, where rows are re-simulated
 
 
-def _least_squares(fun, x0, lo, hi, scale=None, noisy: bool = False):
+def _least_squares(fun, x0, lo, hi, scale=None, noisy: bool = False, *, what: str = "fit", names=()):
     """Bounded robust least squares (soft L1 on the log ratios, as `calibrate steps` fits).
 
     noisy: the residuals come from re-simulating rows whose queueing depends on time (rate rows),
     where a change of one part in 10^8 can move a request to another iteration: the terms are then
     searched in units of their scale with central differences of NOISY_STEP of it (20 µs for a
-    seconds term, 0.2 % for the log scale) instead of the default machine-precision steps."""
+    seconds term, 0.2 % for the log scale) instead of the default machine-precision steps.
+
+    Returns (x, notes): notes say where it did not converge or ended on a bound (`_convergence`).
+    Residuals that are not finite at the start are refused (`what` names the fit), not fitted."""
     from scipy.optimize import least_squares
 
     x0 = np.clip(np.asarray(x0, dtype=float), lo, hi)
     xs = np.asarray(scale if scale is not None else np.full(len(x0), 1e-3), dtype=float)
+    r0 = np.asarray(fun(x0), dtype=float)
+    if r0.size == 0 or not np.all(np.isfinite(r0)):
+        raise SpecError(f"{what}: the rows give no finite residual at the start of the fit "
+                        f"({'none' if r0.size == 0 else f'{int(np.count_nonzero(~np.isfinite(r0)))} of {r0.size} not finite'}): "
+                        f"expected metrics the simulation can predict (a TPOT needs two or more output tokens)")
     if not noisy:
         res = least_squares(fun, x0, bounds=(lo, hi), x_scale=xs, diff_step=None, loss="soft_l1",
                             f_scale=ROBUST_SCALE, xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
-        return res.x
+        return res.x, _convergence(res, what, names, lo, hi)
     lo_a, hi_a = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
     steps = NOISY_STEP * xs
     # a term starting on its bound starts one scale inside it: the trust region starts at |x0 / scale|,
@@ -408,7 +416,32 @@ def _least_squares(fun, x0, lo, hi, scale=None, noisy: bool = False):
 
     res = least_squares(fun, x0, jac=jac, bounds=(lo_a, hi_a), x_scale=xs, loss="soft_l1", f_scale=ROBUST_SCALE,
                         xtol=1e-4, ftol=1e-5, gtol=1e-8, max_nfev=25)
-    return res.x
+    return res.x, _convergence(res, what, names, lo, hi)
+
+
+def _convergence(res, what: str, names, lo, hi) -> list[str]:
+    """What a least-squares result says beyond its x (scipy's OptimizeResult): a note when it stopped
+    before its tolerances (status 0: the evaluation cap; -1: bad input) and for each term that ended on
+    a bound (the data asked for more than the bound allows: a unit mistake or the wrong hardware)."""
+    notes = []
+    if res.status <= 0 or not np.all(np.isfinite(res.x)):
+        notes.append(f"{what}: the fit did not converge (scipy status {res.status}: {res.message}); its figures are "
+                     f"where it stopped after {res.nfev} evaluations")
+    for name, v, a, b in zip(names, res.x, np.broadcast_to(lo, res.x.shape), np.broadcast_to(hi, res.x.shape)):
+        span = max(abs(b - a), 1e-30)
+        if abs(v - b) <= 1e-6 * span:
+            notes.append(f"{what}: {name} ended on its upper bound ({_bound_text(name, b)}): the rows ask for more; "
+                         f"check their units, the hardware and the target")
+        elif abs(v - a) <= 1e-6 * span and a != 0.0:
+            notes.append(f"{what}: {name} ended on its lower bound ({_bound_text(name, a)}"
+                         + ("" if name == "device_scale" else ": the stack's figure down to 0")
+                         + "): the rows are faster than the model allows; check their units, the hardware, the "
+                           "target and the acceptance")
+    return notes
+
+
+def _bound_text(name: str, v: float) -> str:
+    return f"x{math.exp(v):g}" if name == "device_scale" else f"{v * 1e6:+g} us"
 
 
 def stack_token_share(stack: StackProfile, version: str | None) -> float:
@@ -419,11 +452,62 @@ def stack_token_share(stack: StackProfile, version: str | None) -> float:
     return 0.0 if v is None else float(v)
 
 
+def _lines(rows) -> str:
+    return ", ".join(str(r.line) for r in rows)
+
+
+def _located(sweep: LoadSweep, row: LoadRow, column: str | None, exc: SpecError) -> SpecError:
+    """`exc` with the file, sweep, line (and column) in front, unless its message names them already."""
+    msg = str(exc)
+    where = f"{sweep.file}: sweep {sweep.name!r} line {row.line}"
+    if f"{sweep.file} sweep {sweep.name!r} line" in msg or msg.startswith(sweep.file):
+        return exc
+    if column is not None:
+        value = getattr(sweep, column) if column != "target_dtype" else sweep.target_dtype
+        msg = msg.split(" Known ")[0]  # keep the did-you-mean; the whole catalog is `specsim models list`
+        return type(exc)(f"{where}: column {column!r} = {value!r}: {msg}")
+    return type(exc)(f"{where}: {msg}")
+
+
+def check_sweep(sweep: LoadSweep) -> StackProfile:
+    """The sweep's stack, once its configuration is known to resolve: the hardware, the target and its
+    dtype, and for speculative rows the family, the drafter and K. Checked before any fit, so that a sweep
+    whose rows are all `check` rows is refused as a whole rather than every row left unpredicted."""
+    from ..specs.hardware import load_hardware
+    from ..specs.models import load_model
+
+    first = sweep.rows[0]
+    spec = sweep.speculative()
+    for column, loader, value, row in (("stack", load_stack, sweep.stack, first),
+                                       ("hardware", load_hardware, sweep.hardware, first),
+                                       ("target", load_model, sweep.target, first),
+                                       ("drafter", load_model, sweep.drafter, spec[0] if spec else first)):
+        if value is None:
+            continue
+        try:
+            loaded = loader(value)
+        except SpecError as exc:
+            raise _located(sweep, row, column, exc) from None
+        if column == "stack":
+            stack = loaded
+    base = calibrated_stack(stack, Terms())
+    checks = [(sweep.plain()[0] if sweep.plain() else first, False)] + ([(spec[0], True)] if spec else [])
+    for row, speculative in checks:
+        acc = row_acceptance(sweep, row, None) if speculative else None
+        try:  # an acceptance is needed to resolve; where the fit will find α, any stands in for the check
+            resolve(row_scenario(sweep, row, speculative=speculative, acceptance=acc or {"alpha": 0.5}),
+                    stack_profile=base)
+        except SpecError as exc:
+            raise _located(sweep, row, None, exc) from None
+    return stack
+
+
 def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = None) -> SweepFit:
     """Fit the sweep's stack on its fit rows and predict every row (see the module docstring).
     token_share: the share of the plain curve's per-sequence seconds paid per emitted token (None:
     the stack's `per_token_share` regime at the sweep's version, else 0)."""
-    base0 = load_stack(sweep.stack)
+    where = f"{sweep.file}: sweep {sweep.name!r}"
+    base0 = check_sweep(sweep)
     if token_share is None:
         token_share = stack_token_share(base0, sweep.stack_version)
     if not (0.0 <= token_share <= 1.0):
@@ -458,8 +542,11 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
 
         lo = [math.log(MIN_SCALE)] + ([0.0] if two else [])
         hi = [math.log(MAX_SCALE)] + ([MAX_TERM_S] if two else [])
-        x = _least_squares(plain_res, [0.0] * len(lo), lo, hi, scale=[0.1] + ([1e-3] if two else []),
-                           noisy=any(not runs[r.line].retimable for r in plain_fit))
+        x, conv = _least_squares(plain_res, [0.0] * len(lo), lo, hi, scale=[0.1] + ([1e-3] if two else []),
+                                 noisy=any(not runs[r.line].retimable for r in plain_fit),
+                                 what=f"{where}: the plain fit (lines {_lines(plain_fit)})",
+                                 names=["device_scale"] + (["device_per_seq_us"] if two else []))
+        notes += conv
         terms = at(x)
         fitted += ["device_scale"] + (["device_per_seq_us"] if two else [])
         if not two:
@@ -486,7 +573,9 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
                     sweep, r, stack=calibrated_stack(base0, t), speculative=True, acceptance=acc_of(r), seed=seed).metrics
                 s, metric = spec_targets(r)
                 if s is not None:
-                    out.append(math.log(_speedup(plains[r.load], pred, metric) / s))
+                    ps = _speedup(plains[r.load], pred, metric)
+                    # a metric the simulation leaves undefined (NaN) gives no residual, as in _metric_residuals
+                    out.append(math.log(ps / s) if math.isfinite(ps) and ps > 0 else math.nan)
                 else:
                     out += _metric_residuals(pred, r)
             return np.asarray(out)
@@ -501,14 +590,17 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
                 return replace(terms, cycle_s=float(x[0]), spec_per_seq_s=float(x[1]) if both else 0.0)
 
             lo = [-base0.cycle_overhead_s] + ([-h.spec_per_seq_s] if both else [])
-            x = _least_squares(lambda x: spec_res_for(acc_of, runs, at(x)), [0.0] * len(lo), lo, [MAX_TERM_S] * len(lo),
-                               noisy=any(not run.retimable for run in runs.values()))
+            x, conv = _least_squares(lambda x: spec_res_for(acc_of, runs, at(x)), [0.0] * len(lo), lo,
+                                     [MAX_TERM_S] * len(lo), noisy=any(not run.retimable for run in runs.values()),
+                                     what=f"{where}: the speculative fit (lines {_lines(spec_fit)})",
+                                     names=["delta_cycle_overhead"] + (["delta_spec_per_seq"] if both else []))
             t = at(x)
-            return t, float(np.sum(spec_res_for(acc_of, runs, t) ** 2))
+            return t, float(np.sum(spec_res_for(acc_of, runs, t) ** 2)), conv
 
         if known:
             both = spec_loads >= 2
-            terms, _ = fit_cycle(lambda r: {"tau": r.tau, "alpha": r.alpha}, both)
+            terms, _, conv = fit_cycle(lambda r: {"tau": r.tau, "alpha": r.alpha}, both)
+            notes += conv
             fitted += ["cycle_overhead_us"] + (["spec_per_seq_us"] if both else [])
             if not both:
                 notes.append("one speculative fit load: its cost beyond the model goes to the per-cycle overhead "
@@ -527,17 +619,25 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
                     return float(np.sum(spec_res_for(lambda r: {"alpha": a}, runs, terms) ** 2))
             res = minimize_scalar(obj, bounds=(0.01, 0.99), method="bounded", options={"xatol": 1e-3})
             alpha = float(res.x)
+            if not res.success or not math.isfinite(alpha):
+                notes.append(f"{where}: the α fit did not converge (scipy status {res.status}: {res.message}); α is "
+                             f"where it stopped")
+            elif min(alpha - 0.01, 0.99 - alpha) <= 2e-3:
+                notes.append(f"{where}: α ended on its bound ({alpha:.3f} of 0.01..0.99): the rows ask for an "
+                             f"acceptance outside it")
             fitted.append("alpha")
             if two:
-                terms, _ = fit_cycle(lambda r: {"alpha": alpha}, False)
+                terms, _, conv = fit_cycle(lambda r: {"alpha": alpha}, False)
+                notes += conv
                 fitted.append("cycle_overhead_us")
             else:
                 notes.append("the speculative fit rows give no acceptance and hold one load: α is fitted to them and "
                              "the per-cycle cost keeps the stack's figure")
     stack = calibrated_stack(base0, terms, name=f"{base0.name}, calibrated on load sweep {sweep.name!r}")
     table = predict_sweep(sweep, stack=stack, alpha=alpha, seed=seed)
-    fit_err = table.loc[table["role"] == "fit", "relative_error"].abs()
-    chk_err = table.loc[table["role"] == "check", "relative_error"].abs()
+    err = pd.to_numeric(table["relative_error"], errors="coerce")  # None (a row not predicted) -> NaN
+    fit_err = err[table["role"] == "fit"].abs()
+    chk_err = err[table["role"] == "check"].abs()
     return SweepFit(sweep=sweep, stack=stack, terms=terms, alpha=alpha, fitted=tuple(fitted), rows=table,
                     fit_error=float(fit_err.median()) if fit_err.notna().any() else None,
                     check_error=float(chk_err.median()) if chk_err.notna().any() else None, notes=tuple(notes),
@@ -778,32 +878,84 @@ def tree_alpha(fit: SweepFit, row: LoadRow, tau: float) -> float:
     return float(brentq(gap, lo, hi, xtol=1e-12))
 
 
-def write_scenarios(cal: LoadCalibration, folder, *, command: str) -> list[Path]:
-    """Each sweep's calibrated stack and scenario into `folder` (written whole, then renamed)."""
+def scenario_paths(sweeps, folder, *, force: bool = False) -> list[tuple[Path, Path]]:
+    """Where `write_scenarios` puts each sweep's (stack, scenario) files in `folder`, refused before any
+    fit runs: an empty path, a path that is a file, two sweeps whose names give one file name (the
+    file name keeps letters, digits, - and _; compared without case, as a macOS or Windows disk
+    does), and, without `force`, a file already there (never replaced unasked)."""
     from ..errors import OutputError
 
-    d = Path(folder)
+    text = str(folder)
+    if not text.strip():
+        raise OutputError(f"--write-scenario {text!r}: expected a folder path (--write-scenario . for the current "
+                          f"folder)")
+    d = Path(text).expanduser()
+    for parent in [d, *d.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"--write-scenario {text!r}: {parent} is a file, not a folder")
+            break
+    taken: dict[str, str] = {}
+    out = []
+    for sw in sweeps:
+        name = sw.name if isinstance(sw, LoadSweep) else sw.sweep.name
+        slug = _slug(name)
+        if slug.casefold() in taken:
+            raise OutputError(f"--write-scenario {text!r}: sweeps {taken[slug.casefold()]!r} and {name!r} would both "
+                              f"write {slug}.toml (a file name keeps letters, digits, - and _): rename one of them")
+        taken[slug.casefold()] = name
+        out.append((d / f"{slug}.stack.toml", d / f"{slug}.toml"))
+    for pair in out:
+        for path in pair:
+            if path.is_dir():
+                raise OutputError(f"--write-scenario {text!r}: {path.name} is a folder; expected a file name free for "
+                                  f"the calibrated {'stack' if path.name.endswith('.stack.toml') else 'scenario'}")
+            if path.exists() and not force:
+                raise OutputError(f"--write-scenario {text!r}: {path.name} exists: pass --force to replace it, or "
+                                  f"choose another folder")
+    return out
+
+
+def write_scenarios(cal: LoadCalibration, folder, *, command: str, force: bool = False) -> list[Path]:
+    """Each sweep's calibrated stack and scenario into `folder`: every table built first, each file
+    written under a hidden temporary name, and all renamed into place only once all are written, so a
+    failure leaves the folder as it was; an existing file is replaced only with `force`
+    (`scenario_paths`)."""
+    import os
+    import tempfile
+
+    from ..errors import OutputError
+
+    plan = scenario_paths(cal.fits, folder, force=force)
+    d = Path(str(folder)).expanduser()
+    files = []
+    for fit, (stack_path, scen_path) in zip(cal.fits, plan):
+        stack_abs = stack_path.resolve()
+        files.append((stack_abs, to_toml(_stack_table(fit, command=command))))
+        files.append((scen_path, to_toml(scenario_table(fit, stack_path=str(stack_abs)))))
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"--write-scenario {folder}: cannot create the folder ({exc.strerror or exc})") from None
-    written = []
-    for fit in cal.fits:
-        slug = _slug(fit.sweep.name)
-        stack_path = (d / f"{slug}.stack.toml").resolve()
-        scen_path = d / f"{slug}.toml"
-        for path, table in ((stack_path, _stack_table(fit, command=command)),
-                            (scen_path, scenario_table(fit, stack_path=str(stack_path)))):
-            tmp = path.with_name(path.name + ".tmp")
-            try:
-                tmp.write_text(to_toml(table), encoding="utf-8")
-                tmp.replace(path)
-            except OSError as exc:
-                raise OutputError(f"--write-scenario {folder}: cannot write {path.name} ({exc.strerror or exc})") from None
-            written.append(path)
-    return written
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, text in files:
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{path.name}.", suffix=".partial")
+            temps.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"--write-scenario {folder}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return [path for path, _ in files]
 
 
 __all__ = ["Terms", "RowRun", "SweepFit", "LoadCalibration", "calibrate_load", "fit_sweep", "predict_sweep",
            "calibrated_stack", "assign_roles", "row_scenario", "run_row", "write_scenarios", "scenario_table",
+           "scenario_paths", "check_sweep",
            "ROLE_MODES", "SLOWDOWN", "SLOWDOWN_BAR"]

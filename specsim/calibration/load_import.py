@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..errors import InputError, SpecError
 from ..specs.tables import read_text_file
-from .load import COLUMNS, rows_to_table
+from .load import COLUMNS, MAX_ROWS, rows_to_table
 
 FORMATS = ("vllm", "sglang", "guidellm")
 CONFIG_KEYS = ("sweep", "stack", "stack_version", "hardware", "n_devices", "target", "target_dtype", "method",
@@ -96,13 +96,17 @@ def _per_request(rec: dict, total_key: str, where: str) -> int:
 def _vllm(rec: dict, where: str) -> dict:
     kind, load = _load_of(rec, where=where)
     tau = _num(rec, "spec_decode_acceptance_length", where=where, required=False)
+    if tau is not None and tau < 1:
+        raise InputError(f"{where}: field 'spec_decode_acceptance_length' = {tau!r}: expected tokens per verify >= 1 "
+                         f"(the bonus token included)")
     e2e = _num(rec, "mean_e2el_ms", where=where, required=False)
     return {"load_kind": kind, "load": load, "prompt_tokens": _per_request(rec, "total_input_tokens", where),
             "output_tokens": _per_request(rec, "total_output_tokens", where),
             "n_requests": int(_num(rec, "completed", where=where)),
             "output_tokens_per_s": _num(rec, "output_throughput", where=where),
             "tpot_s": _num(rec, "mean_tpot_ms", where=where) / 1000.0,
-            "e2e_latency_s": None if e2e is None else e2e / 1000.0, "tau": tau, "_spec": tau is not None}
+            "e2e_latency_s": None if e2e is None else e2e / 1000.0, "tau": tau, "_spec": tau is not None,
+            "_tau_key": "spec_decode_acceptance_length"}
 
 
 def _sglang(rec: dict, where: str) -> dict:
@@ -119,7 +123,7 @@ def _sglang(rec: dict, where: str) -> dict:
             "output_tokens_per_s": _num(rec, "output_throughput", where=where),
             "tpot_s": _num(rec, "mean_tpot_ms", where=where) / 1000.0,
             "e2e_latency_s": _num(rec, "mean_e2e_latency_ms", where=where) / 1000.0, "tau": tau,
-            "_spec": tau is not None and tau > 1.0}
+            "_spec": tau is not None and tau > 1.0, "_tau_key": "accept_length"}
 
 
 def _mean(rec: dict, key: str, where: str) -> float:
@@ -161,12 +165,18 @@ def _records(path: Path, fmt: str) -> list[tuple[str, dict]]:
         for i, doc in enumerate(recs):
             if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
                 raise InputError(f"{path}: expected a GuideLLM report {{\"benchmarks\": [...]}}")
+            if not doc["benchmarks"]:
+                raise InputError(f"{path}: field 'benchmarks' is empty: expected at least one benchmark (a report of "
+                                 f"a run that measured nothing)")
             for j, b in enumerate(doc["benchmarks"]):
                 if not isinstance(b, dict):
                     raise InputError(f"{path}: benchmarks[{j}]: expected an object")
                 out.append((f"{path}: benchmarks[{j}]", _guidellm(b, f"{path}: benchmarks[{j}]")))
         return out
     reader = {"vllm": _vllm, "sglang": _sglang}[fmt]
+    if len(recs) > MAX_ROWS:  # refused before any is read: each result becomes a row the fit simulates
+        raise InputError(f"{path}: {len(recs)} results: expected at most {MAX_ROWS} in one run (each is simulated, "
+                         f"tenths of a second to seconds each; import them in parts)")
     out = []
     for i, rec in enumerate(recs):
         where = f"{path}: record {i + 1}" if len(recs) > 1 else str(path)
@@ -199,6 +209,11 @@ def import_load_files(paths, *, format: str, config: dict) -> pd.DataFrame:
         for where, rec in _records(path, format):
             spec = rec.pop("_spec") if mode is None else (mode == "spec")
             rec.pop("_spec", None)
+            tau_key = rec.pop("_tau_key", "tau")
+            k = config.get("k")
+            if spec and rec.get("tau") is not None and k not in (None, "") and rec["tau"] > int(k) + 1:
+                raise InputError(f"{where}: field {tau_key!r} = {rec['tau']:g}: expected tokens per verify in [1, K + 1] "
+                                 f"= [1, {int(k) + 1}] (--k {k}: the drafted tokens and the bonus one)")
             row = {k: config.get(k, "") for k in CONFIG_KEYS}
             row.update(rec)
             row["speculative"] = int(spec)
@@ -211,6 +226,9 @@ def import_load_files(paths, *, format: str, config: dict) -> pd.DataFrame:
             rows.append(row)
     if not rows:
         raise InputError("import: no results in the files given")
+    if len(rows) > MAX_ROWS:
+        raise InputError(f"import: {len(rows)} results in the files given: expected at most {MAX_ROWS} in one run "
+                         f"(each is simulated, tenths of a second to seconds each; import them in parts)")
     spec_loads = [r["load"] for r in rows if r["speculative"]]
     lowest = min(spec_loads) if spec_loads else None
     for r in rows:

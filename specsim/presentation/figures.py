@@ -487,10 +487,22 @@ def _serving_draw(builder: str):
     return draw
 
 
+def slo_text(slo) -> str:
+    """An SLO's limits as a reader wants them: a limit the scenario does not set (infinite, the default
+    of a scenario without [slo], such as one `calibrate load --write-scenario` writes) is said as
+    such rather than printed as 'inf'."""
+    tt, tp = np.isfinite(slo.ttft_s), np.isfinite(slo.tpot_s)
+    if not (tt or tp):
+        return "none set (no [slo]: every completed request counts as within it)"
+    return ", ".join([f"TTFT ≤ {slo.ttft_s:g} s" if tt else "TTFT no limit",
+                      f"TPOT ≤ {slo.tpot_s * 1e3:g} ms" if tp else "TPOT no limit"])
+
+
 def _caption_latency(data, x) -> str:
     slo = x.serving.slo
-    return (f"p50 (solid) and p99 (dashed) TPOT and TTFT; dashed black: the SLO limits (TPOT {slo.tpot_s * 1e3:g} ms, "
-            f"TTFT {slo.ttft_s:g} s).")
+    if not (np.isfinite(slo.tpot_s) or np.isfinite(slo.ttft_s)):
+        return "p50 (solid) and p99 (dashed) TPOT and TTFT; no SLO limits drawn (the scenario sets none)."
+    return f"p50 (solid) and p99 (dashed) TPOT and TTFT; dashed black: the SLO limits ({slo_text(slo)})."
 
 
 def _caption_speedup_rate(data, x) -> str:

@@ -35,7 +35,7 @@ from ..analyses.advise import Advice, advise
 from ..analyses.progress import ProgressSink, progress_or_null
 from ..speculation.operating_point import OperatingPoint
 from .figures import (BY_NAME, FIGURES, SECTION_ROOFLINE, SECTION_SERVING, SECTION_SPEEDUP, SECTION_VERDICT,
-                      FigureInputs, shown_policies)
+                      FigureInputs, shown_policies, slo_text)
 from .text import STACK_TITLES, band_rows, format_advice, serving_lines, tidy_paths
 
 REPORT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -351,7 +351,7 @@ def render_html(d: ReportData) -> str:
         g = a.gates
         parts.append(f"<p>Workload: {_esc(g.workload_source)} ({g.n_requests} requests"
                      + (f" of {g.n_requests_total}" if g.n_requests < g.n_requests_total else "")
-                     + f"), SLO: TTFT ≤ {g.slo.ttft_s:g} s and TPOT ≤ {g.slo.tpot_s * 1e3:g} ms. "
+                     + f"), SLO: {slo_text(g.slo)}. "
                      f"{g.table['policy'].nunique()} policies simulated at each rate; chosen: <b>{_esc(g.chosen)}</b> "
                      f"(worst regret {g.worst_regret:.2f}; ≤ 1 means within {100 * g.tol_attainment:.0f} points of "
                      f"the best attainment and {100 * g.tol_tpot:.0f} % of its p50 TPOT at that rate). All candidates: "
@@ -415,7 +415,7 @@ def render_markdown(d: ReportData) -> str:
         g = a.gates
         out += [f"Workload: {g.workload_source} ({g.n_requests} requests"
                 + (f" of {g.n_requests_total}" if g.n_requests < g.n_requests_total else "")
-                + f"); SLO: TTFT ≤ {g.slo.ttft_s:g} s, TPOT ≤ {g.slo.tpot_s * 1e3:g} ms; chosen: **{g.chosen}** (worst "
+                + f"); SLO: {slo_text(g.slo)}; chosen: **{g.chosen}** (worst "
                 f"regret {g.worst_regret:.2f}). All candidates: `serving_gates.csv`.", ""]
         rows = _serving_table_rows(a)
         out += [_table_md(rows, list(rows[0].keys())), "", "```"] + serving_lines(g) + ["```", ""]

@@ -211,17 +211,23 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     verify_pass = (target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len)
                    if verify_step_time_s is None else np.asarray(verify_step_time_s, dtype=float))
     verify = verify_pass + dc.verify_extra_s
-    device = dc.draft_time_s + verify + device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
-                                                                tokens_per_cycle=tokens_per_cycle, tree=tree)
-    device = dep.calibrated_device_s(device, n_seqs=b, n_emitted=b * np.asarray(tokens_per_cycle, dtype=float))
+    # a load calibration's device terms priced into each part, not only their sum: the verify pass carries
+    # the per-sequence and per-token terms, every device part the scale. Reporting the raw passes beside a
+    # calibrated cycle made the overhead (cycle - draft - verify) negative where the scale is below 1.
+    draft_time = dep.calibrated_device_s(dc.draft_time_s, n_seqs=0.0, n_emitted=0.0)
+    draft_step = dep.calibrated_device_s(dc.draft_step_time_s, n_seqs=0.0, n_emitted=0.0)
+    verify = dep.calibrated_device_s(verify, n_seqs=b, n_emitted=b * np.asarray(tokens_per_cycle, dtype=float))
+    device = draft_time + verify + dep.calibrated_device_s(
+        device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
+                                tokens_per_cycle=tokens_per_cycle, tree=tree), n_seqs=0.0, n_emitted=0.0)
     q = np.asarray(dc.verify_q_len, dtype=float)
     passes = np.asarray(k, dtype=float) if work.has_passes else 0.0
     host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0),
                            n_draft_passes=passes)
     cycle = dep.iteration_time_s(device, host, speculative=True)
-    return cycle_times(target_step_time_s=plain, draft_time_s=dc.draft_time_s, verify_time_s=verify,
+    return cycle_times(target_step_time_s=plain, draft_time_s=draft_time, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
-                       draft_step_time_s=dc.draft_step_time_s, overhead_s=cycle - dc.draft_time_s - verify,
+                       draft_step_time_s=draft_step, overhead_s=cycle - draft_time - verify,
                        verify_q_len=dc.verify_q_len)
 
 
