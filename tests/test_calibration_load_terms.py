@@ -161,25 +161,57 @@ def _planted_rows(name: str, terms: Terms, loads=(1, 2, 4)) -> LoadSweep:
     return replace(sw, rows=tuple(rows))
 
 
-def test_leave_one_sweep_out_predicts_each_sweep_at_the_share_the_others_chose():
+def test_leave_one_source_out_predicts_each_sweep_at_the_share_the_others_chose():
     """Sweep A is planted paying its 30 µs per emitted token, sweep B per sequence: left out, A gets the
-    share B prefers (0) and B the share A prefers (1) — a sweep's own rows never choose its share."""
-    from specsim.calibration.load_share import leave_one_sweep_out
+    share B prefers (0) and B the share A prefers (1) — a sweep's own rows never choose its share.
+    (The planted rows cite no source: each sweep is its own.)"""
+    from specsim.calibration.load_share import leave_one_source_out
 
     a = _planted_rows("a", Terms(device_scale=1.3, device_per_token_s=30e-6, cycle_s=2e-3))
     b = _planted_rows("b", Terms(device_scale=1.3, device_per_seq_s=30e-6, cycle_s=2e-3), loads=(1, 3, 6))
-    fit = leave_one_sweep_out([a, b], shares=(1.0, 0.0))
+    fit = leave_one_source_out([a, b], shares=(1.0, 0.0))
     assert fit.shares == (0.0, 1.0)
     assert fit.chosen == {"a": 0.0, "b": 1.0}
+    assert fit.sources == {"a": "a", "b": "b"} and fit.groups == {"a": 0, "b": 1}
     grid = {(g["sweep"], g["share"]): g["median_abs_error"] for g in fit.grid()}
     assert grid[("a", 1.0)] < grid[("a", 0.0)] and grid[("b", 0.0)] < grid[("b", 1.0)]
     loo = {f.sweep.name: f.token_share for f in fit.loo.fits}
     assert loo == {"a": 0.0, "b": 1.0}
     assert fit.loo.summary()["median_relative_error"] > min(grid.values())  # the wrong share, honestly reported
     with pytest.raises(SpecError, match="at least 2"):
-        leave_one_sweep_out([a], shares=(0.0, 1.0))
+        leave_one_source_out([a], shares=(0.0, 1.0))
     with pytest.raises(SpecError, match=r"shares in \[0, 1\]"):
-        leave_one_sweep_out([a, b], shares=(0.0, 2.0))
+        leave_one_source_out([a, b], shares=(0.0, 2.0))
+
+
+def _cited(sw: LoadSweep, source: str) -> LoadSweep:
+    return replace(sw, rows=tuple(replace(r, source=source) for r in sw.rows))
+
+
+def test_sibling_sweeps_of_one_source_are_left_out_together():
+    """A and A2 cite one GitHub issue (in two spellings), B another issue of the same repository. A and A2
+    are planted paying per emitted token, B per sequence. Left out one sweep at a time, A's share would
+    be chosen by A2 and B together, and A2's three check rows outvote B's two (share 1, checked below
+    from the scan itself); left out by source, A's share is chosen by B alone (0), as is A2's."""
+    import numpy as np
+
+    from specsim.calibration.load_share import _median_check_error, leave_one_source_out
+
+    tok = Terms(device_scale=1.3, device_per_token_s=30e-6, cycle_s=2e-3)
+    a = _cited(_planted_rows("a", tok), "foo/bar issue #7 'a thread', table 1")
+    a2 = _cited(_planted_rows("a2", tok, loads=(1, 2, 4, 8)), "second table of github.com/Foo/Bar/issues/7")
+    b = _cited(_planted_rows("b", Terms(device_scale=1.3, device_per_seq_s=30e-6, cycle_s=2e-3), loads=(1, 3, 6)),
+               "foo/bar issue #8")
+    fit = leave_one_source_out([a, a2, b], shares=(0.0, 1.0))
+    assert fit.sources == {"a": "foo/bar#7", "a2": "foo/bar#7", "b": "foo/bar#8"}
+    assert fit.groups["a"] == fit.groups["a2"] != fit.groups["b"]
+    assert fit.chosen == {"a": 0.0, "a2": 0.0, "b": 1.0}
+    # what leaving A alone out would have chosen: the share least wrong over A2's and B's check rows
+    by_sweep = {s: [f for f in fit.by_share[s].fits if f.sweep.name != "a"] for s in fit.shares}
+    sweep_out = min(fit.shares, key=lambda s: _median_check_error(by_sweep[s]))
+    assert sweep_out == 1.0 and np.isfinite(_median_check_error(by_sweep[0.0]))
+    with pytest.raises(SpecError, match="all share one source"):
+        leave_one_source_out([a, a2], shares=(0.0, 1.0))
 
 
 def test_the_cli_takes_a_share_and_refuses_a_bad_one(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """How much of a plain curve's per-sequence cost a stack pays per emitted token, fitted across sweeps
-and checked leave one sweep out.
+and checked leave one source out.
 
 A load calibration (`load_fit`) fixes from the plain curve the seconds an iteration spends per
 sequence beyond the roofline (`device_per_seq_us`). A plain sequence emits one token an iteration,
@@ -10,12 +10,15 @@ and `check_stop`ped in turn; the output processor detokenizing it; SGLang's
 `process_batch_result_decode` extending `output_ids` by the accepted tokens and checking them), so
 the share paid per token is a property of the stack (`specs.regimes` property `per_token_share`).
 Its size is not in the code: it is fitted here on published sweeps, and every figure it yields is
-reported on sweeps whose rows it never saw.
+reported on sweeps whose source it never saw.
 
-`leave_one_sweep_out(sweeps, shares=...)`: every sweep calibrated at each candidate share; for each
-sweep, the share whose median |error| over the *other* sweeps' check rows is least, and that
-sweep's rows predicted with it — the figures a planner would get on a new deployment. The share
-over all sweeps (the one a stack file ships) is reported beside them.
+`leave_one_source_out(sweeps, shares=...)`: every sweep calibrated at each candidate share; the
+sweeps grouped by source (`sources.source_key` of their rows' `source` text; sweeps whose rows share
+a source go together: the two SpecForge #339 sweeps share one plain table, the four W1 M3 sweeps of
+yuqiz7/llm-inference-bench one benchmark); for each group, the share whose median |error| over the
+*other* groups' check rows is least, and the group's rows predicted with it — the figures a planner
+would get on a deployment none of the fit's sources measured. The share over all sweeps (the one a
+stack file ships) is reported beside them.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import numpy as np
 
 from ..errors import SpecError
 from .load_fit import LoadCalibration, calibrate_load
+from .sources import source_groups, source_key
 
 DEFAULT_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -40,40 +44,56 @@ def _median_check_error(fits) -> float | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShareFit:
-    """The scan and the leave-one-sweep-out choice.
+    """The scan and the leave-one-source-out choice.
 
     shares: the candidates; by_share: share -> the calibration of every sweep at it; chosen: sweep name
-    -> the share the other sweeps chose for it; loo: the calibration whose fits are each sweep's at its
-    chosen share (its summary: the figures on rows no choice saw); overall: the share over all sweeps."""
+    -> the share the sweeps of other sources chose for it; loo: the calibration whose fits are each
+    sweep's at its chosen share (its summary: the figures on rows no choice saw); overall: the share
+    over all sweeps; sources: sweep name -> its source (the keys of its rows, joined by ' + ');
+    groups: sweep name -> the number of the group it is left out with."""
 
     shares: tuple
     by_share: dict
     chosen: dict
     loo: LoadCalibration
     overall: float
+    sources: dict
+    groups: dict
 
     def grid(self) -> list[dict]:
         """Per sweep and share, the median |error| over the sweep's check rows."""
         out = []
         for s in self.shares:
             for f in self.by_share[s].fits:
-                out.append({"sweep": f.sweep.name, "share": s, "median_abs_error": _median_check_error([f])})
+                out.append({"sweep": f.sweep.name, "source": self.sources[f.sweep.name], "share": s,
+                            "median_abs_error": _median_check_error([f])})
         return out
 
     def to_dict(self) -> dict:
         return {"shares": list(self.shares), "chosen": dict(self.chosen), "overall_share": self.overall,
-                "grid": self.grid(), **{f"loo_{k}": v for k, v in self.loo.summary().items()}}
+                "sources": dict(self.sources), "groups": dict(self.groups), "grid": self.grid(),
+                **{f"loo_{k}": v for k, v in self.loo.summary().items()}}
 
 
-def leave_one_sweep_out(sweeps, *, shares=DEFAULT_SHARES, roles: str = "plain+lowest", seed: int = 0,
-                        progress=None) -> ShareFit:
+def sweep_sources(sweep) -> set:
+    """The sources a sweep's rows cite (`sources.source_key`; the sweep's name for a row citing none)."""
+    return {source_key(r.source, fallback=sweep.name) for r in sweep.rows}
+
+
+def leave_one_source_out(sweeps, *, shares=DEFAULT_SHARES, roles: str = "plain+lowest", seed: int = 0,
+                         progress=None) -> ShareFit:
     """See the module docstring. Ties go to the smaller share (the one that changes less)."""
     shares = tuple(sorted({float(s) for s in shares}))
     if not shares or any(not (0.0 <= s <= 1.0) for s in shares):
         raise SpecError(f"token shares {list(shares)}: expected shares in [0, 1]")
     sweeps = list(sweeps)
     if len(sweeps) < 2:
-        raise SpecError(f"leave one sweep out: {len(sweeps)} sweep given, at least 2 needed")
+        raise SpecError(f"leave one source out: {len(sweeps)} sweep given, at least 2 needed")
+    keys = [sweep_sources(sw) for sw in sweeps]
+    group_of = source_groups(keys)
+    if len(set(group_of)) < 2:
+        raise SpecError(f"leave one source out: the {len(sweeps)} sweeps all share one source "
+                        f"({' + '.join(sorted(set().union(*keys)))}); sweeps of at least 2 sources needed")
     by_share = {}
     for s in shares:
         if progress is not None:
@@ -81,17 +101,19 @@ def leave_one_sweep_out(sweeps, *, shares=DEFAULT_SHARES, roles: str = "plain+lo
         by_share[s] = calibrate_load(sweeps, roles=roles, seed=seed, token_share=s)
     names = [f.sweep.name for f in by_share[shares[0]].fits]
 
-    def best(exclude: str | None) -> float:
+    def best(exclude: int | None) -> float:
         scores = []
         for s in shares:
-            e = _median_check_error([f for f in by_share[s].fits if f.sweep.name != exclude])
+            e = _median_check_error([f for i, f in enumerate(by_share[s].fits) if group_of[i] != exclude])
             scores.append(np.inf if e is None else e)
         return shares[int(np.argmin(scores))]
 
-    chosen = {n: best(n) for n in names}
+    by_group = {g: best(g) for g in sorted(set(group_of))}
+    chosen = {n: by_group[group_of[i]] for i, n in enumerate(names)}
     fits = tuple(by_share[chosen[n]].fits[i] for i, n in enumerate(names))
     return ShareFit(shares=shares, by_share=by_share, chosen=chosen, loo=LoadCalibration(fits=fits, roles=roles),
-                    overall=best(None))
+                    overall=best(None), sources={n: " + ".join(sorted(keys[i])) for i, n in enumerate(names)},
+                    groups={n: group_of[i] for i, n in enumerate(names)})
 
 
-__all__ = ["ShareFit", "leave_one_sweep_out", "DEFAULT_SHARES"]
+__all__ = ["ShareFit", "leave_one_source_out", "sweep_sources", "DEFAULT_SHARES"]
