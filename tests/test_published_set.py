@@ -119,27 +119,39 @@ def test_acceptance_figures_are_possible(table):
 
 def test_fit_rows_are_the_rows_the_stack_files_name_as_fitted(table):
     """A row marked role = fit is one a catalog figure was fitted to, and every row a stack's fitted
-    figure names in its `--rows` is marked so: the summary's 'rows no figure was fitted to' is honest."""
+    figure names in its `--rows` is marked so: the summary's 'rows no figure was fitted to' is honest.
+    The figures fitted on this set are listed once in code (calibration.replay.REPLAY_FITS, which
+    leave-one-source-out replay refits): each names a stack figure whose source says 'fitted' with this
+    file, every such figure is listed, and the marked rows are exactly theirs."""
     import re
 
+    from specsim.calibration.replay import REPLAY_FITS
     from specsim.specs.stacks import list_stacks
 
-    named = set()
+    named, fitted_terms = set(), set()
     for s in list_stacks():
-        texts = [v for v in s.sources.values() if isinstance(v, str)]
+        texts = [(k, v) for k, v in s.sources.items() if isinstance(v, str)]
         for sub in ("host", "drafting"):
-            texts += [v for v in (s.sources.get(sub) or {}).values() if isinstance(v, str)]
-        for text in texts:
+            texts += [(f"{sub}.{k}" if sub == "drafting" else k, v) for k, v in (s.sources.get(sub) or {}).items()
+                      if isinstance(v, str)]
+        for key, text in texts:
             if text.startswith("fitted") and "speculative_decoding.csv" in text:
+                fitted_terms.add((s.id, key))
                 m = re.search(r"--rows ([\w.,-]+)", text)
-                if m:  # (vllm and sglang-specforge describe their fit rows in words: below)
+                if m:  # (vllm and sglang-specforge describe their fit rows in words)
                     named |= set(m.group(1).split(","))
+    assert {(f.stack, f.term) for f in REPLAY_FITS} == fitted_terms
     roles = table.set_index("id")["role"].fillna("")
     assert set(roles.unique()) <= {"", "fit", "check"}
     marked = set(roles[roles == "fit"].index)
     assert named <= marked, sorted(named - marked)
-    # the two stacks whose fits name their rows in words: vLLM issue #20780's six EAGLE-1 rows, AngelSlim's
-    # four batch-1 rows
+    listed = {i for f in REPLAY_FITS for i in f.fit_ids}
+    assert marked == listed
+    # the worded fits: vLLM issue #20780's six EAGLE-1 rows, AngelSlim's four batch-1 rows
     worded = {i for i in table["id"] if (i.startswith("vllm-issue20780-") and "eagle1" in i)
               or (i.startswith("angelslim-") and i.endswith("-b1"))}
     assert marked == named | worded
+    # masked_score_bytes is the code's count now, not a fit (bytes a score, item by item: stacks/hf-eager.toml)
+    from specsim.specs.stacks import load_stack
+
+    assert load_stack("hf-eager").drafting.masked_score_bytes == 2 + (2 + 2) + (2 + 4 + 4) + (4 + 4) + (4 + 2) + 2

@@ -348,21 +348,23 @@ def _check_columns(table: pd.DataFrame, where: str = "replay table") -> None:
                              f"(prefix a column with x_ to carry it through untouched)")
 
 
-def replay(table: pd.DataFrame, *, where: str = "replay table") -> ReplayResult:
+def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None) -> ReplayResult:
     """Predict every row of a measured table (see the module docstring). `where` names the table
-    (its file) in the errors about its columns."""
+    (its file) in the errors about its columns. stack_for: None, or a function of (position, row)
+    giving the StackProfile to predict that row with (None: the catalog's), as leave-one-source-out
+    replay (`leave_one_source_out`) varies a stack's fitted figures row by row."""
     _check_columns(table, where)
     cols = {c: [] for c in PREDICTED_COLUMNS}
     errs, reasons, assumptions, groups = [], [], [], []
     kinds: dict[str, int] = {}
     n_assumed = 0
-    for row in table.to_dict(orient="records"):
+    for pos, row in enumerate(table.to_dict(orient="records")):
         try:
             groups.append(method_group(_str(row, "method") or "", _options(row.get("drafter_options"))))
         except SpecError:
             groups.append(_str(row, "method") or "")
         try:
-            pred, assumed = predict_row_cycle(row)
+            pred, assumed = predict_row_cycle(row, stack_profile=None if stack_for is None else stack_for(pos, row))
             meas = _float(row, "measured_speedup")
         except SpecError as exc:
             for c in cols:
@@ -474,7 +476,8 @@ def format_replay(r: ReplayResult) -> str:
 
 __all__ = ["replay", "replay_file", "predict_row", "predict_row_cycle", "row_scenario", "format_replay",
            "ReplayResult", "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS", "PREDICTED_COLUMNS", "ROLES", "method_group",
-           "assumption_kind", "draft_target_ratios", "RatioCheck"]
+           "assumption_kind", "draft_target_ratios", "RatioCheck", "leave_one_source_out", "scope_summary",
+           "format_scopes", "REPLAY_FITS", "FittedFigure", "SERVING_STACK_PREFIXES"]
 
 
 # ---- fitting one stack term to chosen rows -----------------------------------------------------------
@@ -492,14 +495,24 @@ class TermFit:
     stack: str
     term: str
     value_us: float
-    before_us: float
+    before_us: float | None  # None: unset in the stack (a head pass then costs its op count)
     fit_ids: tuple
-    table: pd.DataFrame  # id, measured, predicted before, predicted after, fitted?
+    table: pd.DataFrame  # id, measured, predicted before, predicted after, fitted?, source_key, fit_source?
+
+    def unseen(self) -> pd.DataFrame:
+        """The rows of sources no fit row comes from (`sources.source_key`): a row of a fit row's
+        source (a twin, a sibling setting of one thread) is not unseen though it was not fitted."""
+        return self.table[~self.table["fit_source"]]
 
 
-def _with_term(stack, term: str, value_us: float):
+def _with_term(stack, term: str, value_us: float | None):
+    """The stack with `term` set (None: unset, for the drafting figures that may be absent)."""
     from dataclasses import replace as _replace
 
+    if value_us is None:
+        if not term.startswith("drafting.") or term == "drafting.masked_score_bytes":
+            raise SpecError(f"term {term!r}: cannot be unset (only a [drafting] duration can)")
+        return _replace(stack, drafting=_replace(stack.drafting, **{term[len("drafting."): -len("_us")] + "_s": None}))
     if term == "cycle_overhead_us":
         return _replace(stack, cycle_overhead_s=value_us * 1e-6)
     if term == "drafting.masked_score_bytes":  # a figure in bytes: 'value_us' carries it as is
@@ -511,18 +524,21 @@ def _with_term(stack, term: str, value_us: float):
     return _replace(stack, host=_replace(stack.host, **{attr: value_us * 1e-6}))
 
 
-def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids) -> TermFit:
+def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, stack=None) -> TermFit:
     """Fit `term` of stack `stack_id` on the rows `fit_ids`, then predict every row of the table
     that uses that stack with the fitted value. The stack file is not changed: the value is
-    reported, to be written into the stack's [host] table with this fit as its source."""
+    reported, to be written into the stack's [host] table with this fit as its source. stack: the
+    StackProfile to start from (default the catalog's `stack_id`). The table marks each row's source
+    (`sources.source_key`) and whether a fit row shares it: only the other rows are unseen."""
     from scipy.optimize import minimize_scalar
 
     from ..specs.stacks import load_stack
+    from .sources import source_key
 
     if term not in HOST_TERMS:
         raise SpecError(f"--term {term!r}: expected one of {', '.join(HOST_TERMS)}")
     _check_columns(table)
-    stack = load_stack(stack_id)
+    stack = load_stack(stack_id) if stack is None else stack
     rows = [r for r in table.to_dict(orient="records") if _str(r, "stack") == stack_id]
     fit_ids = tuple(fit_ids)
     missing = [i for i in fit_ids if i not in {str(r["id"]) for r in rows}]
@@ -530,7 +546,7 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids) ->
         raise SpecError(f"--rows: {missing} are not rows of stack {stack_id!r} in the table")
 
     def speedups(value_us):
-        patched = _with_term(stack, term, value_us)
+        patched = stack if value_us is None else _with_term(stack, term, value_us)
         out = {}
         for r in rows:
             try:
@@ -545,19 +561,153 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids) ->
         s = speedups(value_us)
         return float(sum(np.log(s[i] / measured[i]) ** 2 for i in fit_ids))
 
-    if term == "drafting.masked_score_bytes":
-        before_us = stack.drafting.masked_score_bytes
-    elif term.startswith("drafting."):
-        before_us = (getattr(stack.drafting, term[len("drafting."): -len("_us")] + "_s") or 0.0) * 1e6
-    else:
-        before_us = {"cycle_overhead_us": stack.cycle_overhead_s * 1e6}.get(
-            term, getattr(stack.host, term[: -len("_us")] + "_s", 0.0) * 1e6)
+    before_us = _catalog_value(stack, term)  # None: a [drafting] duration the stack leaves unset
     res = minimize_scalar(loss, bounds=(0.0, 1e5), method="bounded", options={"xatol": 1e-3})
     before, after = speedups(before_us), speedups(float(res.x))
+    keys = {str(r["id"]): source_key(r.get("source"), fallback=str(r["id"])) for r in rows}
+    fit_keys = {keys[i] for i in fit_ids}
     out = pd.DataFrame({"id": list(measured), "measured_speedup": list(measured.values()),
                         "predicted_before": [before[i] for i in measured], "predicted_after": [after[i] for i in measured],
-                        "fitted_on": [i in fit_ids for i in measured]})
+                        "fitted_on": [i in fit_ids for i in measured], "source_key": [keys[i] for i in measured],
+                        "fit_source": [keys[i] in fit_keys for i in measured]})
     return TermFit(stack=stack_id, term=term, value_us=float(res.x), before_us=before_us, fit_ids=fit_ids, table=out)
+
+
+# ---- leave one source out ------------------------------------------------------------------------
+
+# Stack ids whose rows are the serving stacks' (vLLM, SGLang, TensorRT-LLM, and the measured
+# deployments' profiles derived from them, such as sglang-specforge and vllm-v0).
+SERVING_STACK_PREFIXES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FittedFigure:
+    """A catalog figure fitted on rows of the shipped replay set (`fit_stack_term`): its stack and
+    term, the rows it was fitted on, and the value it takes where no fit row may be used (`prior`, in
+    the term's unit; None: unset), with where that value comes from."""
+
+    stack: str
+    term: str
+    fit_ids: tuple
+    prior: float | None
+    prior_source: str
+
+
+# The figures of stacks/*.toml fitted on rows of data/published/speculative_decoding.csv (each
+# stack file's source for the term names the fit; tests/test_published_set.py checks the two agree).
+REPLAY_FITS = (
+    FittedFigure(stack="hf-eager", term="drafting.head_pass_us",
+                 fit_ids=("specbench-a100-sxm-80gb-v7b-eagle", "specbench-a100-sxm-80gb-v13b-eagle",
+                          "specbench-a100-sxm-80gb-v33b-eagle", "specbench-rtx-3090-v7b-eagle"),
+                 prior=None, prior_source="unset: a head pass costs its family's op count x eager_op_us, the code's "
+                                          "figure"),
+    FittedFigure(stack="vllm", term="cycle_overhead_us",
+                 fit_ids=tuple(f"vllm-issue20780-llama3.1-8b-eagle1-k{k}-b1" for k in range(2, 8)),
+                 prior=300.0, prior_source="the estimate the fit replaced (stacks/vllm.toml's source)"),
+    FittedFigure(stack="sglang-specforge", term="cycle_overhead_us",
+                 fit_ids=("angelslim-i163-h100x4-qwen3-30b-a3b-eagle3-s3-t3-d4-b1",
+                          "angelslim-i163-h100x4-qwen3-30b-a3b-eagle3-s3-t2-d8-b1",
+                          "angelslim-i163-h100x4-qwen3-30b-a3b-eagle3-s4-t4-d16-b1",
+                          "angelslim-i163-h100x4-qwen3-30b-a3b-eagle3-s7-t10-d64-b1"),
+                 prior=200.0, prior_source="the sglang stack's estimate (stacks/sglang.toml), which the profile "
+                                           "copies in everything else"),
+)
+
+
+def _catalog_value(stack, term: str):
+    if term == "drafting.masked_score_bytes":
+        return stack.drafting.masked_score_bytes
+    if term.startswith("drafting."):
+        v = getattr(stack.drafting, term[len("drafting."): -len("_us")] + "_s")
+        return None if v is None else v * 1e6
+    if term == "cycle_overhead_us":
+        return stack.cycle_overhead_s * 1e6
+    return getattr(stack.host, term[: -len("_us")] + "_s") * 1e6
+
+
+def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = "replay table") -> ReplayResult:
+    """Replay every row with each fitted figure fitted on no row of the row's source.
+
+    The rows are grouped by source (`sources.source_key` of their `source` text, the id where it is
+    empty: Spec-Bench's leaderboard at every commit is one source, each GitHub issue or PR one). For
+    each group and each figure in `fits`: a figure whose fit rows are all outside the group keeps its
+    catalog value; one with fit rows inside and outside is refitted (`fit_stack_term`) on those
+    outside; one whose fit rows all lie inside takes its `prior`. The group's rows are then predicted
+    with those stacks. The result's table adds `source_key` and `left_out` (what each figure was for
+    that row); its error statistics are all out of source (no row is a fit row here: `role` is kept
+    as the table gives it, for reference)."""
+    from ..specs.stacks import load_stack
+    from .sources import source_key
+
+    _check_columns(table, where)
+    records = table.to_dict(orient="records")
+    ids = [str(r.get("id")) for r in records]
+    keys = [source_key(r.get("source"), fallback=i) for r, i in zip(records, ids)]
+    key_of = dict(zip(ids, keys))
+    for f in fits:
+        missing = [i for i in f.fit_ids if i not in key_of]
+        if missing:
+            raise SpecError(f"fitted figure {f.stack} {f.term}: fit rows {missing} are not rows of the {where}")
+    plans: dict = {}
+    for key in dict.fromkeys(keys):
+        stacks: dict = {}
+        notes: list[str] = []
+        for f in fits:
+            inside = [i for i in f.fit_ids if key_of[i] == key]
+            if not inside:
+                continue
+            base = stacks.get(f.stack) or load_stack(f.stack)
+            outside = [i for i in f.fit_ids if key_of[i] != key]
+            if outside:
+                value = fit_stack_term(table, stack_id=f.stack, term=f.term, fit_ids=outside, stack=base).value_us
+                notes.append(f"{f.stack} {f.term} refitted on the {len(outside)} fit row(s) of other sources: {value:.4g}")
+            else:
+                value = f.prior
+                notes.append(f"{f.stack} {f.term} = {'unset' if value is None else f'{value:g}'} ({f.prior_source}; "
+                             f"every fit row is of this source)")
+            stacks[f.stack] = _with_term(base, f.term, value)
+        plans[key] = (stacks, "; ".join(notes))
+
+    def stack_for(pos, row):
+        return plans[keys[pos]][0].get(_str(row, "stack"))
+
+    r = replay(table, where=where, stack_for=stack_for)
+    out = r.table.copy()
+    out["source_key"] = keys
+    out["left_out"] = [plans[k][1] for k in keys]
+    from dataclasses import replace as _replace
+
+    return _replace(r, table=out, n_fit_rows=0, median_relative_error_check=r.median_relative_error)
+
+
+def scope_summary(r: ReplayResult) -> list[dict]:
+    """Median |relative error| and measured slowdowns over the predicted rows, the serving stacks'
+    rows (stack id starting vllm, sglang or trtllm) and the rows at batch > 1."""
+    t = r.table[r.table["relative_error"].notna()]
+    stack = t["stack"].fillna("").astype(str)
+    scopes = (("all rows", np.ones(len(t), bool)),
+              ("serving stacks (vLLM, SGLang, TensorRT-LLM)", stack.str.startswith(SERVING_STACK_PREFIXES).to_numpy()),
+              ("batch > 1", (pd.to_numeric(t["batch_size"], errors="coerce") > 1).to_numpy()))
+    out = []
+    for name, mask in scopes:
+        g = t[mask]
+        meas = pd.to_numeric(g["measured_speedup"], errors="coerce")
+        slow = g[meas < 1.0]
+        missed = slow[slow["predicted_speedup"] >= SLOWDOWN_BAR]
+        out.append({"scope": name, "n_rows": int(len(g)),
+                    "median_abs_error": float(g["relative_error"].abs().median()) if len(g) else None,
+                    "n_measured_below_1": int(len(slow)), "missed": missed["id"].astype(str).tolist()})
+    return out
+
+
+def format_scopes(r: ReplayResult) -> str:
+    lines = []
+    for sc in scope_summary(r):
+        med = "-" if sc["median_abs_error"] is None else f"{sc['median_abs_error']:.1%}"
+        lines.append(f"  {sc['scope']:<46} {sc['n_rows']:>4} rows  median |error| {med:>6}  slowdowns "
+                     f"{sc['n_measured_below_1']}, predicted >= {SLOWDOWN_BAR:g}: {len(sc['missed'])}"
+                     + (f" ({', '.join(sc['missed'])})" if sc["missed"] else ""))
+    return "\n".join(lines)
 
 
 # ---- draft/target step-cost ratios of published pairs -------------------------------------------------

@@ -15,21 +15,31 @@ def register(sub) -> None:
     p.add_argument("file", help="CSV of measured results (e.g. the shipped published_examples.csv)")
     p.add_argument("--out", help="write the table with predicted_speedup and relative_error to this CSV file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--leave-source-out", action="store_true",
+                   help="predict each row with every catalog figure fitted on rows of the shipped set "
+                        "(calibration.replay.REPLAY_FITS) refitted without the row's source, or at its prior where "
+                        "every fit row is of that source: the errors of rows no fit saw the source of")
     p.set_defaults(func=_run)
 
 
 def _run(args) -> int:
-    from ..calibration.replay import format_replay, replay_file
+    from ..calibration.replay import (format_replay, format_scopes, leave_one_source_out, read_replay_table,
+                                      replay_file, scope_summary)
     from ..presentation.output import write_file_atomically
     from .common import print_json
 
-    result = replay_file(args.file)
+    if args.leave_source_out:
+        result = leave_one_source_out(read_replay_table(args.file), where=str(args.file))
+    else:
+        result = replay_file(args.file)
     if args.out is not None:
         write_file_atomically(args.out, result.table.to_csv(index=False), flag="--out")
     if args.json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "scopes": scope_summary(result), "leave_source_out": args.leave_source_out})
     else:
         print(format_replay(result))
+        print(("\nleft out by source (every row's source out of every fit):" if args.leave_source_out else "\nby scope:")
+              + "\n" + format_scopes(result))
         if args.out:
             print(f"wrote {args.out}")
     return 0
