@@ -231,3 +231,46 @@ def test_method_groups_split_eagle_by_version_and_join_medusa_and_hydra():
     assert method_group("eagle", {"eagle_version": 3}) == "eagle-3"
     assert method_group("medusa", {}) == method_group("hydra", {}) == "medusa/hydra"
     assert method_group("mtp", {}) == "mtp"
+
+
+def test_leave_one_source_out_fits_no_row_of_the_rows_source():
+    """Four vLLM rows of the shipped set, two issue threads (X: two rows, Y: two rows). A figure fitted on
+    X's first row alone: X's rows are predicted at its prior (300 us here, set by hand), Y's at the catalog
+    value. A figure fitted on one row of each: X's rows at the value fitted on Y's fit row alone."""
+    from dataclasses import replace as _replace
+
+    from specsim.calibration.replay import FittedFigure, fit_stack_term, leave_one_source_out, predict_row_cycle
+    from specsim.specs.data import data_path
+    from specsim.specs.stacks import load_stack
+
+    t = pd.read_csv(data_path("published/speculative_decoding.csv"), dtype={"id": str})
+    ids = ["vllm-issue20780-llama3.1-8b-eagle1-k2-b1", "vllm-issue20780-llama3.1-8b-eagle1-k5-b1",
+           "vllm-issue20780-llama3.1-8b-eagle1-k3-b1", "vllm-issue20780-llama3.1-8b-eagle1-k7-b1"]
+    t = t.set_index("id").loc[ids].reset_index()
+    t["source"] = ["foo/bar issue #1", "foo/bar issue #1", "foo/bar issue #2", "github.com/foo/bar/issues/2"]
+    stack = load_stack("vllm")
+
+    def speedup(row, cycle_us):
+        st = _replace(stack, cycle_overhead_s=cycle_us * 1e-6)
+        return float(predict_row_cycle(row, stack_profile=st)[0].cycle.speedup)
+
+    rows = t.to_dict(orient="records")
+    one = FittedFigure(stack="vllm", term="cycle_overhead_us", fit_ids=(ids[0],), prior=300.0, prior_source="test")
+    r = leave_one_source_out(t, fits=(one,)).table.set_index("id")
+    catalog = stack.cycle_overhead_s * 1e6
+    assert abs(catalog - 300.0) > 100  # the two readings differ
+    for row in rows:
+        expected = speedup(row, 300.0 if row["id"] in ids[:2] else catalog)
+        assert r.loc[row["id"], "predicted_speedup"] == pytest.approx(expected, rel=1e-12)
+    assert set(r["source_key"]) == {"foo/bar#1", "foo/bar#2"}
+    assert "every fit row is of this source" in r.loc[ids[0], "left_out"] and r.loc[ids[2], "left_out"] == ""
+    two = FittedFigure(stack="vllm", term="cycle_overhead_us", fit_ids=(ids[0], ids[2]), prior=300.0, prior_source="t")
+    r2 = leave_one_source_out(t, fits=(two,)).table.set_index("id")
+    on_y = fit_stack_term(t, stack_id="vllm", term="cycle_overhead_us", fit_ids=[ids[2]]).value_us
+    on_x = fit_stack_term(t, stack_id="vllm", term="cycle_overhead_us", fit_ids=[ids[0]]).value_us
+    for row in rows:
+        expected = speedup(row, on_y if row["id"] in ids[:2] else on_x)
+        assert r2.loc[row["id"], "predicted_speedup"] == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(Exception, match="not rows of"):
+        leave_one_source_out(t, fits=(FittedFigure(stack="vllm", term="cycle_overhead_us", fit_ids=("nope",),
+                                                   prior=1.0, prior_source="t"),))
