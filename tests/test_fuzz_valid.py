@@ -285,7 +285,7 @@ def sweep_tables(draw):
         method = draw(st.sampled_from(["prompt_lookup", "draft_model"]))
         k = draw(st.integers(1, 8))
         drafter = SWEEP_DRAFTERS[target] if method == "draft_model" else ""
-        lengths = {"prompt_tokens": draw(st.integers(1, 4096)), "output_tokens": draw(st.integers(1, 2048))}
+        lengths = {"prompt_tokens": draw(st.integers(1, 4096)), "output_tokens": draw(st.integers(2, 2048))}  # one output token runs no decode step
         n = 0
         for load in loads:
             for spec in ([0, 1] if draw(st.booleans()) else [0]):
@@ -297,9 +297,14 @@ def sweep_tables(draw):
                     r["context_len"] = draw(st.integers(0, 8192))
                 else:
                     r.update(lengths)
-                metric = draw(st.sampled_from(["tpot_s", "e2e_latency_s", "output_tokens_per_s"]))
-                r[metric] = {"tpot_s": draw(st.floats(1e-3, 1.0)), "e2e_latency_s": draw(st.floats(1e-2, 100.0)),
+                if not spec:
+                    metric = draw(st.sampled_from(["tpot_s", "e2e_latency_s", "output_tokens_per_s"]))
+                    plain = {"tpot_s": draw(st.floats(1e-3, 1.0)), "e2e_latency_s": draw(st.floats(1e-2, 100.0)),
                              "output_tokens_per_s": draw(st.floats(1.0, 1e5))}[metric]
+                    r[metric] = plain
+                else:  # the same metric at a speedup a cycle can give: at most K + 1 over the plain row
+                    x = draw(st.floats(0.1, k + 0.999))  # clear of K + 1, where rounding could tip it over
+                    r[metric] = plain * x if metric == "output_tokens_per_s" else plain / x
                 if spec:
                     acc = draw(st.sampled_from(["tau", "alpha", None]))
                     if acc == "tau":
