@@ -9,6 +9,7 @@ Exit statuses (`specsim ...; echo $?`):
   4  the configuration does not fit in memory (DoesNotFitError)
   5  an output that cannot be written, or a non-empty --out without --force (OutputError)
   6  nothing to report: an empty workload, every request rejected (EmptyResultError)
+  7  a timing command's own figures disagree (a busy machine): nothing written (DisturbedError)
   70 an internal error (a bug: please report it with SPECSIM_DEBUG=1 for the traceback)
   130 interrupted (Ctrl-C); no partial output is left looking complete
 """
@@ -50,6 +51,13 @@ class EmptyResultError(SpecError):
     """A run with nothing to report: no requests in the workload or window, all of them rejected."""
 
     exit_status = 6
+
+
+class DisturbedError(SpecError):
+    """A timing command's figures contradict each other or spread too far after its bounded retries (the
+    machine looked busy): nothing was written; --force writes them anyway, marked."""
+
+    exit_status = 7
 
 
 def field_error(where: str, field: str, value: object, expected: str) -> SpecError:
