@@ -80,14 +80,18 @@ def test_gemm_interpolation_on_rows_left_out():
     assert med[0] < 0.05 and med[1] < 0.15 and med[2] < 0.15
 
 
+def _pass(system, framework, model, tp=1, version=None, **kw):
+    from specsim.cost import measured
+    return measured.build(ot.load_tables(system, framework, version), model, tp, **kw)
+
+
 @needs_tables
 def test_a_step_priced_by_hand_from_table_rows():
     """Llama-3.1-8B, one sequence, L = 1022 (kv 1023, a measured step) on H100 SGLang 0.5.14: each GEMM
     from the table's own rows (bilinear by hand where the shape is off the grid), attention the row."""
-    from specsim.cost.deployment import Deployment, pricing_source, target_step_cost
-    hw, stack, model = load_hardware("h100-sxm"), load_stack("sglang"), load_model("llama-3.1-8b")
-    dep = Deployment.from_stack(hw, stack, stack_version="0.5.14", measured=True)
-    tab = dep.operator_tables.frames
+    model = load_model("llama-3.1-8b")
+    tab = ot.load_tables("h100_sxm", "sglang", "0.5.14").frames
+    mp = _pass("h100_sxm", "sglang", model, version="0.5.14")
     g = tab["gemm_perf"]
     g = g[(g.gemm_dtype == "bfloat16") & (g.m == 1)].set_index(["n", "k"])["latency"]  # ms
 
@@ -103,43 +107,36 @@ def test_a_step_priced_by_hand_from_table_rows():
     layer_ms = lat(6144, 4096) + lat(4096, 4096) + lat(28672, 4096) + lat(4096, 14336)
     head_ms = 2 * lat(128256 / 2, 4096)  # the 128256-wide head as two column blocks the grid holds
     a = tab["generation_attention_perf"]
-    attn_ms = float(a[(a.kernel_source == "fa3") & (a.batch_size == 1) & (a.step == 1023) & (a.num_heads == 32)
-                      & (a.num_key_value_heads == 8) & (a.head_dim == 128) & (a.window_size == 0)
-                      & (a.kv_cache_dtype == "bfloat16")]["latency"].median())
-    c = target_step_cost(model, dep, batch_size=1, q_len=1, context_len=1022)
-    assert float(c.weights.time_s) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
-    assert float(c.lm_head.time_s) == pytest.approx(head_ms * 1e-3, rel=1e-9)
-    assert float(c.attention.time_s) == pytest.approx(32 * attn_ms * 1e-3, rel=1e-9)
-    assert float(c.communication_s) == 0.0
-    assert c.source.startswith("aiconfigurator-core") and "h100_sxm sglang 0.5.14" in c.source
-    assert any("lm_head" in n for n in c.notes)
-    assert "generation_attention fa3" in pricing_source(model, dep)
+    rows = a[(a.kernel_source == "fa3") & (a.step == 1023) & (a.num_heads == 32) & (a.num_key_value_heads == 8)
+             & (a.head_dim == 128) & (a.window_size == 0) & (a.kv_cache_dtype == "bfloat16")]
+    attn_ms = float(rows[rows.batch_size == 1]["latency"].median())
+    assert float(mp.layers_time_s(1)) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
+    assert float(mp.head_time_s(1)) == pytest.approx(head_ms * 1e-3, rel=1e-9)
+    assert float(mp.attention_time_s(1, 1023)) == pytest.approx(32 * attn_ms * 1e-3, rel=1e-9)
+    assert float(mp.allreduce_time_s(1)) == 0.0  # tp 1
+    assert "h100_sxm sglang 0.5.14" in mp.label and "generation_attention fa3" in mp.label
+    assert any("lm_head" in n for n in mp.notes)
     # a verify of 4 tokens reads the table at batch 4, kv L + 4 (AIC's batch widening)
-    v = target_step_cost(model, dep, batch_size=1, q_len=4, context_len=1019)
-    row4 = float(a[(a.kernel_source == "fa3") & (a.batch_size == 4) & (a.step == 1023) & (a.num_heads == 32)
-                   & (a.num_key_value_heads == 8) & (a.head_dim == 128) & (a.window_size == 0)
-                   & (a.kv_cache_dtype == "bfloat16")]["latency"].median())
-    assert float(v.attention.time_s) == pytest.approx(32 * row4 * 1e-3, rel=1e-9)
+    row4 = float(rows[rows.batch_size == 4]["latency"].median())
+    assert float(mp.attention_time_s(4, 1023)) == pytest.approx(32 * row4 * 1e-3, rel=1e-9)
+    assert float(mp.attention_time_s(0, 1023)) == 0.0  # no decode queries, no decode attention
 
 
 @needs_tables
 def test_outside_the_measured_range_is_noted():
-    from specsim.cost.deployment import Deployment, target_step_cost
-    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"), measured=True)
-    c = target_step_cost(load_model("llama-3.1-8b"), dep, batch_size=64, q_len=1, context_len=100_000)
-    assert any("generation_attention" in n and "64" in n for n in c.notes)
+    mp = _pass("h100_sxm", "sglang", load_model("llama-3.1-8b"))
+    notes = mp.range_notes(n_tokens=64, n_queries=64, kv_len=100_001)
+    assert any("generation_attention" in n and "64" in n for n in notes)
+    assert mp.range_notes(n_tokens=64, n_queries=64, kv_len=1023) == ()  # measured: nothing to say
 
 
 def test_fallback_when_the_tables_are_absent(monkeypatch, capsys):
-    from specsim.cost.deployment import Deployment, pricing_source, target_step_cost
+    """No package: no tables for any system (every pass then takes the roofline, cost.pricing) and one
+    line on stderr, once per process."""
     monkeypatch.setattr(ot, "package_root", lambda: None)
     monkeypatch.setattr(ot, "_WARNED", [])
-    hw, model = load_hardware("h100-sxm"), load_model("llama-3.1-8b")
-    dep = Deployment.from_stack(hw, load_stack("sglang"), measured=True)
-    Deployment.from_stack(hw, load_stack("vllm"), measured=True)
-    assert dep.operator_tables is None
-    assert pricing_source(model, dep).startswith("roofline")
-    assert target_step_cost(model, dep, batch_size=2, q_len=1, context_len=10).source == "roofline"
+    assert ot.load_tables("h100_sxm", "sglang") is None
+    assert ot.load_tables("h100_sxm", "vllm") is None
     err = capsys.readouterr().err
     assert err.count("is not installed") == 1 and "roofline" in err
 
@@ -147,13 +144,12 @@ def test_fallback_when_the_tables_are_absent(monkeypatch, capsys):
 @needs_tables
 def test_all_reduce_at_tp2_from_the_table_row():
     """tp 2, 32 tokens: 32 × 4096 = 131072 bf16 elements, a measured message size; two all-reduces a layer."""
-    from specsim.cost.deployment import Deployment, target_step_cost
-    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"), n_devices=2, measured=True)
-    ar = dep.operator_tables.frames["custom_allreduce_perf"]
+    tables = ot.load_tables("h100_sxm", "sglang")
+    mp = _pass("h100_sxm", "sglang", load_model("llama-3.1-8b"), tp=2)
+    ar = tables.frames["custom_allreduce_perf"]
     row_ms = float(ar[(ar.num_gpus == 2) & (ar.message_size == 131072) & (ar.backend == "sglang_graph")]["latency"].median())
-    c = target_step_cost(load_model("llama-3.1-8b"), dep, batch_size=32, q_len=1, context_len=100)
-    assert float(c.communication_s) == pytest.approx(2 * 32 * row_ms * 1e-3, rel=1e-9)
-    assert "custom_allreduce graph tp 2" in c.source
+    assert float(mp.allreduce_time_s(32)) == pytest.approx(2 * 32 * row_ms * 1e-3, rel=1e-9)
+    assert "custom_allreduce graph tp 2" in mp.label
 
 
 def test_another_installed_version_is_named(monkeypatch):

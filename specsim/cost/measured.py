@@ -6,14 +6,27 @@ B·M for a verify of M tokens), attention over the cache, and two all-reduces at
 head at m = G (the positions that need logits). Element-wise work the tables do not hold (norms,
 rotary, SwiGLU, residual adds, the KV write) stays where `roofline` puts it, and the pass says so.
 
+What is read, per model and deployment (`build`):
+- GEMMs in the model's weight format (`FORMAT_GEMM_DTYPES`): bf16/fp16 -> bfloat16, fp8 -> fp8
+  (per-tensor scaled), fp8-block -> fp8_block, nvfp4 -> nvfp4, int4 / AWQ / GPTQ (W4A16) -> int4_wo,
+  int8-wo (W8A16) -> int8_wo, int8 (W8A8) -> sq (SmoothQuant). Where the scenario's framework did not
+  collect the dtype on the part, the nearest collection that did stands in (`operator_tables.
+  gemm_stand_in`: its own other versions, then TensorRT-LLM, vLLM, SGLang) and the pass names it.
+- Generation (decode) attention at the KV-cache dtype (bf16/fp16 -> bfloat16, fp8 -> fp8); a part
+  whose table has no fp8 KV rows (A100) is not covered, and `covered` says so.
+- Context (prefill) attention for prompt chunks (`context_attention_time_s`).
+- The custom all-reduce at the group size.
+
 Interpolation, and why it fits the data:
-- GEMM in m: piecewise-linear between the measured m (74 values, 1..32768) at one (n, k): the
-  latency is flat while the weights dominate and linear in m once compute does; the knees are where
-  the table measures densely.
+- GEMM in m: piecewise-linear between the measured m (74 values, 1..32768 on Hopper; 21 on A100's
+  TensorRT-LLM collection) at one (n, k): the latency is flat while the weights dominate and linear
+  in m once compute does; the knees are where the table measures densely. Past the last m a corner
+  measured, the curve goes on in proportion to m (compute-bound there), and the pass says so.
 - GEMM in (n, k) off the grid (n, k in 32..65536 on 22 points): bilinear. A memory- or
-  compute-bound GEMM costs a + b·n·k, which bilinear interpolation reproduces exactly; n wider than
-  the grid (an LM head of 128 k vocabulary) is priced as column blocks of a width the grid holds,
-  which is how a wide GEMM splits, and is noted.
+  compute-bound GEMM costs a + b·n·k, which bilinear interpolation reproduces exactly. A corner the
+  collector skipped (n = k = 65536) is filled from its measured neighbours in proportion to n·k, noted.
+  n or k wider than the grid (an LM head of 128 k vocabulary) is priced as blocks of a size the grid
+  holds (column blocks for n, split-K blocks for k), which is how a wide GEMM splits, and is noted.
 - Generation attention (per layer, by batch and KV length 'step'): bilinear in (batch, step) between
   measured points (latency ≈ a + c·batch·step once memory-bound). Cells the table left out (batch ×
   step past the part's memory) are filled from the row's last measured step in proportion to the KV
@@ -23,31 +36,49 @@ Interpolation, and why it fits the data:
   AIConfigurator's own convention for MTP verification ("batch widening by nextn + 1"); it overstates
   the KV read of a kernel that shares one cache read among the M queries, by at most M× at long
   context, and the M·(M+1)/2 causal pairs inside the block are noise beside L.
+- Context attention (per layer, by batch and prompt length isl): bilinear in (batch, isl), 0 at
+  isl = 0. The tables measure fresh prompts only (`step` is 0 in every 0.12.0 collection), so a
+  chunk of c tokens after p cached ones is priced as the difference of two fresh prompts,
+  T(p + c) - T(p): that difference holds exactly the chunk's causal pairs c·p + c(c+1)/2, which is
+  what a prefill kernel computes; it is kept at least T(c) (the chunk alone, launch floor included).
+  Cells past the part's memory (large batch × isl) are filled from the column's last measured batch
+  in proportion to the sequences; past isl 16384 the time grows with the square of the prompt (the
+  pairs), past the largest batch in proportion to it; both are noted.
 - All-reduce: piecewise-linear in message size (elements of bf16 = T · hidden) at the group size,
-  the CUDA-graph backend (stacks capture decode and verify in graphs).
+  the CUDA-graph backend where the collection has one (stacks capture decode and verify in graphs).
+  Past the largest measured message it goes on linearly (bandwidth-bound), noted.
 Outside the measured range nothing is extrapolated silently: a note naming the op and the shape
-goes into the pass's `notes`.
+goes into the pass's `notes` (shapes of the model) or `range_notes` (shapes of one evaluation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import field_error
 from ..specs.models import ModelSpec
-from ..specs.operator_tables import OperatorTables
+from ..specs.operator_tables import OperatorTables, gemm_stand_in
 
-_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+# weight format (specs.models.WEIGHT_FORMATS) -> the gemm_dtype its linear layers run as in the tables.
+# Formats not here (fp32, fp4, GGUF) run kernels no collected framework measured.
+FORMAT_GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block",
+                      "nvfp4": "nvfp4", "int4": "int4_wo", "int4-awq": "int4_wo", "int4-gptq": "int4_wo",
+                      "int8-wo": "int8_wo", "int8": "sq"}
+# KV-cache dtype (specs.models.KV_DTYPES) -> the tables' kv_cache_dtype
+KV_TABLE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+# Every count a pass is asked about must stay where a float64 counts exactly; past it the shape is
+# an overflow (B × M of two huge numbers), not a workload, and the time would come out inf.
+MAX_COUNT_EXACT = 2.0 ** 53
 
 
 def gemm_dtype(model: ModelSpec) -> str | None:
-    """The table dtype a model's linear layers run in (16-bit weights: bfloat16; 8-bit: fp8)."""
-    wb = model.weight_bytes_per_param
-    if wb == 2.0:
-        return "bfloat16"
-    if wb == 1.0:
-        return "fp8"
-    return None
+    """The table dtype a model's linear layers run in, or None where no table holds its kernels."""
+    return FORMAT_GEMM_DTYPES.get(model.weight_format)
+
+
+def _head_format(model: ModelSpec) -> str:
+    return model.lm_head_weight_format or model.weight_format
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,27 +106,55 @@ class GemmGrid:
 
     def curve(self, n: float, k: float, notes: list[str], name: str) -> np.ndarray:
         """Latency over self.m of one GEMM of (n, k): bilinear in (n, k) at each measured m."""
+        return self.curve_and_reach(n, k, notes, name)[0]
+
+    def curve_and_reach(self, n: float, k: float, notes: list[str], name: str) -> tuple[np.ndarray, float]:
+        """(latency over self.m, the largest m its corners measured). Blocks, fills and clamps noted."""
         blocks = 1
         if n > self.n[-1]:  # a GEMM wider than the grid runs as column blocks the grid holds
-            blocks = int(np.ceil(n / self.n[-1]))
-            notes.append(f"gemm {name}: n = {n:g} wider than the measured {self.n[-1]:g}: priced as {blocks} "
-                         f"column blocks of n = {n / blocks:g}")
-            n = n / blocks
-        if not (self.n[0] <= n and self.k[0] <= k <= self.k[-1]):
-            notes.append(f"gemm {name}: (n, k) = ({n:g}, {k:g}) outside the measured n {self.n[0]:g}..{self.n[-1]:g}, "
-                         f"k {self.k[0]:g}..{self.k[-1]:g}: clamped to the nearest measured shape")
-        n_c, k_c = np.clip(n, self.n[0], self.n[-1]), np.clip(k, self.k[0], self.k[-1])
+            nb = int(np.ceil(n / self.n[-1]))
+            notes.append(f"gemm {name}: n = {n:g} wider than the measured {self.n[-1]:g}: priced as {nb} "
+                         f"column blocks of n = {n / nb:g}")
+            n, blocks = n / nb, blocks * nb
+        if k > self.k[-1]:  # split-K: partial products of k blocks the grid holds, summed
+            kb = int(np.ceil(k / self.k[-1]))
+            notes.append(f"gemm {name}: k = {k:g} deeper than the measured {self.k[-1]:g}: priced as {kb} "
+                         f"split-K blocks of k = {k / kb:g}")
+            k, blocks = k / kb, blocks * kb
+        if n < self.n[0] or k < self.k[0]:
+            notes.append(f"gemm {name}: (n, k) = ({n:g}, {k:g}) below the measured n >= {self.n[0]:g}, "
+                         f"k >= {self.k[0]:g}: priced at the smallest measured shape (launch-bound there)")
+        n_c, k_c = max(n, self.n[0]), max(k, self.k[0])
         i = int(np.clip(np.searchsorted(self.n, n_c) - 1, 0, self.n.size - 2))
         j = int(np.clip(np.searchsorted(self.k, k_c) - 1, 0, self.k.size - 2))
         u = (n_c - self.n[i]) / (self.n[i + 1] - self.n[i])
         v = (k_c - self.k[j]) / (self.k[j + 1] - self.k[j])
-        c = self.latency_s
-        out = ((1 - u) * (1 - v) * c[:, i, j] + u * (1 - v) * c[:, i + 1, j]
-               + (1 - u) * v * c[:, i, j + 1] + u * v * c[:, i + 1, j + 1])
-        if np.isnan(out).any():  # an m the corners did not all measure: interpolate over the ones they did
-            ok = ~np.isnan(out)
-            out = np.interp(self.m, self.m[ok], out[ok])
-        return blocks * out
+        corners = self.latency_s[:, i:i + 2, j:j + 2].copy()  # [m, 2, 2]
+        nk = np.outer(self.n[i:i + 2], self.k[j:j + 2])  # [2, 2]
+        gap = np.isnan(corners)
+        partly = gap.any(axis=(1, 2)) & ~gap.all(axis=(1, 2))
+        if partly.any():  # a corner the collector skipped: from its measured neighbours, in proportion to n·k
+            per_nk = np.nanmean(np.where(gap, np.nan, corners / nk), axis=(1, 2))
+            fill = per_nk[:, None, None] * nk[None, :, :]
+            corners = np.where(gap & partly[:, None, None], fill, corners)
+            miss = sorted({(float(self.n[i + a]), float(self.k[j + b])) for a in (0, 1) for b in (0, 1)
+                           if gap[partly][:, a, b].any()})
+            notes.append(f"gemm {name}: grid corner(s) {', '.join(f'({a:g}, {b:g})' for a, b in miss)} not measured "
+                         "at some m: filled from the measured neighbours in proportion to n·k")
+        out = ((1 - u) * (1 - v) * corners[:, 0, 0] + u * (1 - v) * corners[:, 1, 0]
+               + (1 - u) * v * corners[:, 0, 1] + u * v * corners[:, 1, 1])
+        ok = ~np.isnan(out)
+        if not ok.any():
+            return np.full(self.m.shape, np.nan), 0.0
+        first, last = int(np.flatnonzero(ok)[0]), int(np.flatnonzero(ok)[-1])
+        if not ok.all():
+            # inside: piecewise-linear over the measured m; past the last: in proportion to m (compute-bound)
+            inner = np.interp(self.m, self.m[ok], out[ok])
+            out = np.where(self.m > self.m[last], out[last] * self.m / self.m[last], inner)
+            if last < self.m.size - 1:
+                notes.append(f"gemm {name}: measured up to m = {self.m[last]:g} at (n, k) = ({n:g}, {k:g}): "
+                             "larger m continued in proportion to m")
+        return blocks * out, float(self.m[last])
 
 
 def _interp_extrap(x, xp, fp):
@@ -105,12 +164,26 @@ def _interp_extrap(x, xp, fp):
     return np.where(x > xp[-1], fp[-1] + slope * (x - xp[-1]), y)
 
 
+def _bilinear(x, y, gx, gy, cells):
+    """cells[gx, gy] at (x, y) by np.interp positions (clamped to the grid), then the four corners."""
+    fi = np.interp(x, gx, np.arange(gx.size, dtype=np.float64))
+    fj = np.interp(y, gy, np.arange(gy.size, dtype=np.float64))
+    i = np.minimum(fi.astype(np.intp), gx.size - 2)
+    j = np.minimum(fj.astype(np.intp), gy.size - 2)
+    u, v = fi - i, fj - j
+    flat, w = cells.ravel(), gy.size
+    k = i * w + j
+    return (1 - u) * ((1 - v) * flat[k] + v * flat[k + 1]) + u * ((1 - v) * flat[k + w] + v * flat[k + w + 1])
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeasuredPass:
     """A model's passes on one system and framework at tensor-parallel degree tp, tabulated.
 
+    All times are seconds for the whole model (every layer), vectorised over numpy arrays.
     m: token counts (0 prepended); layers_s[i]: all layers' GEMMs at m[i] tokens; head_s[i]: the LM head
-    at m[i] logit rows; attention grid (per model: all layers) over (batch, step); all-reduce curve."""
+    at m[i] logit rows; generation attention over (batch, step) with a zero row at batch 0; context
+    attention over (batch, isl) with zeros at batch 0 and isl 0; the all-reduce curve."""
 
     label: str
     m: np.ndarray
@@ -125,130 +198,354 @@ class MeasuredPass:
     n_allreduce: int
     hidden_size: int
     notes: tuple[str, ...]
+    ctx_batch: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ctx_isl: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ctx_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    ctx_filled: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    layers_m_measured: float = np.inf  # the largest m every layer GEMM's corners measured
+    head_m_measured: float = np.inf
+    gemm_grid: GemmGrid | None = None  # the weight dtype's grid, for gemm_time_s
+    n_layers: int = 1
+    _gemm_curves: dict = field(default_factory=dict, repr=False, compare=False)
 
     def layers_time_s(self, n_tokens) -> np.ndarray:
+        """Every layer's GEMMs (QKV, O, gate/up, down) at m = n_tokens."""
         return _interp_extrap(np.asarray(n_tokens, dtype=np.float64), self.m, self.layers_s)
 
     def head_time_s(self, n_logits) -> np.ndarray:
+        """The LM head at m = n_logits rows."""
         return _interp_extrap(np.asarray(n_logits, dtype=np.float64), self.m, self.head_s)
 
     def attention_time_s(self, n_queries, kv_len) -> np.ndarray:
-        """All layers' attention for n_queries decode queries each over kv_len cached tokens."""
+        """All layers' generation attention for n_queries decode queries each over kv_len cached tokens
+        (a verify of M tokens over L: n_queries = B·M, kv_len = L + M; see the module docstring)."""
         b = np.asarray(n_queries, dtype=np.float64)
         s = np.asarray(kv_len, dtype=np.float64)
-        gb, gs, c = self.attn_batch, self.attn_step, self.attn_s
-        # fractional grid positions by np.interp (one pass each), then the four corners by flat index
-        fi = np.interp(b, gb, np.arange(gb.size, dtype=np.float64))
-        fj = np.interp(s, gs, np.arange(gs.size, dtype=np.float64))
-        i = np.minimum(fi.astype(np.intp), gb.size - 2)
-        j = np.minimum(fj.astype(np.intp), gs.size - 2)
-        u, v = fi - i, fj - j
-        flat, w = c.ravel(), gs.size
-        k = i * w + j
-        t = (1 - u) * ((1 - v) * flat[k] + v * flat[k + 1]) + u * ((1 - v) * flat[k + w] + v * flat[k + w + 1])
+        gb, gs = self.attn_batch, self.attn_step
+        t = _bilinear(b, s, gb, gs, self.attn_s)
         # past the grid: in proportion to the queries and to the KV tokens (memory-bound there)
         if b.size and (b.max() > gb[-1] or s.max() > gs[-1]):
             t = t * np.maximum(b / gb[-1], 1.0) * np.maximum(s / gs[-1], 1.0)
         return t
 
+    def _context_fresh_s(self, b, x):
+        """All layers' context attention for b fresh prompts of x tokens each (0 at b = 0 or x = 0)."""
+        gb, gx = self.ctx_batch, self.ctx_isl
+        t = _bilinear(b, x, gb, gx, self.ctx_s)
+        if b.size and (b.max() > gb[-1] or x.max() > gx[-1]):
+            t = t * np.maximum(b / gb[-1], 1.0) * np.maximum(x / gx[-1], 1.0) ** 2
+        return t
+
+    def context_attention_time_s(self, n_seqs, chunk_len, prefix_len) -> np.ndarray:
+        """All layers' context attention for n_seqs prompt chunks of chunk_len new tokens, each after
+        prefix_len cached tokens of its sequence. The tables hold fresh prompts only, so a prefix is
+        priced as T(prefix + chunk) - T(prefix), the chunk's own causal pairs, at least T(chunk)."""
+        b = np.asarray(n_seqs, dtype=np.float64)
+        c = np.asarray(chunk_len, dtype=np.float64)
+        p = np.asarray(prefix_len, dtype=np.float64)
+        b, c, p = np.broadcast_arrays(b, c, p)
+        whole = self._context_fresh_s(b, p + c) - self._context_fresh_s(b, p)
+        return np.maximum(whole, self._context_fresh_s(b, c))
+
     def allreduce_time_s(self, n_tokens) -> np.ndarray:
+        """The pass's all-reduces (two a layer) of n_tokens × hidden bf16 elements; 0 at tp 1."""
         if self.ar_elems.size == 0:
             return np.zeros(np.shape(n_tokens))
         e = np.asarray(n_tokens, dtype=np.float64) * self.hidden_size
         return np.where(e > 0, self.n_allreduce * _interp_extrap(e, self.ar_elems, self.ar_s), 0.0)
 
-    def range_notes(self, *, n_tokens, n_queries, kv_len) -> tuple[str, ...]:
-        """Notes for the shapes of one evaluation that fall outside what the tables measured."""
+    def gemm_time_s(self, n, k, m) -> np.ndarray:
+        """One GEMM of output width n and input depth k at m rows, in this pass's weight dtype (the
+        dense blocks: an EAGLE projection, Medusa/Hydra heads). Its own shape notes: `gemm_notes`."""
+        curve, _ = self._gemm_curve(float(n), float(k))
+        mm = np.concatenate([[0.0], self.gemm_grid.m])
+        return _interp_extrap(np.asarray(m, dtype=np.float64), mm, np.concatenate([[0.0], curve]))
+
+    def gemm_notes(self, n, k) -> tuple[str, ...]:
+        """What `gemm_time_s` at (n, k) had to block, fill or clamp."""
+        return self._gemm_curve(float(n), float(k))[1]
+
+    def _gemm_curve(self, n: float, k: float):
+        if self.gemm_grid is None:
+            raise ValueError("this MeasuredPass was built without its GEMM grid")
+        hit = self._gemm_curves.get((n, k))
+        if hit is None:
+            notes: list[str] = []
+            curve, _ = self.gemm_grid.curve_and_reach(n, k, notes, f"({n:g} x {k:g})")
+            hit = self._gemm_curves[(n, k)] = (curve, tuple(notes))
+        return hit
+
+    def range_notes(self, *, n_tokens, n_queries, kv_len, prefill_seqs=0, prefill_len=0) -> tuple[str, ...]:
+        """Notes for the shapes of one evaluation that fall outside what the tables measured.
+        prefill_len: a prefill sequence's prefix + chunk tokens. A count past 2**53 (an overflowed
+        product of finite shapes) is refused in one line: its time would come out inf."""
+        for name, x in (("n_tokens", n_tokens), ("n_queries", n_queries), ("kv_len", kv_len),
+                        ("prefill_seqs", prefill_seqs), ("prefill_len", prefill_len)):
+            a = np.asarray(x, dtype=np.float64)
+            if a.size and not (np.all(np.isfinite(a)) and float(np.max(a)) <= MAX_COUNT_EXACT):
+                bad = a[~(np.isfinite(a) & (a <= MAX_COUNT_EXACT))].flat[0]
+                raise field_error("measured pass", name, float(bad),
+                                  f"a finite count up to 2**53 = {MAX_COUNT_EXACT:.3g} (a larger one is an overflowed "
+                                  "product of the shapes, whose time would be inf)")
         out = []
-        t, b, s = (float(np.max(np.asarray(x))) for x in (n_tokens, n_queries, kv_len))
+        t, b, s = (float(np.max(np.asarray(x))) if np.size(x) else 0.0 for x in (n_tokens, n_queries, kv_len))
         if t > self.m[-1]:
             out.append(f"gemm: m = {t:g} tokens past the measured {self.m[-1]:g}: continued linearly")
+        elif t > self.layers_m_measured:
+            out.append(f"gemm: m = {t:g} tokens past the {self.layers_m_measured:g} every layer GEMM measured: "
+                       "continued in proportion to m")
         if b > self.attn_batch[-1] or s > self.attn_step[-1]:
             out.append(f"generation_attention: batch {b:g} × kv {s:g} past the measured batch {self.attn_batch[-1]:g}, "
                        f"kv {self.attn_step[-1]:g}: scaled in proportion")
-        elif self.attn_filled.any():
-            bc, sc = min(b, self.attn_batch[-1]), min(s, self.attn_step[-1])
-            i = min(int(np.searchsorted(self.attn_batch, bc)), self.attn_batch.size - 1)
-            j = min(int(np.searchsorted(self.attn_step, sc)), self.attn_step.size - 1)
+        elif self.attn_filled.any() and b > 0:
+            i = min(int(np.searchsorted(self.attn_batch, b)), self.attn_batch.size - 1)
+            j = min(int(np.searchsorted(self.attn_step, s)), self.attn_step.size - 1)
             if self.attn_filled[i, j]:
                 out.append(f"generation_attention: batch {b:g} × kv {s:g} not measured (past the part's memory in "
                            "the collection): filled from the row's last measured kv in proportion")
+        if self.ar_elems.size and t * self.hidden_size > self.ar_elems[-1]:
+            out.append(f"custom_allreduce: message of {t * self.hidden_size:g} elements past the measured "
+                       f"{self.ar_elems[-1]:g}: continued linearly")
+        ps = float(np.max(np.asarray(prefill_seqs))) if np.size(prefill_seqs) else 0.0
+        pl = float(np.max(np.asarray(prefill_len))) if np.size(prefill_len) else 0.0
+        if ps > 0 and pl > 0 and self.ctx_isl.size:
+            if ps > self.ctx_batch[-1] or pl > self.ctx_isl[-1]:
+                out.append(f"context_attention: {ps:g} prompts × {pl:g} tokens past the measured batch "
+                           f"{self.ctx_batch[-1]:g}, isl {self.ctx_isl[-1]:g}: scaled with the sequences and the "
+                           "square of the prompt")
+            else:
+                i = min(int(np.searchsorted(self.ctx_batch, ps)), self.ctx_batch.size - 1)
+                j = min(int(np.searchsorted(self.ctx_isl, pl)), self.ctx_isl.size - 1)
+                if self.ctx_filled[i, j]:
+                    out.append(f"context_attention: {ps:g} prompts × {pl:g} tokens not measured (past the part's "
+                               "memory in the collection): filled from the column's last measured batch in proportion")
         return tuple(out)
 
 
-def covered(model: ModelSpec) -> str:
-    """'' when the tables can price this model's passes, else why not (it then stays on the roofline)."""
+def covered(model: ModelSpec, tables: OperatorTables | None = None, *, tp: int = 1,
+            kv_cache_dtype: str | None = None) -> str:
+    """'' when the tables can price this model's passes, else why not (it then stays on the roofline).
+    Without tables, the reasons the model alone gives; with them, the exact table, row or group missing."""
+    why = _model_reason(model, kv_cache_dtype or model.kv_cache_dtype)
+    if why or tables is None:
+        return why
+    got = build(tables, model, tp, kv_cache_dtype=kv_cache_dtype)
+    return "" if got is not None else _BUILT[_key(tables, model, tp, kv_cache_dtype or model.kv_cache_dtype)][2]
+
+
+def _model_reason(model: ModelSpec, kv: str) -> str:
     if model.moe is not None:
         return "MoE layers (moe_perf is not read yet)"
     if model.mla is not None:
-        return "multi-head latent attention (mla tables not read yet)"
+        return "multi-head latent attention (the mla tables are not read yet)"
     if model.architecture == "encoder-decoder":
         return "an encoder-decoder"
     if model.sliding_window:
-        return "sliding-window attention"
-    if gemm_dtype(model) is None:
-        return f"{model.weight_bytes_per_param:g}-byte weights (tables hold bfloat16 and fp8 GEMMs)"
+        return f"sliding-window attention (window {model.sliding_window}; not read from the tables yet)"
+    for what, fmt in (("weight_format", model.weight_format), ("lm_head_weight_format", _head_format(model))):
+        if fmt not in FORMAT_GEMM_DTYPES:
+            return (f"{what} {fmt!r}: no collected framework measured its kernels (the tables' formats: "
+                    f"{', '.join(FORMAT_GEMM_DTYPES)})")
+    if kv not in KV_TABLE_DTYPES:
+        return f"kv_cache_dtype {kv!r}: the attention tables hold bf16/fp16 and fp8 KV caches only"
     return ""
 
 
-def build(tables: OperatorTables, model: ModelSpec, tp: int) -> MeasuredPass | None:
-    """Tabulate `model` at tp on `tables`, or None where the tables do not cover it."""
-    if covered(model):
-        return None
-    dtype = gemm_dtype(model)
+_BUILT: dict = {}
+
+
+def _key(tables, model, tp, kv):
+    return (id(tables), id(model), tp, kv)
+
+
+def build(tables: OperatorTables, model: ModelSpec, tp: int, *, kv_cache_dtype: str | None = None) -> MeasuredPass | None:
+    """Tabulate `model` at tp on `tables` with its KV cache in kv_cache_dtype (None: the model's), or
+    None where the tables do not cover it (`covered` says why). Built once per (tables, model, tp, kv)."""
+    kv = kv_cache_dtype or model.kv_cache_dtype
+    key = _key(tables, model, tp, kv)
+    hit = _BUILT.get(key)
+    if hit is None or hit[0] is not tables or hit[1] is not model:
+        why = _model_reason(model, kv)
+        got = _tabulate(tables, model, tp, kv) if not why else why
+        hit = _BUILT[key] = (tables, model, got)
+    return hit[2] if isinstance(hit[2], MeasuredPass) else None
+
+
+def _gemm_grid(tables: OperatorTables, dtype: str, notes: list[str]):
+    """(grid, label suffix) of dtype from the scenario's framework, else from its stand-in (named in the
+    suffix and in notes); (None, why) where no collection on the part has it."""
     grid = GemmGrid.from_frame(tables.frames["gemm_perf"], dtype)
-    attn = tables.frames.get("generation_attention_perf")
-    if grid is None or attn is None:
-        return None
+    if grid is not None:
+        return grid, ""
+    alt = gemm_stand_in(tables, dtype)
+    if alt is None:
+        have = sorted(map(str, tables.frames["gemm_perf"]["gemm_dtype"].unique()))
+        return None, (f"gemm {dtype}: no collection on {tables.system} measured it ({tables.framework} "
+                      f"{tables.versions['gemm_perf']} has {', '.join(have)}; no other framework or version has it)")
+    fw, ver, frame = alt
+    grid = GemmGrid.from_frame(frame, dtype)
+    notes.append(f"gemm {dtype}: {tables.framework} {tables.versions['gemm_perf']} did not collect it on "
+                 f"{tables.system}; {fw} {ver}'s {grid.kernel_source} kernel stands in")
+    return grid, f" (from {fw} {ver})"
+
+
+def _attention_rows(frame, table: str, tables: OperatorTables, heads: int, kv_heads: int, hd: int, kv: str):
+    """The rows of one attention table for this shard's shape and KV dtype, one kernel; or a reason."""
+    shape = frame[(frame["num_heads"] == heads) & (frame["num_key_value_heads"] == kv_heads)
+                  & (frame["head_dim"] == hd) & (frame["window_size"] == 0)]
+    where = f"{table} ({tables.system} {tables.framework} {tables.versions[table]})"
+    if shape.empty:
+        return None, "", (f"{where} has no row for {heads} heads, {kv_heads} KV heads, head_dim {hd} per GPU "
+                          "(full attention)")
+    a = shape[shape["kv_cache_dtype"] == kv]
+    if a.empty:
+        have = ", ".join(sorted(map(str, shape["kv_cache_dtype"].unique())))
+        return None, "", f"{kv} KV cache: {where} collected kv_cache_dtype {have} only at this shape"
+    src = sorted(a["kernel_source"].unique())
+    # the stack's default kernel over its Triton fallback; vLLM 0.24 on Blackwell splits FlashInfer into
+    # a prefill and a decode lane: each table takes its own phase's lane
+    other = "decode" if table.startswith("context") else "prefill"
+    pick = ([s for s in src if "triton" not in s and other not in s] or [s for s in src if "triton" not in s]
+            or src)
+    a = a[a["kernel_source"] == pick[0]]
+    if "attn_dtype" in a.columns and a["attn_dtype"].nunique() > 1:  # fp8 KV runs fp8 math where collected
+        prefer = kv if (a["attn_dtype"] == kv).any() else "bfloat16"
+        a = a[a["attn_dtype"] == prefer]
+    return a, str(pick[0]), ""
+
+
+def _grid(a, rows: str, cols: str, fill_rows: bool):
+    """pivot latency_s[rows, cols] with a zero row at rows = 0 (and a zero column at cols = 0 when
+    fill_rows is False: a fresh prompt of 0 tokens). NaN cells filled: along a row in proportion to cols
+    (fill_rows True: generation, memory-bound in the KV read) or down a column in proportion to rows
+    (False: context, the sequences are independent). Returns (row grid, col grid, cells, filled) or None."""
+    pv = a.pivot_table(index=rows, columns=cols, values="latency_s", aggfunc="median")
+    gr, gc = pv.index.to_numpy(np.float64), pv.columns.to_numpy(np.float64)
+    cell = pv.to_numpy(np.float64).copy()
+    filled = np.isnan(cell)
+    if fill_rows:
+        for r in range(cell.shape[0]):
+            ok = np.flatnonzero(~filled[r])
+            if ok.size == 0:
+                return None
+            cell[r, ok[-1] + 1:] = cell[r, ok[-1]] * gc[ok[-1] + 1:] / gc[ok[-1]]
+            cell[r, :ok[0]] = cell[r, ok[0]]
+    else:
+        for c in range(cell.shape[1]):
+            ok = np.flatnonzero(~filled[:, c])
+            if ok.size == 0:
+                return None
+            cell[ok[-1] + 1:, c] = cell[ok[-1], c] * gr[ok[-1] + 1:] / gr[ok[-1]]
+            cell[:ok[0], c] = cell[ok[0], c]
+        gc = np.concatenate([[0.0], gc])
+        cell = np.concatenate([np.zeros((cell.shape[0], 1)), cell], axis=1)
+        filled = np.concatenate([np.zeros((filled.shape[0], 1), dtype=bool), filled], axis=1)
+    gr = np.concatenate([[0.0], gr])
+    cell = np.concatenate([np.zeros((1, cell.shape[1])), cell], axis=0)
+    filled = np.concatenate([np.zeros((1, filled.shape[1]), dtype=bool), filled], axis=0)
+    return gr, gc, cell, filled
+
+
+def _allreduce(tables: OperatorTables, tp: int, parts: list[str], notes: list[str]):
+    ar = tables.frames.get("custom_allreduce_perf")
+    if ar is None:
+        return None, f"no custom_allreduce_perf for {tables.framework} on {tables.system} (tp {tp} needs one)"
+    where = f"custom_allreduce_perf ({tables.system} {tables.framework} {tables.versions['custom_allreduce_perf']})"
+    r = ar[ar["num_gpus"] == tp]
+    if r.empty:
+        groups = ", ".join(str(int(g)) for g in sorted(ar["num_gpus"].unique()))
+        return None, f"{where} has no tp {tp} group: it measured groups of {groups}"
+    backend = "graph"
+    if "backend" in r.columns:
+        g = r[r["backend"].astype(str).str.endswith("graph")]
+        if g.empty:  # b60's vLLM collections measured eager only
+            backend = str(r["backend"].iloc[0])
+            notes.append(f"custom_allreduce: {where} has no CUDA-graph rows; its {backend} rows stand in")
+        r = g if not g.empty else r
+    r = r.groupby("message_size")["latency_s"].median()
+    parts.append(f"custom_allreduce {backend} tp {tp}")
+    return (r.index.to_numpy(np.float64), r.to_numpy(np.float64)), ""
+
+
+def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> MeasuredPass | str:
+    """The pass, or the precise reason the tables do not cover it."""
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1 or model.n_heads % tp:
+        return f"tp {tp} is not a divisor of the {model.n_heads} attention heads"
     notes: list[str] = [tables.version_note] if tables.version_note else []
-    d, h, hd = model.hidden_size, model.n_heads, model.head_dim
-    kv = model.n_kv_heads
-    heads, kv_heads = h // tp, max(1, kv // tp)
+    parts: list[str] = []
+    dtype = FORMAT_GEMM_DTYPES[model.weight_format]
+    grid, why = _gemm_grid(tables, dtype, notes)
+    if grid is None:
+        return why
+    parts.append(f"gemm {dtype} {grid.kernel_source}{why}")
+    if model.weight_format == "fp16":
+        notes.append("gemm: fp16 weights priced on the bfloat16 kernels (the same tensor-core rate)")
+    head_dtype = FORMAT_GEMM_DTYPES[_head_format(model)]
+    head_grid = grid
+    if head_dtype != dtype:
+        head_grid, why = _gemm_grid(tables, head_dtype, notes)
+        if head_grid is None:
+            return f"lm head: {why}"
+        parts.append(f"lm_head {head_dtype} {head_grid.kernel_source}{why}")
+
+    d, hd = model.hidden_size, model.head_dim
+    heads, kv_heads = model.n_heads // tp, max(1, model.n_kv_heads // tp)
     gate_up = 2 if model.ffn_kind == "gated" else 1
     shapes = [("qkv", (heads + 2 * kv_heads) * hd, d), ("o", d, heads * hd),
               ("gate_up", gate_up * model.ffn_size / tp, d), ("down", d, model.ffn_size / tp)]
-    per_layer = sum(grid.curve(n, k, notes, name) for name, n, k in shapes)
-    head = grid.curve(model.vocab_size / tp, d, notes, "lm_head")
+    per_layer = np.zeros(grid.m.size)
+    reach = np.inf
+    for name, n, k in shapes:
+        c, r = grid.curve_and_reach(n, k, notes, name)
+        if not r:
+            return f"gemm {dtype} {name}: the table measured no m at (n, k) = ({n:g}, {k:g}) nor its neighbours"
+        per_layer, reach = per_layer + c, min(reach, r)
+    head, head_reach = head_grid.curve_and_reach(model.vocab_size / tp, d, notes, "lm_head")
+    if not head_reach:
+        return f"gemm {head_dtype} lm_head: the table measured no m near (n, k) = ({model.vocab_size / tp:g}, {d:g})"
+    if head_grid is not grid:  # another m grid: onto the layers' m
+        head = _interp_extrap(grid.m, head_grid.m, head)
     m = np.concatenate([[0.0], grid.m])
     layers_s = np.concatenate([[0.0], model.n_layers * per_layer])
     head_s = np.concatenate([[0.0], head])
 
-    a = attn[(attn["num_heads"] == heads) & (attn["num_key_value_heads"] == kv_heads) & (attn["head_dim"] == hd)
-             & (attn["window_size"] == 0) & (attn["kv_cache_dtype"] == "bfloat16") & (attn["isl"] == 1)]
-    if a.empty:
-        return None
-    src = sorted(a["kernel_source"].unique())
-    pick = [s for s in src if s not in ("triton",)] or src  # the stack's default kernel over its fallback
-    a = a[a["kernel_source"] == pick[0]]
-    pv = a.pivot_table(index="batch_size", columns="step", values="latency_s", aggfunc="median")
-    gb, gs = pv.index.to_numpy(np.float64), pv.columns.to_numpy(np.float64)
-    cell = pv.to_numpy(np.float64).copy()
-    filled = np.isnan(cell)
-    for r in range(cell.shape[0]):  # cells past memory: the row's last measured value × KV tokens
-        ok = np.flatnonzero(~filled[r])
-        if ok.size == 0:
-            return None
-        last = ok[-1]
-        cell[r, last + 1:] = cell[r, last] * gs[last + 1:] / gs[last]
-        cell[r, :ok[0]] = cell[r, ok[0]]
-    attn_s = model.n_layers * cell
+    kvt = KV_TABLE_DTYPES[kv]
+    gen = tables.frames.get("generation_attention_perf")
+    if gen is None:
+        return f"no generation_attention_perf for {tables.framework} on {tables.system}"
+    a, gen_src, why = _attention_rows(gen[gen["isl"] == 1], "generation_attention_perf", tables, heads, kv_heads, hd, kvt)
+    if a is None:
+        return why
+    g = _grid(a, "batch_size", "step", fill_rows=True)
+    if g is None:
+        return f"generation_attention_perf: a batch row with no measured step at {heads}/{kv_heads}/{hd}"
+    gb, gs, cell, filled = g
+    parts.append(f"generation_attention {gen_src}" + (f" kv {kvt}" if kvt != "bfloat16" else ""))
+
+    ctx = tables.frames.get("context_attention_perf")
+    if ctx is None:
+        return f"no context_attention_perf for {tables.framework} on {tables.system} (prefill chunks need it)"
+    c, ctx_src, why = _attention_rows(ctx, "context_attention_perf", tables, heads, kv_heads, hd, kvt)
+    if c is None:
+        return why
+    cg = _grid(c, "batch_size", "isl", fill_rows=False)
+    if cg is None:
+        return f"context_attention_perf: an isl column with no measured batch at {heads}/{kv_heads}/{hd}"
+    cb, cx, ccell, cfilled = cg
+    parts.append(f"context_attention {ctx_src}")
 
     ar_e, ar_s = np.zeros(0), np.zeros(0)
-    parts = [f"gemm {dtype} {grid.kernel_source}", f"generation_attention {pick[0]}"]
     if tp > 1:
-        ar = tables.frames.get("custom_allreduce_perf")
-        r = None if ar is None else ar[ar["num_gpus"] == tp]
-        if r is not None and "backend" in r.columns:
-            r = r[r["backend"].str.endswith("graph")]
-        if r is None or r.empty:
-            return None
-        r = r.groupby("message_size")["latency_s"].median()
-        ar_e, ar_s = r.index.to_numpy(np.float64), r.to_numpy(np.float64)
-        parts.append(f"custom_allreduce graph tp {tp}")
+        got, why = _allreduce(tables, tp, parts, notes)
+        if got is None:
+            return why
+        ar_e, ar_s = got
     return MeasuredPass(label=tables.label(tuple(parts)), m=m, layers_s=layers_s, head_s=head_s,
-                        attn_batch=gb, attn_step=gs, attn_s=attn_s, attn_filled=filled,
+                        attn_batch=gb, attn_step=gs, attn_s=model.n_layers * cell, attn_filled=filled,
                         ar_elems=ar_e, ar_s=ar_s, n_allreduce=2 * model.n_layers, hidden_size=d,
-                        notes=tuple(dict.fromkeys(notes)))
+                        notes=tuple(dict.fromkeys(notes)), ctx_batch=cb, ctx_isl=cx, ctx_s=model.n_layers * ccell,
+                        ctx_filled=cfilled, layers_m_measured=reach, head_m_measured=head_reach,
+                        gemm_grid=grid, n_layers=model.n_layers)
 
 
-__all__ = ["GemmGrid", "MeasuredPass", "build", "covered", "gemm_dtype"]
+__all__ = ["GemmGrid", "MeasuredPass", "build", "covered", "gemm_dtype", "FORMAT_GEMM_DTYPES", "KV_TABLE_DTYPES"]

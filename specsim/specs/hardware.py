@@ -27,6 +27,7 @@ from typing import Mapping
 from .catalog import catalog_ids, read_toml, resolve
 from ..errors import SpecError, field_error, reject_unknown_keys
 from .machine import MachineIdentity, machine_from_dict
+from .operator_tables import check_system
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
 KINDS = ("gpu", "cpu", "tpu", "accelerator", "soc")
@@ -266,6 +267,8 @@ class HardwareProfile:
             v = getattr(self, name)
             if v is not None and not isinstance(v, cls):
                 raise field_error(where, name, v, f"a {cls.__name__} or None")
+        if self.operator_tables != "":  # '' is the default: no tables
+            check_system(where, self.operator_tables, self.kind)
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
@@ -403,7 +406,8 @@ def hardware_from_dict(raw: dict, *, where: str = "hardware") -> HardwareProfile
     if "machine" in raw:
         kwargs["machine"] = machine_from_dict(where, raw["machine"])
     if "operator_tables" in raw:
-        if not isinstance(raw["operator_tables"], str) or "operator_tables" not in kwargs["sources"]:
+        check_system(where, raw["operator_tables"], raw.get("kind"))
+        if "operator_tables" not in kwargs["sources"]:
             raise field_error(where, "operator_tables", raw["operator_tables"],
                               "an aiconfigurator-core system folder name with a sources.operator_tables entry")
         kwargs["operator_tables"] = raw["operator_tables"]

@@ -14,6 +14,17 @@ each op (distance over `regimes.parse_version` tuples, ties to the newer); none 
 The data version is pinned: `DATA_VERSION`. Another installed version is still read, and the result
 says so (`OperatorTables.version_note`). Where the package is absent every caller falls back to the
 roofline and `fallback_note()` says so once per process.
+
+Table layouts 0.12.0 ships (every gemm, attention, all-reduce and moe table of every system read,
+tests/test_operator_tables.py keeps this true). Columns specsim reads are required; an optional
+column has a documented default (`OPTIONAL`), so an older layout is read, never refused:
+- generation/context_attention_perf: a100_sxm's sglang 0.5.10 and vllm 0.14.0 collections have no
+  `window_size`; they measured full attention only, so window_size = 0. b60 and b200 vllm 0.22.0 put
+  the columns in another order or add power columns (read by name, so no matter).
+- custom_allreduce_perf: `backend` (sglang_graph / vllm_eager ...) only in sglang 0.5.9+ and vllm
+  collections; trtllm and sglang 0.5.6.post2 have none (one backend measured) or `implementation`.
+- gemm_perf and moe_perf: one layout everywhere.
+Systems with tables: `SYSTEMS`; folders 0.12.0 ships empty: `EMPTY_SYSTEMS`.
 """
 from __future__ import annotations
 
@@ -27,7 +38,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import SpecError, field_error
 from .regimes import parse_version
 
 PACKAGE = "aiconfigurator-core"
@@ -38,6 +49,13 @@ STACK_FRAMEWORKS: Mapping[str, str] = {
     "vllm": "vllm", "vllm-v0": "vllm", "sglang": "sglang", "sglang-specforge": "sglang", "trtllm": "trtllm",
 }
 
+# The system folders of DATA_VERSION that hold tables, and the ones it ships empty (a .gitkeep only).
+# A hardware profile may name only the first (specs.hardware checks it on load), so a typo, a path or
+# an empty string is refused there, not found missing when a pass is priced.
+SYSTEMS: tuple[str, ...] = ("a100_sxm", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300", "h100_sxm", "h200_sxm",
+                            "l40s", "rtx_pro_6000_server")
+EMPTY_SYSTEMS: tuple[str, ...] = ("a100_pcie", "a30", "h100_pcie", "l4")
+
 # table -> (op folder, columns specsim reads). A table missing any of them is refused.
 TABLES: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "gemm_perf": ("gemm", ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")),
@@ -45,9 +63,29 @@ TABLES: Mapping[str, tuple[str, tuple[str, ...]]] = {
                                                 "head_dim", "kv_cache_dtype", "step", "window_size", "latency")),
     "context_attention_perf": ("attention", ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads",
                                              "head_dim", "kv_cache_dtype", "window_size", "latency")),
-    # `backend` (graph / eager) only from 0.5.14-era collections on; older ones measured one backend
+    # `backend` (graph / eager) only from 0.5.9-era sglang and vllm collections; others measured one backend
     "custom_allreduce_perf": ("comm", ("allreduce_dtype", "num_gpus", "message_size", "latency")),
+    "moe_perf": ("moe", ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                         "moe_tp_size", "moe_ep_size", "distribution", "latency")),
 }
+# table -> {column: value it takes where a collection left it out}. window_size: the a100_sxm sglang
+# 0.5.10 and vllm 0.14.0 attention collections predate sliding-window rows and measured full attention.
+OPTIONAL: Mapping[str, Mapping[str, object]] = {
+    "generation_attention_perf": {"window_size": 0},
+    "context_attention_perf": {"window_size": 0},
+}
+
+
+def check_system(where: str, system: object, kind: str) -> None:
+    """Refuse an `operator_tables` value that names no system with tables in DATA_VERSION, or one on
+    a part that is not a GPU (the tables are measured on NVIDIA and Intel GPUs only)."""
+    if not isinstance(system, str) or system not in SYSTEMS:
+        extra = f" ({system!r} ships empty in {DATA_VERSION})" if system in EMPTY_SYSTEMS else ""
+        raise field_error(where, "operator_tables", system,
+                          f"one of {PACKAGE} {DATA_VERSION}'s system folders with tables: {', '.join(SYSTEMS)}{extra}")
+    if kind != "gpu":
+        raise field_error(where, "operator_tables", system,
+                          f"absent on a kind = {kind!r} part: the tables are measured on GPUs (kind = 'gpu')")
 
 
 def package_root() -> Path | None:
@@ -110,26 +148,55 @@ def nearest_version(versions: tuple[str, ...], wanted: str | None) -> str:
 def _read(path: Path, table: str):
     import pandas as pd  # heavy; only where tables are read
     df = pd.read_parquet(path)
-    missing = [c for c in TABLES[table][1] if c not in df.columns]
+    defaults = OPTIONAL.get(table, {})
+    missing = [c for c in TABLES[table][1] if c not in df.columns and c not in defaults]
     if missing:
         raise SpecError(f"operator table {path}: missing column(s) {', '.join(missing)}; expected "
                         f"{', '.join(TABLES[table][1])} ({PACKAGE} {DATA_VERSION} layout)")
     df = df.copy()
+    for col, value in defaults.items():
+        if col not in df.columns:
+            df[col] = value
     df["latency_s"] = df["latency"].astype(float) * 1e-3  # the tables are in milliseconds
     return df
+
+
+@functools.lru_cache(maxsize=64)
+def read_table(path_s: str, table: str):
+    """One table file read (latency_s added, optional columns filled), once per process."""
+    return _read(Path(path_s), table)
+
+
+class _Frames(Mapping):
+    """table name -> DataFrame, each file read on first use: most passes never touch moe_perf or the
+    context table, and a parquet read is 10-100 ms."""
+
+    def __init__(self, paths: Mapping[str, Path]):
+        self._paths = dict(paths)
+
+    def __getitem__(self, table: str):
+        return read_table(str(self._paths[table]), table)
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperatorTables:
     """The measured tables of one system and framework, at the versions picked.
 
-    frames: table name -> DataFrame (latency_s added, seconds); versions: table name -> version."""
+    frames: table name -> DataFrame (latency_s added, seconds); versions: table name -> version;
+    root: the data folder they came from ("" when built by hand), for stand-in lookups."""
 
     system: str
     framework: str
     versions: Mapping[str, str]
     frames: Mapping[str, object]
     package_version: str
+    root: str = ""
 
     @property
     def version_note(self) -> str:
@@ -161,23 +228,63 @@ def load_tables(system: str, framework: str, stack_version: str | None = None, *
 def _load(root_s: str, system: str, framework: str, stack_version: str | None) -> OperatorTables | None:
     root = Path(root_s)
     versions: dict[str, str] = {}
-    frames: dict[str, object] = {}
+    paths: dict[str, Path] = {}
     for table, (op, _) in TABLES.items():
         found = collected_versions(root, system, op, framework, table)
         if not found:
             continue
         v = nearest_version(found, stack_version)
         versions[table] = v
-        frames[table] = _read(root / system / op / framework / v / f"{table}.parquet", table)
-    if "gemm_perf" not in frames:
+        paths[table] = root / system / op / framework / v / f"{table}.parquet"
+    if "gemm_perf" not in paths:
         return None
+    frames = _Frames(paths)
+    for table in ("gemm_perf", "generation_attention_perf"):  # the layouts every pass reads, checked now
+        if table in frames:
+            frames[table]
     return OperatorTables(system=system, framework=framework, versions=versions, frames=frames,
-                          package_version=installed_version() or DATA_VERSION)
+                          package_version=installed_version() or DATA_VERSION, root=root_s)
+
+
+# Frameworks whose kernel stands in for a GEMM dtype the scenario's framework did not collect on the
+# part, in this order after the framework's own other versions: TensorRT-LLM collected the weight-only
+# and SmoothQuant kernels; vLLM and SGLang share CUTLASS/DeepGEMM fp8 and FlashInfer nvfp4 kernels.
+STAND_IN_ORDER: tuple[str, ...] = ("trtllm", "vllm", "sglang")
+
+
+def gemm_stand_in(tables: OperatorTables, gemm_dtype: str):
+    """(framework, version, frame) of the nearest collection on the same system whose gemm_perf holds
+    `gemm_dtype`, for a dtype `tables` lacks: the framework's other versions (nearest first), then the
+    other frameworks (STAND_IN_ORDER, newest first). None where no collection on the part has it."""
+    if not tables.root:
+        return None
+    return _stand_in(tables.root, tables.system, tables.framework, tables.versions.get("gemm_perf"), gemm_dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _stand_in(root_s: str, system: str, framework: str, own: str | None, gemm_dtype: str):
+    root = Path(root_s)
+    mine = [v for v in collected_versions(root, system, "gemm", framework, "gemm_perf") if v != own]
+    if own is not None:  # nearest first: the versions below, newest first, then the ones above, oldest first
+        o = parse_version(own)
+        mine.sort(key=lambda v: (parse_version(v) > o,
+                                 tuple(-x for x in parse_version(v)) if parse_version(v) <= o else parse_version(v)))
+    order = [(framework, v) for v in mine]
+    for fw in STAND_IN_ORDER:
+        if fw != framework:
+            order += [(fw, v) for v in reversed(collected_versions(root, system, "gemm", fw, "gemm_perf"))]
+    for fw, v in order:
+        df = read_table(str(root / system / "gemm" / fw / v / "gemm_perf.parquet"), "gemm_perf")
+        if (df["gemm_dtype"] == gemm_dtype).any():
+            return fw, v, df
+    return None
 
 
 def grid_values(values) -> np.ndarray:
     return np.unique(np.asarray(values, dtype=np.float64))
 
 
-__all__ = ["PACKAGE", "DATA_VERSION", "STACK_FRAMEWORKS", "TABLES", "OperatorTables", "package_root", "installed_version",
-           "fallback_note", "framework_for_stack", "collected_versions", "nearest_version", "load_tables"]
+__all__ = ["PACKAGE", "DATA_VERSION", "STACK_FRAMEWORKS", "SYSTEMS", "EMPTY_SYSTEMS", "TABLES", "OPTIONAL",
+           "STAND_IN_ORDER", "OperatorTables", "package_root", "installed_version", "fallback_note",
+           "framework_for_stack", "collected_versions", "nearest_version", "load_tables", "read_table",
+           "gemm_stand_in", "check_system"]
