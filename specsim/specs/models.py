@@ -56,7 +56,9 @@ WEIGHT_FORMATS: Mapping[str, tuple[float, str]] = MappingProxyType({
     "bf16": (16.0, "bf16"),
     "fp16": (16.0, "fp16"),
     "fp8": (8.0, "fp8"),
+    "fp8-block": (8.0 + 32.0 / (128 * 128), "fp8"),  # DeepSeek-style: one fp32 scale per 128x128 block
     "int8": (8.0, "int8"),
+    "int8-wo": (8.0, "bf16"),  # W8A16 weight-only, per-channel scales: dequantised to bf16 on the fly
     "fp4": (4.0, "fp4"),
     "nvfp4": (4.5, "fp4"),
     "int4": (4.0, "bf16"),
