@@ -1,0 +1,162 @@
+"""The measured source for every weight format and KV-cache dtype the tables hold (issue 36 item 2),
+checked by hand against the parquet rows, read here with pandas. Shapes are chosen on grid points so
+each expected time is a sum of table rows (ms in the files, × 1e-3 to seconds):
+
+- a W4A16 (AWQ int4) target on A100 under vLLM: vLLM 0.14.0 collected no int4 weight-only GEMM on
+  a100_sxm, so TensorRT-LLM 1.0.0's weight-only kernel stands in, named on the pass;
+- an fp8 KV cache on H100 under SGLang 0.5.14 (fa3 rows with kv_cache_dtype fp8), and the same cache
+  refused on A100, whose tables hold bfloat16 KV only (Ampere has no fp8);
+- context attention for prompt chunks, with and without a cached prefix.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from specsim.cost import measured
+from specsim.specs import operator_tables as ot
+from specsim.specs.models import load_model
+
+ROOT = ot.package_root()
+pytestmark = pytest.mark.skipif(ROOT is None, reason="aiconfigurator-core is not installed (no wheel here)")
+
+
+def _w4a16():
+    """Llama-3.1-8B's layout with 4 KV heads, ffn 8192 and a 65536 vocabulary, so every GEMM is an
+    int4_wo grid point: qkv (5120, 4096), o (4096, 4096), gate_up (16384, 4096), down (4096, 8192),
+    head (65536, 4096). AWQ checkpoints keep the LM head in 16-bit: lm_head_weight_format bf16."""
+    base = load_model("llama-3.1-8b").with_weight_format("int4-awq")
+    return dataclasses.replace(base, n_kv_heads=4, ffn_size=8192, vocab_size=65536, lm_head_weight_format="bf16")
+
+
+def _gemm_rows(frame, dtype, m):
+    g = frame[frame.gemm_dtype == dtype]
+    src = g["kernel_source"].mode().iloc[0]
+    return g[(g.kernel_source == src) & (g.m == m)].set_index(["n", "k"])["latency"]
+
+
+def _attn_row(frame, ks, kv, b, x, col, heads=32, kv_heads=8):
+    r = frame[(frame.kernel_source == ks) & (frame.kv_cache_dtype == kv) & (frame.batch_size == b) & (frame[col] == x)
+              & (frame.num_heads == heads) & (frame.num_key_value_heads == kv_heads) & (frame.head_dim == 128)]
+    if "window_size" in r:
+        r = r[r.window_size == 0]
+    assert len(r["latency"].unique()) == 1, r
+    return float(r["latency"].iloc[0])
+
+
+@pytest.mark.parametrize("m", [1, 8, 64])
+def test_w4a16_on_a100_vllm_from_the_trtllm_weight_only_rows(m):
+    model = _w4a16()
+    vllm = ot.load_tables("a100_sxm", "vllm")
+    mp = measured.build(vllm, model, 1)
+    assert mp is not None
+    assert "gemm int4_wo" in mp.label and "(from trtllm 1.0.0)" in mp.label and "lm_head bfloat16" in mp.label
+    assert any("stands in" in n and "trtllm 1.0.0" in n for n in mp.notes)
+    trt = ot.load_tables("a100_sxm", "trtllm").frames["gemm_perf"]
+    assert not (vllm.frames["gemm_perf"].gemm_dtype == "int4_wo").any()  # why trtllm stands in
+    w4 = _gemm_rows(trt, "int4_wo", m)
+    layer_ms = w4[(5120, 4096)] + w4[(4096, 4096)] + w4[(16384, 4096)] + w4[(4096, 8192)]
+    head_ms = _gemm_rows(vllm.frames["gemm_perf"], "bfloat16", m)[(65536, 4096)]
+    assert float(mp.layers_time_s(m)) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
+    assert float(mp.head_time_s(m)) == pytest.approx(head_ms * 1e-3, rel=1e-9)
+    # the weight-only kernel is not the bf16 one: the W4A16 pass reads other rows than a bf16 pass
+    bf = _gemm_rows(vllm.frames["gemm_perf"], "bfloat16", m)
+    assert layer_ms != pytest.approx(bf[(5120, 4096)] + bf[(4096, 4096)] + bf[(16384, 4096)] + bf[(4096, 8192)], rel=1e-3)
+    # one dense block on the pass's weight dtype (an EAGLE projection, a Medusa head)
+    assert float(mp.gemm_time_s(4096, 4096, m)) == pytest.approx(w4[(4096, 4096)] * 1e-3, rel=1e-9)
+
+
+def test_w4a16_attention_and_prefill_from_the_vllm_rows():
+    """A verify of 8 tokens for one sequence after 1015 cached: batch 8 at kv 1023 (batch widening);
+    two prompt chunks of 1024 tokens after 1024 cached: T(2, 2048) - T(2, 1024) against T(2, 1024)."""
+    mp = measured.build(ot.load_tables("a100_sxm", "vllm"), _w4a16(), 1)
+    tab = ot.load_tables("a100_sxm", "vllm").frames
+    gen, ctx = tab["generation_attention_perf"], tab["context_attention_perf"]
+    dec_ms = _attn_row(gen, "vllm_flash_attn", "bfloat16", 8, 1023, "step", kv_heads=4)
+    assert float(mp.attention_time_s(8, 1023)) == pytest.approx(32 * dec_ms * 1e-3, rel=1e-9)
+    t2048 = _attn_row(ctx, "vllm_flash_attn", "bfloat16", 2, 2048, "isl", kv_heads=4)
+    t1024 = _attn_row(ctx, "vllm_flash_attn", "bfloat16", 2, 1024, "isl", kv_heads=4)
+    chunk_ms = max(t2048 - t1024, t1024)
+    assert float(mp.context_attention_time_s(2, 1024, 1024)) == pytest.approx(32 * chunk_ms * 1e-3, rel=1e-9)
+    assert float(mp.context_attention_time_s(2, 1024, 0)) == pytest.approx(32 * t1024 * 1e-3, rel=1e-9)
+    assert float(mp.context_attention_time_s(0, 1024, 0)) == 0.0
+
+
+def test_fp8_kv_cache_on_h100_sglang_from_the_fp8_rows():
+    """Llama-3.1-8B with an fp8 KV cache: the fa3 rows whose kv_cache_dtype is fp8, decode and prefill;
+    the same model with a bf16 cache reads other rows. kv_cache_dtype= on build is the same choice."""
+    base = load_model("llama-3.1-8b")
+    model = dataclasses.replace(base, kv_cache_dtype="fp8")
+    tables = ot.load_tables("h100_sxm", "sglang", "0.5.14")
+    mp = measured.build(tables, model, 1)
+    assert mp is not None and "kv fp8" in mp.label
+    gen, ctx = tables.frames["generation_attention_perf"], tables.frames["context_attention_perf"]
+    for b, step in ((1, 1023), (16, 4095)):
+        fp8_ms = _attn_row(gen, "fa3", "fp8", b, step, "step")
+        assert float(mp.attention_time_s(b, step)) == pytest.approx(32 * fp8_ms * 1e-3, rel=1e-9)
+    c4096 = _attn_row(ctx, "fa3", "fp8", 4, 4096, "isl")
+    c2048 = _attn_row(ctx, "fa3", "fp8", 4, 2048, "isl")
+    assert float(mp.context_attention_time_s(4, 2048, 2048)) == pytest.approx(32 * max(c4096 - c2048, c2048) * 1e-3,
+                                                                              rel=1e-9)
+    bf = measured.build(tables, base, 1)
+    bf_ms = _attn_row(gen, "fa3", "bfloat16", 16, 4095, "step")
+    assert float(bf.attention_time_s(16, 4095)) == pytest.approx(32 * bf_ms * 1e-3, rel=1e-9)
+    assert bf_ms != pytest.approx(_attn_row(gen, "fa3", "fp8", 16, 4095, "step"), rel=1e-3)
+    over = measured.build(tables, base, 1, kv_cache_dtype="fp8")
+    assert float(over.attention_time_s(16, 4095)) == float(mp.attention_time_s(16, 4095))
+
+
+def test_fp8_kv_cache_on_a100_is_not_covered_and_says_why():
+    model = dataclasses.replace(load_model("llama-3.1-8b"), kv_cache_dtype="fp8")
+    tables = ot.load_tables("a100_sxm", "vllm")
+    assert measured.build(tables, model, 1) is None
+    why = measured.covered(model, tables)
+    assert "fp8 KV cache" in why and "a100_sxm vllm 0.14.0" in why and "bfloat16 only" in why
+
+
+@pytest.mark.parametrize("fmt,system,framework,expect", [
+    ("fp8", "h100_sxm", "vllm", "gemm fp8 CutlassFP8ScaledMMLinearKernel"),
+    ("fp8-block", "h100_sxm", "vllm", "gemm fp8_block"),
+    ("nvfp4", "b200_sxm", "sglang", "gemm nvfp4"),
+    ("int8-wo", "h100_sxm", "sglang", "gemm int8_wo sglang (from sglang 0.5.6.post2)"),
+    ("int8", "a100_sxm", "trtllm", "gemm sq"),
+])
+def test_each_collected_format_reaches_its_rows(fmt, system, framework, expect):
+    """Which collection holds which gemm_dtype (read from the files with pandas in this test): the
+    pass names the kernel it read, and a stand-in where the stack's own collection lacks the dtype."""
+    model = load_model("llama-3.1-8b").with_weight_format(fmt)
+    mp = measured.build(ot.load_tables(system, framework), model, 1)
+    assert mp is not None and expect in mp.label, mp and mp.label
+
+
+@pytest.mark.parametrize("fmt,system,framework", [("int4-awq", "h100_sxm", "vllm"), ("nvfp4", "h100_sxm", "sglang"),
+                                                  ("gguf-q4_0", "h100_sxm", "sglang"), ("fp4", "b200_sxm", "vllm")])
+def test_a_format_no_collection_holds_is_not_covered(fmt, system, framework):
+    model = load_model("llama-3.1-8b").with_weight_format(fmt)
+    tables = ot.load_tables(system, framework)
+    assert measured.build(tables, model, 1) is None
+    why = measured.covered(model, tables)
+    assert fmt in why or measured.FORMAT_GEMM_DTYPES.get(fmt, "?") in why, why
+    # the survey says no framework on the part has it: check that from the files, not from specsim
+    dtype = measured.FORMAT_GEMM_DTYPES.get(fmt)
+    if dtype is not None:
+        import pandas as pd
+        files = list((ROOT / system / "gemm").glob("*/*/gemm_perf.parquet"))
+        assert files and not any((pd.read_parquet(f, columns=["gemm_dtype"]).gemm_dtype == dtype).any() for f in files)
+
+
+def test_build_is_cached_and_vectorised():
+    """Built once per (tables, model, tp, KV dtype); an array evaluation equals the scalar ones."""
+    tables = ot.load_tables("h100_sxm", "sglang")
+    model = load_model("llama-3.1-8b")
+    assert measured.build(tables, model, 1) is measured.build(tables, model, 1)
+    mp = measured.build(tables, model, 1)
+    b = np.array([1.0, 3.0, 77.0, 5000.0])
+    s = np.array([1.0, 700.0, 20000.0, 200000.0])
+    for f, args in ((mp.attention_time_s, (b, s)), (mp.context_attention_time_s, (b, s, b)),
+                    (mp.layers_time_s, (s,)), (mp.head_time_s, (b,))):
+        vec = f(*args)
+        assert vec.shape == b.shape
+        assert vec.tolist() == [float(f(*(a[i] for a in args))) for i in range(b.size)]
