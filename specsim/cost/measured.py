@@ -279,16 +279,18 @@ class MeasuredPass:
         """Notes for the shapes of one evaluation that fall outside what the tables measured.
         prefill_len: a prefill sequence's prefix + chunk tokens. A count past 2**53 (an overflowed
         product of finite shapes) is refused in one line: its time would come out inf."""
+        top = {}
         for name, x in (("n_tokens", n_tokens), ("n_queries", n_queries), ("kv_len", kv_len),
                         ("prefill_seqs", prefill_seqs), ("prefill_len", prefill_len)):
             a = np.asarray(x, dtype=np.float64)
-            if a.size and not (np.all(np.isfinite(a)) and float(np.max(a)) <= MAX_COUNT_EXACT):
+            top[name] = float(np.max(a)) if a.size else 0.0  # nan and inf propagate to the max
+            if not top[name] <= MAX_COUNT_EXACT:
                 bad = a[~(np.isfinite(a) & (a <= MAX_COUNT_EXACT))].flat[0]
                 raise field_error("measured pass", name, float(bad),
                                   f"a finite count up to 2**53 = {MAX_COUNT_EXACT:.3g} (a larger one is an overflowed "
                                   "product of the shapes, whose time would be inf)")
         out = []
-        t, b, s = (float(np.max(np.asarray(x))) if np.size(x) else 0.0 for x in (n_tokens, n_queries, kv_len))
+        t, b, s = top["n_tokens"], top["n_queries"], top["kv_len"]
         if t > self.m[-1]:
             out.append(f"gemm: m = {t:g} tokens past the measured {self.m[-1]:g}: continued linearly")
         elif t > self.layers_m_measured:
@@ -306,8 +308,7 @@ class MeasuredPass:
         if self.ar_elems.size and t * self.hidden_size > self.ar_elems[-1]:
             out.append(f"custom_allreduce: message of {t * self.hidden_size:g} elements past the measured "
                        f"{self.ar_elems[-1]:g}: continued linearly")
-        ps = float(np.max(np.asarray(prefill_seqs))) if np.size(prefill_seqs) else 0.0
-        pl = float(np.max(np.asarray(prefill_len))) if np.size(prefill_len) else 0.0
+        ps, pl = top["prefill_seqs"], top["prefill_len"]
         if ps > 0 and pl > 0 and self.ctx_isl.size:
             if ps > self.ctx_batch[-1] or pl > self.ctx_isl[-1]:
                 out.append(f"context_attention: {ps:g} prompts × {pl:g} tokens past the measured batch "
