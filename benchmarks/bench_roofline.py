@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 
 from specsim.specs.hardware import load_hardware  # noqa: E402
 from specsim.specs.models import load_model  # noqa: E402
-from specsim.cost.deployment import Deployment, pricing_source, target_step_cost  # noqa: E402
+from specsim.cost.deployment import Deployment  # noqa: E402
+from specsim.cost.pricing import price_pass, pricing_source, target_step_cost  # noqa: E402
 from specsim.cost.roofline import step_cost, token_time_s  # noqa: E402
 from specsim.specs.stacks import load_stack  # noqa: E402
 from specsim.speculation.cycle import cycle_times, tokens_per_cycle_iid  # noqa: E402
@@ -49,10 +50,11 @@ def evaluate(target, drafter, hw, B, M, L, K, alpha=0.8):
 
 
 def evaluate_dep(target, drafter, dep, B, M, L, K, alpha=0.8):
-    """As evaluate, with the target's passes priced on a deployment (measured tables where it has them)."""
+    """As evaluate, every pass priced through the deployment's sources (`cost.pricing`: measured tables
+    where it has them and they cover the model, else the roofline)."""
     plain = target_step_cost(target, dep, batch_size=B, q_len=1, context_len=L).time_s
     verify_m = target_step_cost(target, dep, batch_size=B, q_len=M, context_len=L).time_s
-    draft = step_cost(drafter, dep.hardware, batch_size=B, q_len=1, context_len=L).time_s
+    draft = price_pass(drafter, dep, batch_size=B, q_len=1, context_len=L).time_s
     verify_k = target_step_cost(target, dep, batch_size=B, q_len=K + 1, context_len=L).time_s
     tau = tokens_per_cycle_iid(alpha, K)
     c = cycle_times(target_step_time_s=plain, draft_time_s=K * draft, verify_time_s=verify_k, tokens_per_cycle=tau,
@@ -90,8 +92,8 @@ def main() -> None:
     # measured operator tables on and off, side by side: llama-3.1-8b / llama-3.2-1b on h100-sxm, sglang
     hw, stack = load_hardware("h100-sxm"), load_stack("sglang")
     target, drafter = load_model("llama-3.1-8b"), load_model("llama-3.2-1b")
-    on = Deployment.from_stack(hw, stack, measured=True)
-    off = Deployment(hardware=hw, efficiency=stack.efficiency, stack_id=stack.id)  # no tables: roofline + fitted curves
+    on = Deployment.from_stack(hw, stack, cost_source="measured")
+    off = Deployment.from_stack(hw, stack, cost_source="roofline")  # no tables: roofline + fitted curves
     for dep in (on, off):
         evaluate_dep(target, drafter, dep, B[:1000], M[:1000], L[:1000], K[:1000])  # warm-up (tabulates once)
         out = {}

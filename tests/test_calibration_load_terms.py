@@ -13,7 +13,8 @@ import pytest
 
 from specsim.calibration.load import LoadRow, LoadSweep
 from specsim.calibration.load_fit import Terms, calibrated_stack, fit_sweep, predict_sweep, stack_token_share
-from specsim.cost.deployment import Deployment, target_step_time
+from specsim.cost.deployment import Deployment
+from specsim.cost.pricing import target_step_time
 from specsim.errors import SpecError
 from specsim.serving.cost import ServingCost
 from specsim.serving.mix import IterationMix

@@ -223,7 +223,7 @@ def test_eagle2_drafts_top_k_a_level_each_pass_a_head_pass_not_a_model_step():
     scored token. A plain twin adds the six passes up from step_cost and the numbers in the stack file."""
     from dataclasses import replace
 
-    from specsim.speculation.families import dense_time_s, eagle_head
+    from specsim.speculation.families import eagle_head
 
     op = _hf_eagle2()
     dep, target = op.deployment, op.target
@@ -233,8 +233,11 @@ def test_eagle2_drafts_top_k_a_level_each_pass_a_head_pass_not_a_model_step():
     total = 0.0
     for j, (w, ctx) in enumerate([(1, 512)] + [(10, 512 + 1 + 10 * (j - 1)) for j in range(1, 6)]):
         t = float(step_cost(head, op.hardware, batch_size=1, q_len=w, context_len=ctx, efficiency=eff).time_s)
-        t += float(dense_time_s(2.0 * 4096 * 4096, w, weight_bytes_per_param=2.0, hw=op.hardware, eff=dep.eff,
-                                dtype="fp16", tp=1))
+        # the projection by hand: max(weight bytes / achievable bandwidth, 2 FLOP a weight a token / achievable peak)
+        params = 2.0 * 4096 * 4096
+        bw = op.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
+        peak = op.hardware.peak_flops_per_s[op.hardware.compute_dtype_for("fp16")] * dep.eff.compute_frac
+        t += max(params * 2.0 / bw, 2.0 * w * params / peak)
         total += t
     c = draft_cost(op.drafter, target, dep, batch_size=1, k=6, tree_size=60, context_len=512, work=op.work)
     assert float(c.draft_time_s) == pytest.approx(total, rel=1e-12)

@@ -247,6 +247,7 @@ def test_attention_overlap_by_hand():
 def test_step_attention_uses_the_parts_overlap_and_the_fast_serving_cost_agrees():
     from dataclasses import replace
 
+    from specsim.cost.pricing import RooflineSource
     from specsim.serving.cost import FastStep
 
     hw = load_hardware("local")
@@ -258,8 +259,8 @@ def test_step_attention_uses_the_parts_overlap_and_the_fast_serving_cost_agrees(
     mem = float(sc.attention.bytes) / (part.mem_bandwidth_bytes_per_s * eff.bandwidth_frac)
     comp = float(sc.attention.flops) / (part.peak_flops_per_s[sc.attention_dtype] * eff.compute_frac)
     assert float(sc.attention.time_s) == pytest.approx(math.hypot(mem, comp), rel=1e-12)
-    fast = FastStep(model, part, tp=1, attention="fused", efficiency=None)
-    assert fast.ok  # its own checks against mixed_step_cost passed with the overlap
+    fast = FastStep(RooflineSource(model, part, tp=1, attention="fused", efficiency=None))
+    assert fast.ok  # its own checks against the source's exact price passed with the overlap
     for qs, ls in (([5], [700]), ([1, 3, 9], [10, 2000, 300])):
         exact = fast.exact(qs, ls, qs)
         assert fast(qs, ls, qs) == pytest.approx(exact, rel=1e-9)

@@ -233,21 +233,17 @@ def test_verify_step_and_cycle_verify_agree_with_the_layer_split_hop():
 def test_predict_prices_each_distinct_pass_once(monkeypatch):
     """A chain of K = 3 drafted by an EAGLE head: the plain step, the verify pass over K + 1 = 4 tokens
     and the head's three passes (contexts L, L + 1, L + 2) are five distinct passes, each priced once."""
-    import specsim.cost.deployment as deployment
-    import specsim.cost.roofline as roofline
-    import specsim.speculation.families as families
-    import specsim.speculation.predict as predict_mod
+    from specsim.cost.pricing import RooflineSource
 
     calls = []
-    real = roofline.step_cost
+    real = RooflineSource.price
 
-    def counting(model, hw, **kw):
-        calls.append((model.id, float(kw.get("q_len", 1)), float(kw.get("context_len", 0)),
-                      float(kw.get("batch_size", 1))))
-        return real(model, hw, **kw)
+    def counting(self, shape):  # every pass goes through its source's price (cost.pricing), here the roofline
+        m, b = float(shape.tokens) / float(shape.seqs), float(shape.seqs)
+        calls.append((self.model.id, m, float(shape.kv_read) / b - m, b))
+        return real(self, shape)
 
-    for mod in (deployment, families, predict_mod):
-        monkeypatch.setattr(mod, "step_cost", counting)
+    monkeypatch.setattr(RooflineSource, "price", counting)
     op = _hf_eager_eagle_tp2(k=3)
     predict(op)
     assert len(calls) == 5

@@ -5,7 +5,8 @@ from specsim.errors import SpecError
 from specsim.specs.hardware import load_hardware
 from specsim.specs.models import load_model
 from specsim.cost.roofline import step_cost
-from specsim.cost.deployment import Deployment, target_step_time
+from specsim.cost.deployment import Deployment
+from specsim.cost.pricing import target_step_time
 from specsim.specs.stacks import list_stacks, load_stack, stack_from_dict
 
 REQUIRED = {"hf-eager", "gpt-fast", "vllm", "sglang", "trtllm", "llama.cpp"}

@@ -727,9 +727,10 @@ def draft_target_ratios(path="published/draft_target_ratios.csv") -> RatioCheck:
     """For each published pair (a CSV of `data/published/draft_target_ratios.csv`'s columns: the two
     models, their formats, the deployment, and each model's own published decoding speed at batch 1),
     the published step-cost ratio c = t_draft / t_target = v_target / v_draft against the model's: one
-    plain decoding step of each model on the same deployment (`cost.deployment.target_step_time`,
+    plain decoding step of each model on the same deployment (`cost.pricing.target_step_time`,
     the stack's per-pass cost included), the draft at the target's tensor-parallel degree."""
-    from ..cost.deployment import Deployment, target_step_time
+    from ..cost.deployment import Deployment
+    from ..cost.pricing import target_step_time
     from ..specs.data import data_path
     from ..specs.hardware import load_hardware
     from ..specs.models import load_model

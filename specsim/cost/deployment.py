@@ -16,17 +16,17 @@ switch-off and the serving simulator price the same iteration.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
-from ..specs.models import ModelSpec
 from ..specs.stacks import DraftingCost, HostCost
 from ..specs.operator_tables import OperatorTables, framework_for_stack, load_tables
-from . import measured
-from .roofline import ATTENTION_KERNELS, StepCost, step_cost
+from .shape import ATTENTION_KERNELS
+
+from ..specs.scenario import COST_SOURCES
 
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
 
@@ -54,7 +54,8 @@ class Deployment:
     device_scale: float = 1.0
     device_per_seq_s: float = 0.0
     device_per_token_s: float = 0.0
-    operator_tables: OperatorTables | None = None  # measured tables pricing the target (cost.measured); None: roofline
+    operator_tables: OperatorTables | None = None  # measured tables its passes are priced from (cost.pricing); None: roofline
+    cost_source: str = "roofline"  # what was asked for: auto, measured or roofline (cost.pricing.source_for chooses per pass)
 
     def __post_init__(self) -> None:
         if isinstance(self.n_devices, bool) or not isinstance(self.n_devices, (int, np.integer)) or self.n_devices < 1:
@@ -63,6 +64,8 @@ class Deployment:
             raise field_error("deployment", "multi_gpu", self.multi_gpu, f"one of {', '.join(MULTI_GPU_MODES)}")
         if self.multi_gpu == "none" and self.n_devices > 1:
             raise field_error(f"stack {self.stack_id!r}", "tp", self.n_devices, "1: this stack runs a model on one device")
+        if self.cost_source not in COST_SOURCES:
+            raise field_error("deployment", "cost_source", self.cost_source, f"one of {', '.join(COST_SOURCES)}")
         if self.attention not in ATTENTION_KERNELS:
             raise field_error("deployment", "attention", self.attention, f"one of {', '.join(ATTENTION_KERNELS)}")
         for name in ("device_scale", "device_per_seq_s", "device_per_token_s"):
@@ -74,24 +77,30 @@ class Deployment:
 
     @classmethod
     def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused",
-                   stack_version: str | None = None, measured: bool = False):
-        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own). On a
-        part whose profile names measured operator tables, with a stack that maps to a collected
-        framework, the target's passes are priced from the tables at the version nearest
-        `stack_version` (None: the newest collected). Off unless `measured`: the sweep, switch-off,
-        replay and serving paths do not read the tables yet, and every entry point must price one
-        point the same (tests/test_operating_point.py)."""
+                   stack_version: str | None = None, cost_source: str = "roofline"):
+        """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own).
+
+        cost_source 'auto': where the part's profile names measured operator tables and the stack maps
+        to a collected framework, passes are priced from the tables at the version nearest
+        `stack_version` (None: the newest collected), else on the roofline; 'measured': the same, but a
+        part, stack or kernel without tables is refused; 'roofline': never the tables."""
+        if cost_source not in COST_SOURCES:
+            raise field_error("deployment", "cost_source", cost_source, f"one of {', '.join(COST_SOURCES)}")
+        tables, why = None, _no_tables(hardware, stack, attention)
+        if cost_source != "roofline" and not why:
+            tables = load_tables(hardware.operator_tables, framework_for_stack(stack.id), stack_version)
+            if tables is None:
+                why = "the measured tables are not installed or hold no GEMM table for this part and stack"
+        if cost_source == "measured" and tables is None:
+            raise field_error("deployment", "cost_source", "measured", f"auto or roofline: {why}")
         if stack is None:
-            return cls(hardware=hardware, n_devices=n_devices, attention=attention)
-        tables = None
-        framework = framework_for_stack(stack.id)
-        if measured and hardware.operator_tables and framework and attention == "fused":
-            tables = load_tables(hardware.operator_tables, framework, stack_version)
+            return cls(hardware=hardware, n_devices=n_devices, attention=attention, cost_source=cost_source,
+                       operator_tables=tables)
         return cls(hardware=hardware, n_devices=n_devices, efficiency=stack.efficiency, operator_tables=tables,
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
                    layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
                    supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host, drafting=stack.drafting,
-                   **calibration_terms(stack))
+                   cost_source=cost_source, **calibration_terms(stack))
 
     @property
     def calibrated(self) -> bool:
@@ -151,6 +160,19 @@ class Deployment:
         return 0.0
 
 
+def _no_tables(hardware: HardwareProfile, stack, attention: str) -> str:
+    """'' where measured tables can price passes of this part and stack, else why not."""
+    if not hardware.operator_tables:
+        return f"hardware {hardware.id!r} names no measured operator tables (operator_tables)"
+    if stack is None:
+        return "no serving stack: the tables are collected per framework (vLLM, SGLang, TensorRT-LLM)"
+    if framework_for_stack(stack.id) is None:
+        return f"stack {stack.id!r} maps to no framework the tables were collected on"
+    if attention != "fused":
+        return f"attention {attention!r}: the tables measure fused kernels"
+    return ""
+
+
 def calibration_terms(stack) -> dict:
     """The device terms of a stack's `calibration` load regime (`specs.regimes`; written with versions
     "*" by `calibrate load`, so it holds at every version), as Deployment fields; {} without one."""
@@ -163,85 +185,4 @@ def calibration_terms(stack) -> dict:
     return {}
 
 
-_MEASURED: dict = {}
-
-
-def measured_pass(target: ModelSpec, dep: Deployment):
-    """The target's tabulated measured pass on this deployment (cost.measured), or None: no tables, or
-    a model they do not cover. Built once per (tables, model, tp)."""
-    if dep.operator_tables is None or dep.multi_gpu == "layer_split":
-        return None
-    key = (id(dep.operator_tables), id(target), dep.tp)
-    hit = _MEASURED.get(key)
-    if hit is None or hit[0] is not target or hit[1] is not dep.operator_tables:
-        hit = (target, dep.operator_tables, measured.build(dep.operator_tables, target, dep.tp))
-        _MEASURED[key] = hit
-    return hit[2]
-
-
-def pricing_source(target: ModelSpec, dep: Deployment) -> str:
-    """What prices the target's passes on this deployment, in words (for --describe and breakdowns)."""
-    mp = measured_pass(target, dep)
-    if mp is not None:
-        return mp.label + "; element-wise ops, KV write and fixed overhead on the roofline"
-    if dep.operator_tables is not None:
-        why = measured.covered(target) or "its shapes (heads, head_dim) not in the tables"
-        return f"roofline ({dep.operator_tables.label()} does not cover {target.id}: {why})"
-    return "roofline" + (" with fitted kernel curves" if dep.hardware.kernels is not None else "")
-
-
-def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> StepCost:
-    """One forward pass of the target (B sequences × M query tokens after L cached) on the deployment:
-    the roofline step on one device of the group, with the layer-split hops (`Deployment.hop_s`)
-    counted as communication, so `time_s` is what the pass takes on this deployment. Where measured
-    operator tables cover the target (`measured_pass`), its GEMMs, LM head, attention and all-reduces
-    are the tables' (cost.measured); the KV write, element-wise work and fixed overhead stay the roofline's."""
-    mp = measured_pass(target, dep)
-    if mp is not None:
-        c = _measured_step(target, dep, mp, batch_size=batch_size, q_len=q_len, context_len=context_len)
-    else:
-        c = step_cost(target, dep.hardware, batch_size=batch_size, q_len=q_len, context_len=context_len, tp=dep.tp,
-                      attention=dep.attention, efficiency=dep.eff)
-    if not dep.hop_s:
-        return c
-    return replace(c, communication_s=c.communication_s + dep.hop_s, time_s=c.time_s + dep.hop_s)
-
-
-def _measured_step(target: ModelSpec, dep: Deployment, mp, *, batch_size, q_len, context_len) -> StepCost:
-    """The pass from the measured tables, with the roofline's KV write, element-wise work and overhead."""
-    from . import roofline as rf
-    rf._check_group(target, dep.hardware, dep.tp)
-    b = rf._as_array("batch_size", batch_size, 1)
-    m = rf._as_array("q_len", q_len, 1)
-    l = rf._visible_context(target, rf._as_array("context_len", context_len, 0))
-    b, m, l = np.broadcast_arrays(b, m, l)
-    t = b * m
-    hw, tp, eff = dep.hardware, dep.tp, dep.eff
-    pairs = b * (m * l + m * (m + 1) / 2.0)
-    w_bytes, w_flops = rf._layer_weight_cost(target, t, tp)
-    weights = rf.OperatorCost(w_bytes, w_flops, mp.layers_time_s(t))
-    head_bytes = (target.lm_head_params * target.lm_head_bytes_per_param + t * target.vocab_size * rf.LOGIT_BYTES) / tp
-    lm_head = rf.OperatorCost(head_bytes, 2.0 * t * target.lm_head_params / tp, mp.head_time_s(t))
-    blocks = rf._n_attention_blocks(target)
-    a_bytes = blocks * target.n_layers * rf._kv_layer_bytes(target, tp) * b * (l + m)
-    a_flops = blocks * target.n_layers * rf.attention_flops_per_pair(target) * pairs / tp
-    # a verify of M tokens: M decode queries per sequence over its cache (AIC's batch widening; cost.measured)
-    attention = rf.OperatorCost(a_bytes, a_flops, mp.attention_time_s(t, l + m))
-    kv_write = rf._kv_write(target, hw, t, tp, eff)
-    activations = rf._activations(target, hw, t, tp, eff)
-    comm = mp.allreduce_time_s(t)
-    overhead = np.full(np.shape(t), rf._overhead(target, hw, eff))
-    total = weights.time_s + attention.time_s + kv_write.time_s + lm_head.time_s + activations.time_s + comm + overhead
-    notes = mp.notes + (mp.range_notes(n_tokens=t, n_queries=t, kv_len=l + m) if t.size else ())
-    _, _, compute_dtype, attention_dtype, _, _ = rf._rates(target, hw, eff)
-    return StepCost(weights=weights, attention=attention, kv_write=kv_write, lm_head=lm_head, activations=activations,
-                    communication_s=comm, overhead_s=overhead, time_s=total, compute_dtype=compute_dtype,
-                    attention_dtype=attention_dtype, source=mp.label, notes=notes)
-
-
-def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> np.ndarray:
-    """`target_step_cost(...).time_s`: one pass of the target on the deployment, seconds."""
-    return target_step_cost(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len).time_s
-
-
-__all__ = ["Deployment", "target_step_cost", "measured_pass", "pricing_source", "target_step_time", "calibration_terms", "MULTI_GPU_MODES"]
+__all__ = ["Deployment", "calibration_terms", "MULTI_GPU_MODES", "COST_SOURCES"]

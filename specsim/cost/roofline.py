@@ -55,8 +55,8 @@ from ..errors import field_error
 from ..specs.hardware import Efficiency, HardwareProfile
 from ..specs.models import ACTIVATION_BYTES, ModelSpec
 from . import kernels
+from .shape import PassShape, count_array
 
-ATTENTION_KERNELS = ("fused", "naive")
 LOGIT_BYTES = 4.0  # logits are written in fp32 by every stack we model
 
 
@@ -118,20 +118,7 @@ def _plain(x):
     return float(x) if x.ndim == 0 else x
 
 
-def _as_array(name: str, value, minimum: int) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "iuf":
-        raise field_error("step cost", name, value, "a number or numeric array")
-    if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr < minimum)):
-        bad = arr[~(np.isfinite(arr) & (arr >= minimum))].flat[0]
-        raise field_error("step cost", name, bad.item(), f"a finite number >= {minimum}")
-    if arr.dtype.kind == "f" and arr.size and np.any(arr != np.round(arr)):
-        bad = arr[arr != np.round(arr)].flat[0]
-        raise field_error("step cost", name, bad.item(), "a whole number of tokens or sequences")
-    return arr.astype(np.float64)
-
-
-def _check_group(model: ModelSpec, hw: HardwareProfile, tp: int) -> None:
+def check_group(model: ModelSpec, hw: HardwareProfile, tp: int) -> None:
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
         raise field_error(f"{model.id} on {hw.id}", "tp", tp, "an integer >= 1 (tensor-parallel degree)")
     if tp > 1 and hw.all_reduce_cost(tp)[1] <= 0:
@@ -156,7 +143,7 @@ def attention_flops_per_pair(model: ModelSpec) -> float:
     return 4.0 * model.n_heads * model.head_dim
 
 
-def _n_attention_blocks(model: ModelSpec) -> int:
+def n_attention_blocks(model: ModelSpec) -> int:
     return 2 if model.architecture == "encoder-decoder" else 1
 
 
@@ -164,7 +151,7 @@ def _roof(bytes_, flops, bw, flops_per_s) -> np.ndarray:
     return np.maximum(bytes_ / bw, flops / flops_per_s)
 
 
-def _layer_weight_cost(model: ModelSpec, n_tokens: np.ndarray, tp: int):
+def layer_weight_cost(model: ModelSpec, n_tokens: np.ndarray, tp: int):
     """(bytes, flops) of all linear layers except the LM head, per device, for T tokens in the step."""
     wb = model.weight_bytes_per_param
     attn = model.attn_params_per_layer + model.cross_attn_params_per_layer
@@ -194,13 +181,13 @@ def _activation_elems_per_token(model: ModelSpec, tp: int) -> float:
     attn = d + qkv_out / tp + attn_inner / tp + d
     gate_up = 2 if model.ffn_kind == "gated" else 1
     dense_ffn = d + gate_up * model.ffn_size / tp + model.ffn_size / tp + d
-    per_layer_dense = _n_attention_blocks(model) * attn + dense_ffn
+    per_layer_dense = n_attention_blocks(model) * attn + dense_ffn
     total = model.n_dense_layers * per_layer_dense
     if model.moe is not None:
         k_active = model.moe.n_experts_per_token + model.moe.n_shared_experts
         fe = model.moe.expert_ffn_size
         moe_ffn = k_active * (d + gate_up * fe / tp + fe / tp + d)
-        total += model.n_moe_layers * (_n_attention_blocks(model) * attn + moe_ffn)
+        total += model.n_moe_layers * (n_attention_blocks(model) * attn + moe_ffn)
     return float(total)
 
 
@@ -212,7 +199,7 @@ def _rates(model: ModelSpec, hw: HardwareProfile, efficiency: Efficiency | None)
             hw.peak_flops_per_s[compute_dtype] * eff.compute_frac, hw.peak_flops_per_s[attention_dtype] * eff.compute_frac)
 
 
-def _kv_layer_bytes(model: ModelSpec, tp: int) -> float:
+def kv_layer_bytes(model: ModelSpec, tp: int) -> float:
     return model.kv_elems_per_token_per_layer * model.kv_bytes_per_elem * kv_shard_frac(model, tp)
 
 
@@ -228,23 +215,42 @@ def _per_unique(fn, counts):
 
 def _weights(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
     eff, bw, _, _, gemm_flops_per_s, _ = _rates(model, hw, efficiency)
-    w_bytes, w_flops = _layer_weight_cost(model, n_tokens, tp)
+    w_bytes, w_flops = layer_weight_cost(model, n_tokens, tp)
     if hw.kernels is not None:
         return OperatorCost(w_bytes, w_flops, _per_unique(lambda t: kernels.weights_time_s(model, hw, eff, t, tp), n_tokens))
     return OperatorCost(w_bytes, w_flops, _roof(w_bytes, w_flops, bw, gemm_flops_per_s))
 
 
+def lm_head_bytes_flops(model: ModelSpec, n_logit_tokens, tp: int):
+    """(bytes, flops) of the LM head for G logit rows on one of tp devices: its weights once, the fp32
+    logits it writes, 2 FLOP per weight per row."""
+    head_bytes = (model.lm_head_params * model.lm_head_bytes_per_param + n_logit_tokens * model.vocab_size * LOGIT_BYTES) / tp
+    return head_bytes, 2.0 * n_logit_tokens * model.lm_head_params / tp
+
+
+def attention_bytes_flops(model: ModelSpec, kv_read_tokens, attn_pairs, tp: int):
+    """(bytes, flops) of attention over the KV cache on one of tp devices: R tokens' keys and values
+    read, P query-key pairs scored, every layer (and an encoder-decoder's cross-attention)."""
+    blocks = n_attention_blocks(model)
+    return (blocks * model.n_layers * kv_layer_bytes(model, tp) * kv_read_tokens,
+            blocks * model.n_layers * attention_flops_per_pair(model) * attn_pairs / tp)
+
+
+def pass_dtypes(model: ModelSpec, hw: HardwareProfile) -> tuple[str, str]:
+    """(the GEMMs' compute dtype, attention's) on this part."""
+    return hw.compute_dtype_for(model.compute_dtype), hw.compute_dtype_for("bf16")
+
+
 def _lm_head(model, hw, n_logit_tokens, tp, efficiency) -> OperatorCost:
     eff, bw, _, _, gemm_flops_per_s, _ = _rates(model, hw, efficiency)
-    head_bytes = (model.lm_head_params * model.lm_head_bytes_per_param + n_logit_tokens * model.vocab_size * LOGIT_BYTES) / tp
-    head_flops = 2.0 * n_logit_tokens * model.lm_head_params / tp
+    head_bytes, head_flops = lm_head_bytes_flops(model, n_logit_tokens, tp)
     if hw.kernels is not None:
         return OperatorCost(head_bytes, head_flops,
                             _per_unique(lambda g: kernels.lm_head_time_s(model, hw, eff, g, tp), n_logit_tokens))
     return OperatorCost(head_bytes, head_flops, _roof(head_bytes, head_flops, bw, gemm_flops_per_s))
 
 
-def _activations(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
+def activations_cost(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
     _, bw, *_ = _rates(model, hw, efficiency)
     act_bytes = n_tokens * _activation_elems_per_token(model, tp) * ACTIVATION_BYTES
     time = (_per_unique(lambda t: kernels.activations_time_s(model, hw, t, tp), n_tokens) if hw.kernels is not None
@@ -252,17 +258,15 @@ def _activations(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
     return OperatorCost(act_bytes, np.zeros_like(act_bytes), time)
 
 
-def _kv_write(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
+def kv_write_cost(model, hw, n_tokens, tp, efficiency) -> OperatorCost:
     _, bw, *_ = _rates(model, hw, efficiency)
-    kv_w_bytes = model.n_layers * _kv_layer_bytes(model, tp) * n_tokens
+    kv_w_bytes = model.n_layers * kv_layer_bytes(model, tp) * n_tokens
     return OperatorCost(kv_w_bytes, np.zeros_like(kv_w_bytes), kv_w_bytes / bw)
 
 
 def _attention(model, hw, kv_read_tokens, attn_pairs, tp, efficiency) -> OperatorCost:
     _, bw, _, _, _, attn_flops_per_s = _rates(model, hw, efficiency)
-    blocks = _n_attention_blocks(model)
-    a_bytes = blocks * model.n_layers * _kv_layer_bytes(model, tp) * kv_read_tokens
-    a_flops = blocks * model.n_layers * attention_flops_per_pair(model) * attn_pairs / tp
+    a_bytes, a_flops = attention_bytes_flops(model, kv_read_tokens, attn_pairs, tp)
     return OperatorCost(a_bytes, a_flops, kernels.attention_time_s(hw.kernels, bytes_=a_bytes, flops=a_flops,
                                                                     bandwidth_bytes_per_s=bw, flops_per_s=attn_flops_per_s))
 
@@ -271,31 +275,37 @@ def _communication(model, hw, n_tokens, tp) -> np.ndarray:
     if tp == 1:
         return np.zeros_like(np.asarray(n_tokens, dtype=float))
     latency_s, bus_bytes_per_s = hw.all_reduce_cost(tp)
-    n_allreduce = model.n_layers * (_n_attention_blocks(model) + 1)
+    n_allreduce = model.n_layers * (n_attention_blocks(model) + 1)
     ring_bytes = 2.0 * (tp - 1) / tp * n_tokens * model.hidden_size * ACTIVATION_BYTES
     return n_allreduce * (latency_s + ring_bytes / bus_bytes_per_s)
 
 
-def _overhead(model, hw, efficiency) -> float:
+def fixed_overhead_s(model, hw, efficiency) -> float:
     eff = efficiency or hw.efficiency
     return eff.step_overhead_s + eff.per_layer_overhead_s * model.n_layers
 
 
-def _cost(model: ModelSpec, hw: HardwareProfile, *, n_tokens, n_logit_tokens, kv_read_tokens, attn_pairs,
-          tp: int, efficiency: Efficiency | None) -> StepCost:
-    _, _, compute_dtype, attention_dtype, _, _ = _rates(model, hw, efficiency)
+def pass_cost(model: ModelSpec, hw: HardwareProfile, shape: PassShape, *, tp: int = 1,
+              efficiency: Efficiency | None = None) -> StepCost:
+    """The roofline (with the part's fitted kernel curves, where it has them) of one pass of `shape`
+    (`cost.shape.PassShape`: its tokens, logit rows, KV reads and pairs; a prefill row is priced like
+    any other here) on one device of a tensor-parallel group of tp."""
+    check_group(model, hw, tp)
+    compute_dtype, attention_dtype = pass_dtypes(model, hw)
+    n_tokens = np.asarray(shape.tokens, dtype=np.float64)
     weights = _weights(model, hw, n_tokens, tp, efficiency)
-    attention = _attention(model, hw, kv_read_tokens, attn_pairs, tp, efficiency)
-    kv_write = _kv_write(model, hw, n_tokens, tp, efficiency)
-    lm_head = _lm_head(model, hw, n_logit_tokens, tp, efficiency)
-    activations = _activations(model, hw, n_tokens, tp, efficiency)
+    attention = _attention(model, hw, shape.kv_read, shape.pairs, tp, efficiency)
+    kv_write = kv_write_cost(model, hw, n_tokens, tp, efficiency)
+    lm_head = _lm_head(model, hw, shape.logit_tokens, tp, efficiency)
+    activations = activations_cost(model, hw, n_tokens, tp, efficiency)
     comm = _communication(model, hw, n_tokens, tp)
-    overhead = np.full(np.shape(n_tokens), _overhead(model, hw, efficiency))
+    overhead = np.full(np.shape(n_tokens), fixed_overhead_s(model, hw, efficiency))
     total = (weights.time_s + attention.time_s + kv_write.time_s + lm_head.time_s + activations.time_s
              + comm + overhead)
     return StepCost(weights=weights, attention=attention, kv_write=kv_write, lm_head=lm_head,
                     activations=activations, communication_s=comm, overhead_s=overhead, time_s=total,
-                    compute_dtype=compute_dtype, attention_dtype=attention_dtype)
+                    compute_dtype=compute_dtype, attention_dtype=attention_dtype,
+                    source="roofline" + (" with fitted kernel curves" if hw.kernels is not None else ""))
 
 
 # ---- the step split by what each part depends on (for callers that tabulate) -----------------------
@@ -309,24 +319,24 @@ def token_time_s(model: ModelSpec, hw: HardwareProfile, n_tokens, *, tp: int = 1
     """Time of the classes that depend only on the step's token count T: the linear layers (weights),
     the element-wise operators (activations), the KV write and the tensor-parallel all-reduces.
     n_tokens: T ≥ 0, any shape. On a part with a fitted `[kernels]` table this is the measured curve."""
-    _check_group(model, hw, tp)
-    t = _as_array("n_tokens", n_tokens, 0)
-    return (_weights(model, hw, t, tp, efficiency).time_s + _activations(model, hw, t, tp, efficiency).time_s
-            + _kv_write(model, hw, t, tp, efficiency).time_s + _communication(model, hw, t, tp))
+    check_group(model, hw, tp)
+    t = count_array("n_tokens", n_tokens, 0)
+    return (_weights(model, hw, t, tp, efficiency).time_s + activations_cost(model, hw, t, tp, efficiency).time_s
+            + kv_write_cost(model, hw, t, tp, efficiency).time_s + _communication(model, hw, t, tp))
 
 
 def logits_time_s(model: ModelSpec, hw: HardwareProfile, n_logit_tokens, *, tp: int = 1,
                   efficiency: Efficiency | None = None) -> np.ndarray:
     """Time of the LM head for G ≥ 0 positions that need logits, any shape."""
-    _check_group(model, hw, tp)
-    return _lm_head(model, hw, _as_array("n_logit_tokens", n_logit_tokens, 0), tp, efficiency).time_s
+    check_group(model, hw, tp)
+    return _lm_head(model, hw, count_array("n_logit_tokens", n_logit_tokens, 0), tp, efficiency).time_s
 
 
 def attention_time_s(model: ModelSpec, hw: HardwareProfile, *, kv_read_tokens, attn_pairs, tp: int = 1,
                      efficiency: Efficiency | None = None) -> np.ndarray:
     """Time of attention over the KV cache: R tokens' keys and values read (all sequences together)
     and P query-key pairs scored; both ≥ 0 and broadcast."""
-    _check_group(model, hw, tp)
+    check_group(model, hw, tp)
     r = np.asarray(kv_read_tokens, dtype=np.float64)
     p = np.asarray(attn_pairs, dtype=np.float64)
     if np.any(r < 0) or np.any(p < 0):
@@ -338,54 +348,35 @@ def attention_time_s(model: ModelSpec, hw: HardwareProfile, *, kv_read_tokens, a
 
 def overhead_time_s(model: ModelSpec, hw: HardwareProfile, *, efficiency: Efficiency | None = None) -> float:
     """The fixed per-step and per-layer overhead of the efficiency in force."""
-    return float(_overhead(model, hw, efficiency))
-
-
-def _visible_context(model: ModelSpec, context_len: np.ndarray) -> np.ndarray:
-    return np.minimum(context_len, model.sliding_window) if model.sliding_window else context_len
+    return float(fixed_overhead_s(model, hw, efficiency))
 
 
 def step_cost(model: ModelSpec, hw: HardwareProfile, *, batch_size=1, q_len=1, context_len=0, tp: int = 1,
               attention: str = "fused", efficiency: Efficiency | None = None) -> StepCost:
-    """Cost of one forward pass of B sequences, each with M new query tokens after L cached ones.
+    """The roofline of one forward pass of B sequences, each with M new query tokens after L cached ones.
 
     batch_size: B, sequences (≥ 1); q_len: M, new tokens per sequence (≥ 1): 1 for decode, K + 1 or
     the tree size for verify, the chunk for prefill; context_len: L, tokens already in each sequence's
     cache (≥ 0). All three broadcast as numpy arrays. tp: tensor-parallel degree; the result is for
     one device of the group. attention: 'fused' or 'naive' (see the module docstring).
+    The roofline's own parameters are fitted through this (calibration/); every prediction prices a
+    pass through `cost.pricing`, which chooses its source once per model and deployment.
     """
-    if attention not in ATTENTION_KERNELS:
-        raise field_error("step cost", "attention", attention, f"one of {ATTENTION_KERNELS}")
-    _check_group(model, hw, tp)
-    b = _as_array("batch_size", batch_size, 1)
-    m = _as_array("q_len", q_len, 1)
-    l = _visible_context(model, _as_array("context_len", context_len, 0))
-    b, m, l = np.broadcast_arrays(b, m, l)
-    pairs = b * (m * l + m * (m + 1) / 2.0)
-    kv_read = b * (l + m) if attention == "fused" else pairs
-    return _cost(model, hw, n_tokens=b * m, n_logit_tokens=b * m, kv_read_tokens=kv_read, attn_pairs=pairs,
-                 tp=tp, efficiency=efficiency)
+    check_group(model, hw, tp)
+    shape = PassShape.uniform(model, batch_size=batch_size, q_len=q_len, context_len=context_len, attention=attention)
+    return pass_cost(model, hw, shape, tp=tp, efficiency=efficiency)
 
 
 def mixed_step_cost(model: ModelSpec, hw: HardwareProfile, *, q_lens, context_lens, logit_lens=None, tp: int = 1,
                     attention: str = "fused", efficiency: Efficiency | None = None) -> StepCost:
-    """Cost of one iteration over a heterogeneous batch (continuous batching): sequence i brings
+    """The roofline of one iteration over a heterogeneous batch (continuous batching): sequence i brings
     q_lens[i] new tokens after context_lens[i] cached ones (decode: 1, verify: K + 1, prefill chunk: its
     length). logit_lens[i] is how many of its positions need logits (default all; a prefill chunk
     that does not end its prompt needs none). Arrays of shape (n_seqs,); returns scalars."""
-    if attention not in ATTENTION_KERNELS:
-        raise field_error("step cost", "attention", attention, f"one of {ATTENTION_KERNELS}")
-    _check_group(model, hw, tp)
-    q = _as_array("q_lens", q_lens, 1)
-    l = _visible_context(model, _as_array("context_lens", context_lens, 0))
-    if q.shape != l.shape or q.ndim != 1:
-        raise field_error("mixed step cost", "context_lens", l.shape, f"a 1-D array shaped like q_lens {q.shape}")
-    pairs = q * l + q * (q + 1) / 2.0
-    kv_read = (l + q) if attention == "fused" else pairs
-    logits = q if logit_lens is None else _as_array("logit_lens", logit_lens, 0)
-    return _cost(model, hw, n_tokens=np.asarray(q.sum()), n_logit_tokens=np.asarray(logits.sum()),
-                 kv_read_tokens=np.asarray(kv_read.sum()), attn_pairs=np.asarray(pairs.sum()),
-                 tp=tp, efficiency=efficiency)
+    check_group(model, hw, tp)
+    shape = PassShape.of_mix(model, q_lens=q_lens, context_lens=context_lens, logit_lens=logit_lens,
+                             attention=attention)
+    return pass_cost(model, hw, shape, tp=tp, efficiency=efficiency)
 
 
 # ---- memory ---------------------------------------------------------------------------------------
@@ -396,7 +387,7 @@ def weight_bytes_per_device(model: ModelSpec, tp: int = 1) -> float:
 
 def kv_bytes_per_device(model: ModelSpec, *, batch_size, context_len, tp: int = 1):
     """KV cache one device holds for B sequences of L tokens (encoder-decoders: self + cross)."""
-    blocks = _n_attention_blocks(model)
+    blocks = n_attention_blocks(model)
     per_token = blocks * model.kv_bytes_per_token * kv_shard_frac(model, tp)
     return np.asarray(batch_size, dtype=float) * np.minimum(
         np.asarray(context_len, dtype=float), model.sliding_window or np.inf) * per_token

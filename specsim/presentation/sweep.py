@@ -303,9 +303,11 @@ def heatmap_grid(op: OperatingPoint, axes: dict | None = None, *, n_batch: int =
 
 def drafter_roofline_points(op: OperatingPoint, *, batch_sizes=(1, 4, 16, 64)) -> pd.DataFrame:
     """The drafter's one-token pass at each batch size as roofline points (the columns of
-    verify_roofline_points, `target` naming the drafting model, tree_size 1); empty for families that
-    run no drafting model (prompt lookup, Lookahead)."""
-    from ..cost.roofline import step_cost
+    verify_roofline_points, `target` naming the drafting model, tree_size 1), priced as the cycle prices
+    it (`cost.pricing`, at the family's pass efficiency); empty for families that run no drafting model
+    (prompt lookup, Lookahead)."""
+    from ..cost.pricing import price_pass
+    from ..speculation.families import pass_efficiency
 
     if not op.speculative:
         return pd.DataFrame()
@@ -316,13 +318,13 @@ def drafter_roofline_points(op: OperatingPoint, *, batch_sizes=(1, 4, 16, 64)) -
         return pd.DataFrame()
     hw = op.hardware
     b = np.asarray(list(batch_sizes), dtype=float)
-    c = step_cost(model, hw, batch_size=b, q_len=1, context_len=op.context_len, tp=work.pass_tp, attention=dep.attention,
-                  efficiency=dep.eff)
+    c = price_pass(model, dep, batch_size=b, q_len=1, context_len=op.context_len, tp=work.pass_tp,
+                   efficiency=pass_efficiency(work, dep))
     flops = np.broadcast_to(c.flops, c.time_s.shape)
     bytes_ = np.broadcast_to(c.bytes, c.time_s.shape)
     dtype = hw.compute_dtype_for(model.compute_dtype)
     return pd.DataFrame({
-        "hardware": hw.id, "target": model.id, "batch_size": b.astype(int), "tree_size": 1,
+        "hardware": hw.id, "target": model.id, "source": c.source, "batch_size": b.astype(int), "tree_size": 1,
         "tokens_in_flight": b.astype(int), "flops": flops, "bytes": bytes_, "intensity_flops_per_byte": flops / bytes_,
         "attained_flops_per_s": flops / c.time_s, "time_s": c.time_s, "time_vs_one_token": 1.0,
         "peak_flops_per_s": hw.peak_flops_per_s[dtype] * dep.eff.compute_frac,
@@ -335,21 +337,21 @@ def drafter_roofline_points(op: OperatingPoint, *, batch_sizes=(1, 4, 16, 64)) -
 def verify_roofline_points(op: OperatingPoint, *, tree_sizes=range(1, 65), batch_sizes=(1,)) -> pd.DataFrame:
     """The point's verify pass over M = tree_sizes query tokens per sequence, as roofline points: one
     row per (B, M) with FLOPs, bytes, operational intensity, attained FLOP/s, time, and time
-    relative to the one-token step at the same B (the seed's 'barely more than over 1' ratio)."""
-    from ..cost.roofline import step_cost
+    relative to the one-token step at the same B (the seed's 'barely more than over 1' ratio). Times
+    are the target's passes as every path prices them (`cost.pricing.target_step_cost`, hops included)."""
+    from ..cost.pricing import target_step_cost
 
     hw, target, dep = op.hardware, op.target, op.deployment
     m = np.asarray(list(tree_sizes), dtype=float)[None, :]
     b = np.asarray(list(batch_sizes), dtype=float)[:, None]
-    common = dict(context_len=op.context_len, tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
-    c = step_cost(target, hw, batch_size=b, q_len=m, **common)
-    one = step_cost(target, hw, batch_size=b, q_len=1, **common)
+    c = target_step_cost(target, dep, batch_size=b, q_len=m, context_len=op.context_len)
+    one = target_step_cost(target, dep, batch_size=b, q_len=1, context_len=op.context_len)
     flops = np.broadcast_to(c.flops, c.time_s.shape)
     bytes_ = np.broadcast_to(c.bytes, c.time_s.shape)
     bb, mm = np.broadcast_arrays(b, m)
     dtype = hw.compute_dtype_for(target.compute_dtype)
     return pd.DataFrame({
-        "hardware": hw.id, "target": target.id, "batch_size": bb.ravel().astype(int),
+        "hardware": hw.id, "target": target.id, "source": c.source, "batch_size": bb.ravel().astype(int),
         "tree_size": mm.ravel().astype(int), "tokens_in_flight": (bb * mm).ravel().astype(int),
         "flops": flops.ravel(), "bytes": bytes_.ravel(), "intensity_flops_per_byte": (flops / bytes_).ravel(),
         "attained_flops_per_s": (flops / c.time_s).ravel(), "time_s": c.time_s.ravel(),

@@ -48,16 +48,13 @@ is called instead.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..cost.roofline import (LOGIT_BYTES, attention_time_s, kv_shard_frac, logits_time_s, mixed_step_cost,
-                             overhead_time_s, token_time_s)
-from ..specs.hardware import Efficiency, HardwareProfile
-from ..specs.models import ModelSpec
+from ..cost.pricing import (cycle_overhead_rates, dense_time_s, masked_score_time_s, mla_prefill_verify_s,
+                            source_for)
+from ..cost.shape import PassShape
 from ..specs.regimes import NO_REGIMES, Regimes, resolve_regimes
-from ..speculation.families import dense_time_s, masked_score_time_s, pass_efficiency, pass_widths
+from ..speculation.families import pass_efficiency, pass_widths
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import tokens_per_cycle_at
 from .mix import IterationMix
@@ -65,72 +62,61 @@ from .mix import IterationMix
 _CLASSES = ("weights", "attention", "kv_write", "lm_head", "activations")
 
 
-def mix_features(q: np.ndarray, l: np.ndarray, g: np.ndarray) -> tuple[float, float, float, float]:
-    """(tokens, logit tokens, fused KV-read tokens, causal query-key pairs) of a mix."""
+def mix_features(q: np.ndarray, l: np.ndarray, g: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(sequences, tokens, logit tokens, fused KV-read tokens, causal query-key pairs) of a mix."""
     sq, sl, sg = int(q.sum()), int(l.sum()), int(g.sum())
-    return (float(sq), float(sg), float(sl + sq), float(int(q @ l) + (int(q @ q) + sq) / 2.0))
+    return (float(q.size), float(sq), float(sg), float(sl + sq), float(int(q @ l) + (int(q @ q) + sq) / 2.0))
 
 
 class FastStep:
-    """A fast twin of `roofline.mixed_step_cost` for one model on one deployment.
+    """A fast twin of one pass source (`cost.pricing.source_for`) for the simulator's hot path.
 
-    A step's time is token_time(T) + logits_time(G) + attention(R, P) + overhead (roofline's split:
-    T tokens, G logit positions, R KV-read tokens, P query–key pairs). The first two depend on one
-    count each, so they are tabulated once over 0..T_max (the table grows on demand); attention is
-    max(R·a, P·b) per the roofline. The twin is checked against mixed_step_cost on a set of mixes
-    and `ok` is False (every call goes to the exact function) if any differs by more than 1e-9."""
+    A pass's time is token_time(T) + logit_time(G) + attention(S, T, R, P and the prompt-chunk rows'
+    share) + fixed (`cost.shape.PassShape`'s sums). The first two depend on one count each, so they are
+    tabulated once over 0..T_max (the table grows on demand); attention is the source's own scalar
+    function. The twin is checked against the source's exact price on a set of mixes and `ok` is False
+    (every call goes to the exact price) if any differs by more than 1e-9."""
 
     CHECKS = [([1], [0], [1]), ([1, 1, 1], [100, 50, 7], [1, 1, 1]), ([5], [1000], [0]), ([17, 3], [0, 4000], [1, 3]),
               ([256], [2048], [256]), ([2000], [0], [1]), ([1] * 8, [300] * 8, [1] * 8),
               ([5] * 256, list(range(0, 256 * 40, 40)), [5] * 256), ([8192], [0], [1]),
               ([1, 3, 900], [77, 6000, 123], [1, 3, 0]), ([1], [131000], [1])]
 
-    def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tp: int, attention: str, efficiency: Efficiency | None,
-                 exact: bool = False, max_tokens: int = 8192):
-        self.kw = dict(tp=tp, attention=attention, efficiency=efficiency)
-        self.model, self.hw = model, hw
-        q = hw.kernels.attention_overlap_exponent if hw.kernels is not None else math.inf
-        self.attn_q = q if math.isfinite(q) else None  # None: attention is the max of its two times
-        self.window = model.sliding_window or 0
+    def __init__(self, source, *, exact: bool = False, max_tokens: int = 8192):
+        self.source = source
+        self.model = source.model
+        self.attention = getattr(source, "attention", "fused")
+        self.window = self.model.sliding_window or 0
         self._tokens = np.zeros(0)
         self._logits = np.zeros(0)
+        self.fixed = float(source.fixed_s)
+        self._attn = source.attention_s
         self.ok = not exact
         if not self.ok:
             return
         self._grow(max_tokens)
-        kw = dict(tp=tp, efficiency=efficiency)
-        self.r_coef = float(attention_time_s(model, hw, kv_read_tokens=1.0, attn_pairs=0.0, **kw))
-        self.p_coef = float(attention_time_s(model, hw, kv_read_tokens=0.0, attn_pairs=1.0, **kw))
-        self.fixed = overhead_time_s(model, hw, efficiency=efficiency)
         for q, l, g in self.CHECKS:
-            exact_t = self.exact(q, l, g)
-            if abs(self(q, l, g) - exact_t) > 1e-9 * exact_t:
-                self.ok = False
-                return
+            for pf in (None, [i == len(q) - 1 and len(q) > 1 for i in range(len(q))]):
+                exact_t = self.exact(q, l, g, pf)
+                if abs(self(q, l, g, pf) - exact_t) > 1e-9 * exact_t:
+                    self.ok = False
+                    return
 
     def _grow(self, n: int) -> None:
-        """Tables of token_time_s and logits_time_s over 0..n (at least doubling)."""
+        """Tables of the source's token and logit times over 0..n (at least doubling)."""
         size = max(n + 1, 2 * self._tokens.size)
         counts = np.arange(size, dtype=np.float64)
-        kw = dict(tp=self.kw["tp"], efficiency=self.kw["efficiency"])
-        self._tokens = np.asarray(token_time_s(self.model, self.hw, counts, **kw), dtype=np.float64)
-        self._logits = np.asarray(logits_time_s(self.model, self.hw, counts, **kw), dtype=np.float64)
+        self._tokens = np.asarray(self.source.token_time_s(counts), dtype=np.float64)
+        self._logits = np.asarray(self.source.logit_time_s(counts), dtype=np.float64)
 
-    def time(self, t: float, g: float, r: float, p: float) -> float:
-        """Step time from the mix sums (tokens t, logit tokens g, KV-read tokens r, pairs p)."""
+    def time(self, s: float, t: float, g: float, r: float, p: float, ps: float = 0.0, pt: float = 0.0,
+             pr: float = 0.0, pp: float = 0.0) -> float:
+        """Pass time from the mix sums (sequences s, tokens t, logit tokens g, KV-read tokens r, pairs p;
+        ps..pp: the prompt-chunk rows' share of each)."""
         ti, gi = int(t), int(g)
         if ti >= self._tokens.size or gi >= self._tokens.size:
             self._grow(max(ti, gi))
-        a, b = r * self.r_coef, p * self.p_coef
-        return float(self._tokens[ti]) + float(self._logits[gi]) + self._attn(a, b) + self.fixed
-
-    def _attn(self, a: float, b: float) -> float:
-        """Attention from its memory (a) and compute (b) times, as cost.kernels.attention_time_s."""
-        m = a if a > b else b
-        q = self.attn_q
-        if q is None or m <= 0.0:
-            return m
-        return m * ((a / m) ** q + (b / m) ** q) ** (1.0 / q)
+        return float(self._tokens[ti]) + float(self._logits[gi]) + self._attn(s, t, r, p, ps, pt, pr, pp) + self.fixed
 
     def passes(self, n: int, w: int, s: float, k: int) -> float:
         """K drafting passes of n rows, w tokens each, pass j at contexts summing to s + n·j·w (the
@@ -140,30 +126,51 @@ class FastStep:
             self._grow(t)
         per = float(self._tokens[t]) + float(self._logits[t]) + self.fixed
         half = n * (w * w + w) / 2.0
-        ra, pb = self.r_coef, self.p_coef
+        attn = self._attn
         total = k * per
         for j in range(k):
             base = s + n * j * w
-            a, b = (base + t) * ra, (w * base + half) * pb
-            total += self._attn(a, b)
+            total += attn(n, t, base + t, w * base + half)
         return total
 
-    def exact(self, q, l, g) -> float:
-        return float(mixed_step_cost(self.model, self.hw, q_lens=np.asarray(q, dtype=np.int64),
-                                     context_lens=np.asarray(l, dtype=np.int64), logit_lens=np.asarray(g, dtype=np.int64),
-                                     **self.kw).time_s)
+    def exact(self, q, l, g, pf=None) -> float:
+        return float(self.source.price(PassShape.of_mix(
+            self.model, q_lens=np.asarray(q, dtype=np.int64), context_lens=np.asarray(l, dtype=np.int64),
+            logit_lens=np.asarray(g, dtype=np.int64), is_prefill=pf, attention=self.attention)).time_s)
 
-    def __call__(self, q, l, g) -> float:
-        """Step time of the mix given as arrays (query tokens, cached context, logit tokens)."""
+    def __call__(self, q, l, g, pf=None) -> float:
+        """Pass time of the mix given as arrays (query tokens, cached context, logit tokens, and which
+        rows are prompt chunks: None for none)."""
         if not self.ok:
-            return self.exact(q, l, g)
+            return self.exact(q, l, g, pf)
         q, l, g = np.asarray(q, dtype=np.int64), np.asarray(l, dtype=np.int64), np.asarray(g, dtype=np.int64)
         if self.window:
             l = np.minimum(l, self.window)
-        if self.kw["attention"] == "fused":
-            return self.time(*mix_features(q, l, g))
-        t, gg, _, p = mix_features(q, l, g)
-        return self.time(t, gg, p, p)  # a naive kernel re-reads a key per query: R = P
+        fused = self.attention == "fused"
+        s, t, gg, r, p = mix_features(q, l, g)
+        if not fused:
+            r = p  # a naive kernel re-reads a key per query: R = P
+        if pf is None:
+            return self.time(s, t, gg, r, p)
+        pf = np.asarray(pf, dtype=bool)
+        if not pf.any():
+            return self.time(s, t, gg, r, p)
+        ps_, pt_, _, pr_, pp_ = mix_features(q[pf], l[pf], g[pf])
+        return self.time(s, t, gg, r, p, ps_, pt_, pr_ if fused else pp_, pp_)
+
+
+class _DenseTable:
+    """A dense block's time (`cost.pricing.dense_time_s`) tabulated over whole token counts."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.table = np.asarray(fn(np.arange(1024, dtype=np.float64)), dtype=np.float64)
+
+    def __call__(self, n_tokens: float) -> float:
+        i = int(n_tokens)
+        if i >= self.table.size:
+            self.table = np.asarray(self.fn(np.arange(max(i + 1, 2 * self.table.size), dtype=np.float64)))
+        return float(self.table[i])
 
 
 def _sum_ctx(mix: IterationMix) -> float:
@@ -197,22 +204,6 @@ def regime_advice(op: OperatingPoint, *, batch: float | None = None, rate_per_s:
     return list(rg.open_questions), calibration_notes(rg, batch=batch, rate_per_s=rate_per_s)
 
 
-def mla_prefill_verify_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, *, tp: int, cached_tokens: float) -> float:
-    """Extra time of verifying through the prefill path of multi-head latent attention: every cached
-    token's latent up-projected to keys and values, which are written and read back, on one device
-    of a group of `tp` (see the module docstring). cached_tokens: Σ context over the verifying rows."""
-    a = model.mla
-    if a is None or cached_tokens <= 0:
-        return 0.0
-    heads = model.n_heads / tp
-    flops = 2.0 * a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim) * cached_tokens
-    nbytes = 2.0 * 2.0 * heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) * cached_tokens
-    dtype = hw.compute_dtype_for("bf16")
-    per_layer = max(nbytes / (hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac),
-                    flops / (hw.peak_flops_per_s[dtype] * eff.compute_frac))
-    return model.n_layers * per_layer
-
-
 class ServingCost:
     """Seconds per iteration for an operating point (see the module docstring).
 
@@ -226,36 +217,28 @@ class ServingCost:
         self.regimes = regimes_for(op)
         rg = self.regimes
         self.dynamic_k = bool(dynamic_k)
-        self.target = FastStep(op.target, op.hardware, tp=dep.tp, attention=dep.attention, efficiency=dep.eff,
-                               exact=exact)
+        self.target = FastStep(source_for(op.target, dep, target=True), exact=exact)  # hops in its fixed time
         self.work = op.work if op.speculative else None
         w = self.work
         # a drafting pass at the family's own efficiency: a head pass pays the stack's [drafting] head-pass
         # cost in place of a model step's overhead (speculation.families.pass_efficiency, as draft_cost)
-        self.drafter = (FastStep(w.pass_model, op.hardware, tp=w.pass_tp, attention=dep.attention,
-                                 efficiency=pass_efficiency(w, dep), exact=exact)
+        self.drafter = (FastStep(source_for(w.pass_model, dep, tp=w.pass_tp, efficiency=pass_efficiency(w, dep)),
+                                 exact=exact)
                         if w is not None and w.pass_model is not None else None)
         # the reference repos' masked eager verify: device bytes per attention score (families.masked_score_time_s)
         self._masked = bool(w is not None and w.masked_verify and dep.drafting.masked_score_bytes)
-        self.hop_s = dep.hop_s
         self._widths = {}  # (kmax, tree_size) -> the first pass's and the later passes' widths (families.pass_widths)
-        self._proj = (0.0, 0.0)
-        if w is not None and w.projection_params:
-            one = float(dense_time_s(w.projection_params, 0.0, weight_bytes_per_param=op.target.weight_bytes_per_param,
-                                     hw=op.hardware, eff=dep.eff, dtype=op.target.compute_dtype, tp=w.pass_tp))
-            per = float(dense_time_s(w.projection_params, 1e6, weight_bytes_per_param=op.target.weight_bytes_per_param,
-                                     hw=op.hardware, eff=dep.eff, dtype=op.target.compute_dtype, tp=w.pass_tp)) / 1e6
-            self._proj = (one, per)
-        bw = op.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
-        # per-cycle overhead terms (speculation.cycle.cycle_overhead_s): the host work, reading the
-        # extra fp32 logits per verified position, a tree's compaction per accepted token
-        self._logit_s_per_extra_position = 2.0 * op.target.vocab_size * LOGIT_BYTES / dep.tp / bw
-        self._compact_s_per_token = 2.0 * op.target.kv_bytes_per_token * kv_shard_frac(op.target, dep.tp) / bw
+        # EAGLE/MTP's input projection, a dense block of the target's format, by the target's source at the pass's tp
+        self._projection_s = (_DenseTable(lambda t: dense_time_s(op.target, dep, w.projection_params, t, tp=w.pass_tp))
+                              if w is not None and w.projection_params else None)
+        # per-cycle device terms (cost.pricing.device_cycle_overhead_s): reading the extra fp32 logits per
+        # verified position, a tree's compaction per accepted token
+        self._logit_s_per_extra_position, self._compact_s_per_token = cycle_overhead_rates(op.target, dep)
         self._context_dependent = (op.acceptance.model is not None and
                                    op.acceptance.model.context_decay_per_token != 0.0)
         self._tau_cache: dict = {}
         t = self.target
-        self._target_closed = t.ok and not t.window and t.kw["attention"] == "fused"
+        self._target_closed = t.ok and not t.window and t.attention == "fused"
         self._overlaps = {True: bool(dep.host.overlaps(True)), False: bool(dep.host.overlaps(False))}
         if rg.overlap is not None:
             self._overlaps = {False: rg.overlap[0], True: rg.overlap[1]}
@@ -264,7 +247,7 @@ class ServingCost:
         # the common drafting iteration in closed form (_draft's first branch): chains of one K on every row,
         # a fused full-context drafter without an input projection
         d = self.drafter
-        self._chain_closed = bool(self._passes and d is not None and d.kw["attention"] == "fused" and not d.window
+        self._chain_closed = bool(self._passes and d is not None and d.attention == "fused" and not d.window
                                   and d.ok and w.context_cap is None and not w.projection_params)
         # regimes that change a pass's device time (None of them: the device time is the analytical one)
         self._eager_target_s = op.target.n_layers * rg.eager_layer_s
@@ -287,8 +270,8 @@ class ServingCost:
             n = mix.q_lens.size
             s = _sum_ctx(mix)
             t = n * uq
-            return self.target.time(t, t, s + t, uq * s + n * (uq * uq + uq) / 2.0) + self.hop_s
-        return self.target(mix.q_lens, mix.context_lens, mix.logit_lens) + self.hop_s
+            return self.target.time(n, t, t, s + t, uq * s + n * (uq * uq + uq) / 2.0)
+        return self.target(mix.q_lens, mix.context_lens, mix.logit_lens, mix.is_prefill if mix.n_prefill else None)
 
     def draft_time_s(self, mix: IterationMix) -> float:
         """Drafting outside the verify pass: the family's passes and host search."""
@@ -297,12 +280,6 @@ class ServingCost:
     def catchup_time_s(self, mix: IterationMix) -> float:
         """The part of draft_time_s spent on the drafter's catch-up tokens (`IterationMix.catchup`)."""
         return self._draft(mix)[1]
-
-    def _projection_s(self, n_tokens: float) -> float:
-        """EAGLE/MTP's input projection over n tokens (roofline: max(weight bytes / bw, FLOPs / peak))."""
-        a, b = self._proj
-        t = b * n_tokens
-        return a if a > t else t
 
     def _draft(self, mix: IterationMix) -> tuple[float, float]:
         """(drafting time, of which catch-up). Pass j runs the rows drafting more than j tokens, w
@@ -347,7 +324,7 @@ class ServingCost:
                     p0 = width * s0 + n * ((width * width + width) / 2.0)
                     ctx = mix.context_lens
                     dp = float(np.dot(cu, ctx)) - float(np.dot(cu, cu)) / 2.0 + cs / 2.0
-                    catchup_s += model.time(t0 + cs, t0, base, p0 + dp) - model.time(t0, t0, base, p0)
+                    catchup_s += model.time(n, t0 + cs, t0, base, p0 + dp) - model.time(n, t0, t0, base, p0)
                 return total + catchup_s, catchup_s
         total = 0.0
         every = n == dk.size
@@ -369,7 +346,7 @@ class ServingCost:
                 c = None
         catchup_s = 0.0
         model = self.drafter
-        fused = model.kw["attention"] == "fused" and not model.window and model.ok
+        fused = model.attention == "fused" and not model.window and model.ok
         if n:
             ks = dk if every else dk[spec]
             if every and mix.uniform_q:
@@ -413,7 +390,7 @@ class ServingCost:
                     nj, sj = cnt[j], sums[j]
                     t = nj * wj
                     base = sj + nj * offset(j)
-                    total += model.time(t, t, base + t, wj * base + nj * (wj * wj + wj) / 2.0)
+                    total += model.time(nj, t, t, base + t, wj * base + nj * (wj * wj + wj) / 2.0)
                     if w.projection_params:
                         total += self._projection_s(t)
             else:
@@ -435,7 +412,7 @@ class ServingCost:
                 base = s0 + t0
                 p0 = width * s0 + n0 * half
                 dp = float(np.dot(c, ctx)) - float(np.dot(c, c)) / 2.0 + cs / 2.0
-                catchup_s += model.time(t0 + cs, t0, base, p0 + dp) - model.time(t0, t0, base, p0)
+                catchup_s += model.time(n0, t0 + cs, t0, base, p0 + dp) - model.time(n0, t0, t0, base, p0)
             elif c is not None:  # pass 0 over w + c tokens from context − c, instead of w from context
                 q0 = np.full(n, width, dtype=np.int64)
                 c0 = ctx if w.context_cap is None else np.minimum(ctx, w.context_cap)
@@ -459,10 +436,11 @@ class ServingCost:
                     q0, c0 = q0 + c, c0 - c
                 g0 = np.full(n, width, dtype=np.int64)
                 alone = model(q0, c0, g0)
-                both = model(np.concatenate([q0, q_pf]), np.concatenate([c0, l_pf]), np.concatenate([g0, g_pf]))
+                both = model(np.concatenate([q0, q_pf]), np.concatenate([c0, l_pf]), np.concatenate([g0, g_pf]),
+                             np.concatenate([np.zeros(n, dtype=bool), np.ones(q_pf.size, dtype=bool)]))
                 extra = both - alone
             else:
-                extra = model(q_pf, l_pf, g_pf)
+                extra = model(q_pf, l_pf, g_pf, np.ones(q_pf.size, dtype=bool))
             if w.projection_params:
                 if n:
                     base = n * width + (float(c.sum()) if c is not None else 0.0)
@@ -493,10 +471,9 @@ class ServingCost:
         if not w.verify_head_params:
             return masked
         positions = float(mix.q_lens[spec].sum())
-        return masked + float(dense_time_s(w.verify_head_params, positions,
-                                  weight_bytes_per_param=self.target_model.weight_bytes_per_param, hw=self.hw,
-                                  eff=self.dep.eff, dtype=self.target_model.compute_dtype, tp=self.dep.tp,
-                                  extra_bytes=positions * w.verify_head_logit_rows * self.target_model.vocab_size * 4.0))
+        return masked + float(dense_time_s(self.target_model, self.dep, w.verify_head_params, positions,
+                                           extra_bytes=positions * w.verify_head_logit_rows
+                                           * self.target_model.vocab_size * 4.0))
 
     def device_overhead_s(self, mix: IterationMix) -> float:
         """Device work of a speculative cycle beyond drafting and verifying: reading the extra
@@ -640,4 +617,4 @@ class ServingCost:
         return self.breakdown(mix)[0]
 
 
-__all__ = ["ServingCost", "FastStep", "mix_features", "regimes_for", "regime_advice", "mla_prefill_verify_s"]
+__all__ = ["ServingCost", "FastStep", "mix_features", "regimes_for", "regime_advice"]

@@ -28,7 +28,7 @@ from . import checks as C
 from .analysis_tables import ATTENTION_KERNELS, MAX_BATCH, MAX_TEMPERATURE, MAX_TREE_NODES, SweepTable, ThresholdTable
 from .catalog import catalog_ids, read_toml, resolve, to_toml
 from .drafting_tables import AcceptanceTable, DrafterOptionsTable, check_calibration_matches
-from .models import WEIGHT_FORMATS
+from .models import KV_DTYPES, WEIGHT_FORMATS
 from .regimes import check_version
 from .serving_tables import EngineTable, FleetTable, PolicyTable, SloTable, WorkloadTable, policies_from_table
 
@@ -54,6 +54,11 @@ MOVED = {
     ("threshold", "k"): "the top-level key k (and [threshold] k_max for the K candidates)",
 }
 MAX_TP = 4096  # devices in one group
+
+
+# what prices a pass (cost.pricing.source_for): measured operator tables where they cover the part, stack and
+# model (auto), the tables or a refusal (measured), or the roofline with the part's fitted curves (roofline)
+COST_SOURCES = ("auto", "measured", "roofline")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +101,8 @@ class Scenario:
     stack: str | None = None
     stack_version: str | None = None  # the stack's release (specs.regimes: what changes with load, by version)
     target_dtype: str | None = None
+    kv_cache_dtype: str | None = None  # the KV cache's dtype when not the target file's (bf16, fp8, ...)
+    cost_source: str = "roofline"  # what prices passes: auto (measured tables where they cover it), measured, roofline
     temperature: float = 0.0
     baseline_tokens_per_s: float | None = None
     baseline_step_time_s: float | None = None
@@ -122,6 +129,10 @@ class Scenario:
         if self.target_dtype is not None and self.target_dtype not in WEIGHT_FORMATS:
             raise field_error(where, "target_dtype", self.target_dtype,
                               f"a weight format: one of {', '.join(WEIGHT_FORMATS)}")
+        if self.kv_cache_dtype is not None and self.kv_cache_dtype not in KV_DTYPES:
+            raise field_error(where, "kv_cache_dtype", self.kv_cache_dtype,
+                              f"a KV-cache dtype: one of {', '.join(sorted(KV_DTYPES))}")
+        C.choice(where, "cost_source", self.cost_source, COST_SOURCES)
         C.integer(where, "k", self.k, lo=0, hi=64, unit="draft tokens per cycle; a tree's depth")
         C.integer(where, "batch_size", self.batch_size, lo=1, hi=MAX_BATCH, unit="sequences")
         for name in ("tp", "drafter_tp"):
@@ -181,7 +192,7 @@ class Scenario:
         if unknown:
             raise SpecError(f"unknown scenario override(s) {sorted(unknown)}; known: {', '.join(SCALAR_KEYS)}")
         changes = dict(given)
-        for key in ("drafter", "stack", "target_dtype", "stack_version"):
+        for key in ("drafter", "stack", "target_dtype", "kv_cache_dtype", "stack_version"):
             if changes.get(key) in ("", "none"):
                 changes[key] = None
         if changes.get("tree_size") == 0:  # 0 clears a tree: a chain

@@ -17,8 +17,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..cost.deployment import Deployment, target_step_time
-from ..cost.roofline import LOGIT_BYTES, kv_shard_frac
+from ..cost.deployment import Deployment
+from ..cost.pricing import device_cycle_overhead_s, target_step_time
 from ..errors import field_error
 from ..specs.models import ModelSpec
 from .acceptance import (alpha_from_tau, rank_acceptance_from_conditional, shaped_conditional,  # noqa: F401
@@ -161,20 +161,6 @@ def tokens_per_cycle(cfg: DrafterConfig, *, alpha, k, tree_size=None, n_ranks: i
     return tree_tokens_per_cycle(alpha, k, tree_size, n_ranks=n_ranks, rank_decay=rank_decay)
 
 
-def device_cycle_overhead_s(target: ModelSpec, dep: Deployment, *, batch_size, verify_q_len, tokens_per_cycle,
-                            tree: bool) -> np.ndarray:
-    """Device work per cycle beyond drafting and the verify pass: reading the extra logits for
-    rejection, and a tree's KV compaction (see the section comment), seconds."""
-    b = np.asarray(batch_size, dtype=float)
-    m = np.asarray(verify_q_len, dtype=float)
-    bw = dep.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
-    over = 2.0 * b * (m - 1.0) * target.vocab_size * LOGIT_BYTES / dep.tp / bw
-    if tree:
-        kv = target.kv_bytes_per_token * kv_shard_frac(target, dep.tp)
-        over = over + 2.0 * b * np.asarray(tokens_per_cycle, dtype=float) * kv / bw
-    return over
-
-
 def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context_len, device_time_s=None):
     """One plain decoding iteration of B sequences: the target's step and the engine's host work
     (overlapped if the stack hides it), seconds. device_time_s: the step if already computed."""
@@ -192,7 +178,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
 
     batch_size B, k K, tree_size M (None: chain of K + 1), context_len L, tokens_per_cycle τ (from
     `tokens_per_cycle` or measured): arrays that broadcast. plain_step_time_s / verify_step_time_s:
-    the target's plain and verify passes on the deployment (`cost.deployment.target_step_cost`, hops
+    the target's plain and verify passes on the deployment (`cost.pricing.target_step_cost`, hops
     included) when already computed; work / draft: the family's resolved DrafterWork and this cycle's
     DraftCost when already computed (an OperatingPoint holds the work). Both sides include the
     engine's host work per iteration (the stack's [host] model; overlapped with the device where the

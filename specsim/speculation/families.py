@@ -52,9 +52,11 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..cost.roofline import LOGIT_BYTES, StepCost, kv_bytes_per_device, step_cost, weight_bytes_per_device
+from ..cost.pricing import dense_time_s, masked_score_time_s, source_for
+from ..cost.roofline import LOGIT_BYTES, StepCost, kv_bytes_per_device, weight_bytes_per_device
+from ..cost.shape import PassShape
 from ..errors import SpecError, field_error, reject_unknown_keys
-from ..specs.hardware import Efficiency, HardwareProfile
+from ..specs.hardware import Efficiency
 from ..specs.models import ModelSpec
 
 # Host cost of one prompt-lookup search for one sequence. vLLM PR #13365 ("Optimize N-gram matching with
@@ -738,17 +740,6 @@ class DraftCost:
     first_pass: StepCost | None = None
 
 
-def dense_time_s(n_params: float, n_tokens, *, weight_bytes_per_param: float, hw: HardwareProfile, eff: Efficiency,
-                 dtype: str, tp: int, extra_bytes=0.0) -> np.ndarray:
-    """Roofline time of a dense linear block of n_params applied to T tokens on one of tp devices."""
-    t = np.asarray(n_tokens, dtype=float)
-    bytes_ = (n_params * weight_bytes_per_param + np.asarray(extra_bytes, dtype=float)) / tp
-    flops = 2.0 * t * n_params / tp
-    bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
-    peak = hw.peak_flops_per_s[hw.compute_dtype_for(dtype)] * eff.compute_frac
-    return np.maximum(bytes_ / bw, flops / peak)
-
-
 def verify_q_len(cfg: DrafterConfig, work: DrafterWork, k, tree_size=None) -> np.ndarray:
     """Query tokens per sequence of the verify pass: K + 1 for a chain, M for a tree, or the
     family's fixed width."""
@@ -803,19 +794,6 @@ def drafting_deployment(dep, work: DrafterWork):
     return replace(dep, host=replace(dep.host, spec_per_draft_token_s=dep.host.spec_per_draft_token_s + t))
 
 
-def masked_score_time_s(target: ModelSpec, dep, *, batch_size, q_len, context_len) -> np.ndarray:
-    """Device time of the scores a masked eager verify pass materialises beyond the first position's: the
-    stack's `[drafting] masked_score_bytes` per (query, key, head, layer) score, for the q − 1 extra
-    positions of each of B sequences against the L cached keys and their share of the block's own
-    (L + (q + 1)/2 each, causal), over the part's bandwidth × the stack's bandwidth fraction; seconds."""
-    b = np.asarray(batch_size, dtype=float)
-    q = np.asarray(q_len, dtype=float)
-    l = np.asarray(context_len, dtype=float)
-    scores = b * (q - 1.0) * (l + (q + 1.0) / 2.0) * target.n_heads * target.n_layers / dep.tp
-    bw = dep.hardware.mem_bandwidth_bytes_per_s * dep.eff.bandwidth_frac
-    return scores * dep.drafting.masked_score_bytes / bw
-
-
 def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tree_size=None, context_len,
                work: DrafterWork | None = None) -> DraftCost:
     """Drafting cost per cycle and the verify pass's query length for one family on a deployment.
@@ -845,12 +823,13 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
         w0, w = pass_widths(work, kk, None if tree_size is None else m)
         kmax = int(kk.max()) if kk.size else 0
         peff = pass_efficiency(work, dep)
-        wb = target.weight_bytes_per_param
+        passes = (source_for(work.pass_model, dep, tp=work.pass_tp, efficiency=peff)
+                  if work.pass_model is not None else None)
 
-        def dense(params, width, vocab=0):  # one roofline evaluation per distinct width
-            logits = b * width * vocab * LOGIT_BYTES
-            return dense_time_s(params, b * width, weight_bytes_per_param=wb, hw=dep.hardware, eff=eff,
-                                dtype=target.compute_dtype, tp=work.pass_tp, extra_bytes=logits)
+        blocks = source_for(target, dep, tp=work.pass_tp)  # dense blocks in the target's weight format
+
+        def dense(params, width, vocab=0):  # one evaluation per distinct width
+            return blocks.dense_time_s(params, b * width, extra_bytes=b * width * vocab * LOGIT_BYTES)
 
         same = np.array_equal(w0, w)
         proj0 = proj = 0.0
@@ -869,8 +848,8 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
                 ctx = np.minimum(ctx, float(work.context_cap))
             t = (proj0 + heads0) if j == 0 else (proj + heads)
             if work.pass_model is not None:
-                c = step_cost(work.pass_model, dep.hardware, batch_size=b, q_len=width, context_len=ctx,
-                              tp=work.pass_tp, attention=dep.attention, efficiency=peff)
+                c = passes.price(PassShape.uniform(work.pass_model, batch_size=b, q_len=width, context_len=ctx,
+                                                   attention=dep.attention))
                 if j == 0:
                     first = c
                 t = t + c.time_s
@@ -878,8 +857,8 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
         if work.cycle_pass_model is not None:  # once a cycle, before the passes (Hydra++'s prefix layer)
             fixed = dep.drafting.head_pass_time_s(work.cycle_pass_ops, layered=True)
             ceff = eff if fixed is None else replace(eff, step_overhead_s=fixed)
-            c = step_cost(work.cycle_pass_model, dep.hardware, batch_size=b, q_len=1.0, context_len=l,
-                          tp=work.pass_tp, attention=dep.attention, efficiency=ceff)
+            c = source_for(work.cycle_pass_model, dep, tp=work.pass_tp, efficiency=ceff).price(
+                PassShape.uniform(work.cycle_pass_model, batch_size=b, q_len=1.0, context_len=l, attention=dep.attention))
             draft = draft + (c.time_s - c.lm_head.time_s)  # it returns hidden states: no LM head
         n_steps = kk.copy()
     if work.host_s_per_seq_per_ktoken:
@@ -889,8 +868,7 @@ def draft_cost(cfg: DrafterConfig, target: ModelSpec, dep, *, batch_size, k, tre
     extra = zero
     if work.verify_head_params:
         logits = b * q * work.verify_head_logit_rows * target.vocab_size * LOGIT_BYTES
-        extra = dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
-                             hw=dep.hardware, eff=eff, dtype=target.compute_dtype, tp=dep.tp, extra_bytes=logits)
+        extra = dense_time_s(target, dep, work.verify_head_params, b * q, extra_bytes=logits)
     if work.masked_verify and dep.drafting.masked_score_bytes:
         extra = extra + masked_score_time_s(target, dep, batch_size=b, q_len=q, context_len=l)
     return DraftCost(draft_step_time_s=step, draft_time_s=draft, n_draft_steps=n_steps, verify_q_len=q,

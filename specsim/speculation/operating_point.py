@@ -20,7 +20,8 @@ from typing import Mapping
 
 import numpy as np
 
-from ..cost.deployment import Deployment, pricing_source
+from ..cost.deployment import Deployment
+from ..cost.pricing import pricing_source
 from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
 from ..errors import DoesNotFitError, SpecError, field_error, reject_unknown_keys
 from ..specs.catalog import resolve as catalog_path
@@ -513,7 +514,10 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         if note:
             loaded_as["target_weight_format"] = note
     stack = stack_profile if stack_profile is not None else (load_stack(s.stack) if s.stack else None)
-    dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention, stack_version=s.stack_version)
+    if s.kv_cache_dtype:
+        target = replace(target, kv_cache_dtype=s.kv_cache_dtype)
+    dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention, stack_version=s.stack_version,
+                                cost_source=s.cost_source)
     if s.method == "draft_model" and s.drafter_tp > s.tp:  # refused with K = 0 too: nothing given goes unread
         raise field_error(where, "drafter_tp", s.drafter_tp, f"<= tp = {s.tp} (the drafter runs on the target's devices)")
     method = s.method if (s.method == "none" or s.k > 0 or not FAMILIES[s.method].uses_k) else "none"

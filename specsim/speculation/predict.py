@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..cost.deployment import target_step_cost
-from ..cost.roofline import StepCost, step_cost
+from ..cost.pricing import price_pass, target_step_cost
+from ..cost.roofline import StepCost
 from .acceptance import shaped_conditional, tau_from_conditional
 from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_iteration_s, speculative_cycle,
                     tokens_per_cycle)
@@ -113,8 +113,7 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
                                 work=op.work, draft=dc)
         first, extra = dc.first_pass, float(dc.verify_extra_s)
     if first is None and op.work.pass_model is not None:  # the scheduled cycle: its first pass at one token
-        first = step_cost(op.work.pass_model, op.hardware, batch_size=b, q_len=1, context_len=l, tp=op.work.pass_tp,
-                          attention=dep.attention, efficiency=dep.eff)
+        first = price_pass(op.work.pass_model, dep, batch_size=b, q_len=1, context_len=l, tp=op.work.pass_tp)
     _check_finite(op, cyc)
     return Prediction(point=op, alpha=op.alpha, plain_step=plain, draft_step=first, verify_step=verify, cycle=cyc,
                       verify_q_len=q, verify_extra_s=extra, band=acceptance_band(op))

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost.roofline import mixed_step_cost
+from ..cost.pricing import dense_time_s, device_cycle_overhead_s, masked_score_time_s, price_mix
 from ..errors import field_error
-from .families import dense_time_s, masked_score_time_s, pass_efficiency, pass_widths, verify_q_len
+from .families import pass_efficiency, pass_widths, verify_q_len
 from .operating_point import OperatingPoint
 from .predict import grid, tokens_per_cycle_at
 
@@ -140,9 +140,9 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
     q_lens = np.concatenate([np.full(b, q), np.full(n_p, chunk)]).astype(np.int64)
     context_lens = np.concatenate([np.full(b, ctx_i), np.full(n_p, chunk_ctx)]).astype(np.int64)
     logit = np.concatenate([np.full(b, q), np.ones(n_p)]).astype(np.int64)
-    common = dict(tp=dep.tp, attention=dep.attention, efficiency=dep.eff)
-    t = float(mixed_step_cost(target, op.hardware, q_lens=q_lens, context_lens=context_lens, logit_lens=logit, **common).time_s)
-    t += dep.hop_s
+    chunks = np.concatenate([np.zeros(b, dtype=bool), np.ones(n_p, dtype=bool)])
+    t = float(price_mix(target, dep, q_lens=q_lens, context_lens=context_lens, logit_lens=logit, is_prefill=chunks,
+                        target=True).time_s)
     n_tokens = int(q_lens.sum())
     if not draft:
         t = float(dep.calibrated_device_s(t, n_seqs=b + n_p, n_emitted=b + n_p))
@@ -159,30 +159,25 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
             if work.context_cap is not None:
                 c = min(c, work.context_cap)
             if work.pass_model is None:  # dense heads (Hydra)
-                t += float(dense_time_s(work.dense_pass_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
-                                        hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=work.pass_tp,
+                t += float(dense_time_s(target, dep, work.dense_pass_params, b * w, tp=work.pass_tp,
                                         extra_bytes=b * w * work.dense_pass_logit_vocab * 4.0)) + peff.step_overhead_s
                 continue
-            ql, cl, gl = np.full(b, w), np.full(b, c), np.full(b, w)
+            ql, cl, gl, pl = np.full(b, w), np.full(b, c), np.full(b, w), np.zeros(b, dtype=bool)
             if j == 0 and work.drafts_prompt and n_p:
-                ql, cl, gl = (np.concatenate([ql, np.full(n_p, chunk)]), np.concatenate([cl, np.full(n_p, chunk_ctx)]),
-                              np.concatenate([gl, np.ones(n_p)]))
-            t += float(mixed_step_cost(work.pass_model, op.hardware, q_lens=ql.astype(np.int64),
-                                       context_lens=cl.astype(np.int64), logit_lens=gl.astype(np.int64), tp=work.pass_tp,
-                                       attention=dep.attention, efficiency=peff).time_s)
+                ql, cl, gl, pl = (np.concatenate([ql, np.full(n_p, chunk)]), np.concatenate([cl, np.full(n_p, chunk_ctx)]),
+                                  np.concatenate([gl, np.ones(n_p)]), chunks)
+            t += float(price_mix(work.pass_model, dep, q_lens=ql.astype(np.int64), context_lens=cl.astype(np.int64),
+                                 logit_lens=gl.astype(np.int64), is_prefill=pl, tp=work.pass_tp,
+                                 efficiency=peff).time_s)
             if work.projection_params:
-                t += float(dense_time_s(work.projection_params, b * w, weight_bytes_per_param=target.weight_bytes_per_param,
-                                        hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=work.pass_tp))
+                t += float(dense_time_s(target, dep, work.projection_params, b * w, tp=work.pass_tp))
     if work.host_s_per_seq_per_ktoken:
         t += b * work.host_s_per_seq_per_ktoken * max(ctx, 1.0) / 1000.0
     if work.verify_head_params:
-        t += float(dense_time_s(work.verify_head_params, b * q, weight_bytes_per_param=target.weight_bytes_per_param,
-                                hw=op.hardware, eff=dep.eff, dtype=target.compute_dtype, tp=dep.tp,
+        t += float(dense_time_s(target, dep, work.verify_head_params, b * q,
                                 extra_bytes=b * q * work.verify_head_logit_rows * target.vocab_size * 4.0))
     if work.masked_verify and dep.drafting.masked_score_bytes:  # a masked eager verify (as draft_cost prices it)
         t += float(masked_score_time_s(target, dep, batch_size=b, q_len=q, context_len=ctx))
-    from .cycle import device_cycle_overhead_s
-
     tau = tokens_per_cycle_at(op, k=k, context_len=ctx)
     t += float(device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q, tokens_per_cycle=tau,
                                        tree=tree is not None))

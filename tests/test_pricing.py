@@ -1,0 +1,135 @@
+"""The one price list (`cost.pricing`): every pass on every path goes through one seam, the source is
+chosen once per model and deployment and named, and each source's fast twin (the serving simulator's
+hot path) agrees with its exact price."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specsim
+from specsim.cost.deployment import Deployment
+from specsim.cost.pricing import MeasuredSource, RooflineSource, price_pass, source_for
+from specsim.cost.shape import PassShape
+from specsim.errors import SpecError
+from specsim.serving.cost import FastStep
+from specsim.specs.hardware import load_hardware
+from specsim.specs.models import load_model
+from specsim.specs.operator_tables import package_root
+from specsim.specs.stacks import load_stack
+
+PACKAGE = Path(specsim.__file__).parent
+# what computes a pass's time (cost.roofline, cost.kernels): only cost/ itself and the fitters may call them
+PASS_TIME_NAMES = {"step_cost", "mixed_step_cost", "token_time_s", "logits_time_s", "attention_time_s",
+                   "overhead_time_s", "pass_cost", "weights_time_s", "lm_head_time_s", "activations_time_s",
+                   "gemm_time_s", "grouped_gemm_time_s", "operator_time_s"}
+# the fitters fit the roofline's own parameters (stack efficiencies, [kernels] curves, the machine's GEMM
+# floors), so they price through the roofline by design, never through a source chosen for a deployment
+FITTERS = {"calibration/fit.py", "calibration/profiles.py", "calibration/machine.py"}
+needs_tables = pytest.mark.skipif(package_root() is None, reason="aiconfigurator-core's tables are not installed")
+
+
+def _pass_time_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of every import of a pass-time function from cost.roofline / cost.kernels and every
+    attribute access like roofline.step_cost."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[-1] in ("roofline", "kernels"):
+            out += [(node.lineno, a.name) for a in node.names if a.name in PASS_TIME_NAMES]
+        elif isinstance(node, ast.Attribute) and node.attr in PASS_TIME_NAMES and isinstance(node.value, ast.Name) \
+                and node.value.id in ("roofline", "rf", "kernels"):
+            out.append((node.lineno, f"{node.value.id}.{node.attr}"))
+    return out
+
+
+def test_no_module_outside_the_seam_computes_a_pass_time():
+    """Outside specsim/cost/ (and the named fitters) nothing imports or calls the roofline's or the kernel
+    curves' pass-time functions: a pass is priced through cost.pricing, whatever its source."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("cost/") or rel in FITTERS:
+            continue
+        for line, name in _pass_time_uses(ast.parse(path.read_text(), filename=str(path))):
+            offenders.append(f"{rel}:{line} {name}")
+    assert offenders == [], "priced outside cost.pricing: " + "; ".join(offenders)
+
+
+def test_the_seam_check_catches_a_direct_call():
+    """The scan above is not vacuous: code that imports step_cost and calls roofline.mixed_step_cost is caught."""
+    code = "from ..cost.roofline import step_cost, kv_shard_frac\nfrom ..cost import roofline\nroofline.mixed_step_cost(m)\n"
+    assert [n for _, n in _pass_time_uses(ast.parse(code))] == ["step_cost", "roofline.mixed_step_cost"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(b=st.integers(1, 64), m=st.integers(1, 16), l=st.integers(0, 5000))
+def test_a_uniform_shape_is_a_mix_of_equal_rows(b, m, l):
+    """PassShape.uniform(B, M, L) and PassShape.of_mix of B rows of (M, L) give the same sums (two
+    ways of writing S, T, G, R and P; by hand: T = B·M, R = B(L + M), P = B(M·L + M(M + 1)/2))."""
+    model = load_model("llama-3.1-8b")
+    u = PassShape.uniform(model, batch_size=b, q_len=m, context_len=l)
+    x = PassShape.of_mix(model, q_lens=np.full(b, m), context_lens=np.full(b, l))
+    for f in ("seqs", "tokens", "logit_tokens", "kv_read", "pairs"):
+        assert float(getattr(u, f)) == float(getattr(x, f)), f
+    assert float(u.tokens) == b * m and float(u.kv_read) == b * (l + m) and float(u.pairs) == b * (m * l + m * (m + 1) / 2)
+
+
+def test_a_mix_keeps_its_prompt_chunks_apart():
+    """Two decode rows and one prompt chunk of 512 after 256 cached: the prefill sums are the chunk's alone
+    (by hand: T_p = 512, R_p = 256 + 512, P_p = 512·256 + 512·513/2)."""
+    model = load_model("llama-3.1-8b")
+    x = PassShape.of_mix(model, q_lens=[1, 1, 512], context_lens=[100, 200, 256], is_prefill=[False, False, True])
+    assert (float(x.prefill_seqs), float(x.prefill_tokens), float(x.prefill_kv_read), float(x.prefill_pairs)) == \
+        (1.0, 512.0, 768.0, 512 * 256 + 512 * 513 / 2)
+    assert float(x.tokens) == 514 and float(x.seqs) == 3
+
+
+def test_the_roofline_source_is_the_roofline():
+    """On a part without tables the source is the roofline and says so; the seed's idealised part has no
+    fitted curves, so its label is the plain roofline."""
+    dep = Deployment.from_stack(load_hardware("seed-hbm-2tbs"), None, cost_source="auto")
+    src = source_for(load_model("seed-70b"), dep, target=True)
+    assert isinstance(src, RooflineSource) and src.label == "roofline"
+
+
+def test_measured_is_refused_where_no_tables_exist():
+    """--cost-source measured on a CPU part, or without a stack, is refused in one line naming why."""
+    with pytest.raises(SpecError, match="cost_source.*names no measured operator tables"):
+        Deployment.from_stack(load_hardware("ddr5-5600-2ch"), load_stack("llama.cpp"), cost_source="measured")
+    with pytest.raises(SpecError, match="cost_source.*no serving stack"):
+        Deployment.from_stack(load_hardware("h100-sxm"), None, cost_source="measured")
+    with pytest.raises(SpecError, match="cost_source"):
+        Deployment.from_stack(load_hardware("h100-sxm"), None, cost_source="tables")
+
+
+@needs_tables
+def test_auto_picks_the_tables_on_a_covered_part_and_stack_and_names_them():
+    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("vllm"), cost_source="auto")
+    target = load_model("llama-3.1-8b")
+    src = source_for(target, dep, target=True)
+    assert isinstance(src, MeasuredSource) and src.label.startswith("aiconfigurator-core")
+    c = price_pass(target, dep, batch_size=4, q_len=5, context_len=1000, target=True)
+    assert c.source == src.label
+    off = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("vllm"), cost_source="roofline")
+    assert isinstance(source_for(target, off, target=True), RooflineSource)
+
+
+@needs_tables
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(1, 9), st.integers(0, 40_000), st.booleans()), min_size=1, max_size=12))
+def test_the_measured_fast_twin_agrees_with_its_exact_price(rows):
+    """The simulator's hot path (FastStep over a MeasuredSource: tabulated token and logit times, the
+    decode attention grid read in plain floats) gives the source's own vectorised price on random mixes
+    of decode rows and prompt chunks, to 1e-9."""
+    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"), cost_source="measured")
+    fast = FastStep(source_for(load_model("llama-3.1-8b"), dep, target=True))
+    assert fast.ok
+    q = [r[0] if not r[2] else 64 * r[0] for r in rows]
+    ctx = [r[1] for r in rows]
+    pf = [r[2] for r in rows]
+    exact = fast.exact(q, ctx, q, pf)
+    assert fast(q, ctx, q, pf) == pytest.approx(exact, rel=1e-9)
