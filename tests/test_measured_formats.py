@@ -160,3 +160,33 @@ def test_build_is_cached_and_vectorised():
         vec = f(*args)
         assert vec.shape == b.shape
         assert vec.tolist() == [float(f(*(a[i] for a in args))) for i in range(b.size)]
+
+
+def test_mixtral_moe_layers_from_the_moe_rows():
+    """Mixtral-8x7B on H100 SGLang, tp 1, m = 16 tokens (a grid point of both the GEMM and the MoE
+    tables): 32 layers × (qkv (6144, 4096) + o (4096, 4096) + router (8 → the smallest measured n, 32,
+    4096) + the fused MoE row at 16 tokens: hidden 4096, expert ffn 14336, top-2 of 8, tp 1, ep 1,
+    balanced routing, the fused Triton kernel)."""
+    model = load_model("mixtral-8x7b")
+    tables = ot.load_tables("h100_sxm", "sglang")
+    mp = measured.build(tables, model, 1)
+    assert mp is not None and "moe bfloat16 sglang_fused_moe_triton balanced" in mp.label
+    assert any("router" in n and "below the measured" in n for n in mp.notes)
+    g = _gemm_rows(tables.frames["gemm_perf"], "bfloat16", 16)
+    moe = tables.frames["moe_perf"]
+    row = moe[(moe.moe_dtype == "bfloat16") & (moe.hidden_size == 4096) & (moe.inter_size == 14336) & (moe.topk == 2)
+              & (moe.num_experts == 8) & (moe.moe_tp_size == 1) & (moe.moe_ep_size == 1)
+              & (moe.distribution == "balanced") & (moe.kernel_source == "sglang_fused_moe_triton")
+              & (moe.num_tokens == 16)]["latency"]
+    assert len(row) == 1
+    layer_ms = g[(6144, 4096)] + g[(4096, 4096)] + g[(32, 4096)] + float(row.iloc[0])
+    assert float(mp.layers_time_s(16)) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
+
+
+def test_an_moe_shape_the_tables_lack_says_which():
+    model = load_model("llama-4-scout")
+    tables = ot.load_tables("a100_sxm", "vllm")
+    why = measured.covered(model, tables)
+    assert "moe_perf (a100_sxm vllm 0.14.0) has no row for hidden 5120, expert ffn 8192, top-1 of 16" in why
+    qwen = load_model("qwen3-30b-a3b")
+    assert "no tp 8 (ep 1) rows" in measured.covered(qwen, tables, tp=8)

@@ -15,7 +15,11 @@ What is read, per model and deployment (`build`):
 - Generation (decode) attention at the KV-cache dtype (bf16/fp16 -> bfloat16, fp8 -> fp8); a part
   whose table has no fp8 KV rows (A100) is not covered, and `covered` says so.
 - Context (prefill) attention for prompt chunks (`context_attention_time_s`).
+- MoE layers: the fused routed-expert op from moe_perf at the model's expert shape (hidden, expert
+  ffn, top-k, experts) at moe_tp_size = tp, ep 1, balanced routing where collected, piecewise-linear in
+  the tokens; the router and shared experts as GEMMs; leading dense layers as a dense FFN.
 - The custom all-reduce at the group size.
+Not read yet (`covered` says so): MLA attention (the mla tables), sliding-window rows.
 
 Interpolation, and why it fits the data:
 - GEMM in m: piecewise-linear between the measured m (74 values, 1..32768 on Hopper; 21 on A100's
@@ -202,7 +206,7 @@ class MeasuredPass:
     ctx_isl: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ctx_s: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     ctx_filled: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
-    layers_m_measured: float = np.inf  # the largest m every layer GEMM's corners measured
+    layers_m_measured: float = np.inf  # the largest m every layer GEMM's corners (and the MoE op) measured
     head_m_measured: float = np.inf
     gemm_grid: GemmGrid | None = None  # the weight dtype's grid, for gemm_time_s
     n_layers: int = 1
@@ -294,8 +298,8 @@ class MeasuredPass:
         if t > self.m[-1]:
             out.append(f"gemm: m = {t:g} tokens past the measured {self.m[-1]:g}: continued linearly")
         elif t > self.layers_m_measured:
-            out.append(f"gemm: m = {t:g} tokens past the {self.layers_m_measured:g} every layer GEMM measured: "
-                       "continued in proportion to m")
+            out.append(f"gemm: m = {t:g} tokens past the {self.layers_m_measured:g} every layer op (GEMM, MoE) "
+                       "measured: continued in proportion to m")
         if b > self.attn_batch[-1] or s > self.attn_step[-1]:
             out.append(f"generation_attention: batch {b:g} × kv {s:g} past the measured batch {self.attn_batch[-1]:g}, "
                        f"kv {self.attn_step[-1]:g}: scaled in proportion")
@@ -335,8 +339,6 @@ def covered(model: ModelSpec, tables: OperatorTables | None = None, *, tp: int =
 
 
 def _model_reason(model: ModelSpec, kv: str) -> str:
-    if model.moe is not None:
-        return "MoE layers (moe_perf is not read yet)"
     if model.mla is not None:
         return "multi-head latent attention (the mla tables are not read yet)"
     if model.architecture == "encoder-decoder":
@@ -456,16 +458,56 @@ def _allreduce(tables: OperatorTables, tp: int, parts: list[str], notes: list[st
     if r.empty:
         groups = ", ".join(str(int(g)) for g in sorted(ar["num_gpus"].unique()))
         return None, f"{where} has no tp {tp} group: it measured groups of {groups}"
-    backend = "graph"
+    backend = ""  # a collection without a backend column measured the one its framework runs
     if "backend" in r.columns:
+        backend = "graph"
         g = r[r["backend"].astype(str).str.endswith("graph")]
         if g.empty:  # b60's vLLM collections measured eager only
             backend = str(r["backend"].iloc[0])
             notes.append(f"custom_allreduce: {where} has no CUDA-graph rows; its {backend} rows stand in")
         r = g if not g.empty else r
     r = r.groupby("message_size")["latency_s"].median()
-    parts.append(f"custom_allreduce {backend} tp {tp}")
+    parts.append(f"custom_allreduce {backend} tp {tp}".replace("  ", " "))
     return (r.index.to_numpy(np.float64), r.to_numpy(np.float64)), ""
+
+
+def _moe(tables: OperatorTables, model: ModelSpec, tp: int, dtype: str, m_grid: np.ndarray, parts: list[str],
+         notes: list[str]):
+    """((latency over m_grid of one MoE layer's routed experts, the largest token count measured), "")
+    from moe_perf, or (None, why). Rows: the model's expert shape at moe_tp_size = tp, moe_ep_size = 1
+    (specsim's groups are tensor-parallel), the weight dtype, balanced routing where collected (else the
+    mildest power law, noted), one kernel (the commonest at that shape)."""
+    frame = tables.frames.get("moe_perf")
+    if frame is None:
+        return None, f"no moe_perf for {tables.framework} on {tables.system} (the MoE layers need it)"
+    e, d = model.moe, model.hidden_size
+    where = f"moe_perf ({tables.system} {tables.framework} {tables.versions['moe_perf']})"
+    shape = frame[(frame["hidden_size"] == d) & (frame["inter_size"] == e.expert_ffn_size)
+                  & (frame["topk"] == e.n_experts_per_token) & (frame["num_experts"] == e.n_experts)]
+    if shape.empty:
+        return None, (f"{where} has no row for hidden {d}, expert ffn {e.expert_ffn_size}, top-{e.n_experts_per_token} "
+                      f"of {e.n_experts} experts")
+    rows = shape[(shape["moe_tp_size"] == tp) & (shape["moe_ep_size"] == 1)]
+    if rows.empty:
+        have = ", ".join(f"{a}x{b}" for a, b in sorted(set(zip(shape["moe_tp_size"], shape["moe_ep_size"]))))
+        return None, f"{where} has no tp {tp} (ep 1) rows for this expert shape: it measured tp x ep {have}"
+    r = rows[rows["moe_dtype"] == dtype]
+    if r.empty:
+        have = ", ".join(sorted(map(str, rows["moe_dtype"].unique())))
+        return None, f"{where}: this expert shape at tp {tp} was measured in {have}, not {dtype}"
+    dists = sorted(map(str, r["distribution"].unique()))
+    dist = "balanced" if "balanced" in dists else dists[0]  # power_law_1.01 sorts before 1.2: the mildest skew
+    if dist != "balanced":
+        notes.append(f"moe: {where} has no balanced-routing rows at this shape; {dist} routing stands in")
+    r = r[r["distribution"] == dist]
+    counts = r["kernel_source"].value_counts()
+    src = sorted(counts.index[counts == counts.max()])[0]
+    c = r[r["kernel_source"] == src].groupby("num_tokens")["latency_s"].median()
+    x, y = c.index.to_numpy(np.float64), c.to_numpy(np.float64)
+    if x.size < 2:
+        return None, f"{where}: one token count measured at this shape; nothing to interpolate"
+    parts.append(f"moe {dtype} {src} {dist}")
+    return (_interp_extrap(m_grid, x, y), float(x[-1])), ""
 
 
 def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> MeasuredPass | str:
@@ -492,22 +534,53 @@ def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> Mea
     d, hd = model.hidden_size, model.head_dim
     heads, kv_heads = model.n_heads // tp, max(1, model.n_kv_heads // tp)
     gate_up = 2 if model.ffn_kind == "gated" else 1
-    shapes = [("qkv", (heads + 2 * kv_heads) * hd, d), ("o", d, heads * hd),
-              ("gate_up", gate_up * model.ffn_size / tp, d), ("down", d, model.ffn_size / tp)]
-    per_layer = np.zeros(grid.m.size)
+    attn = [("qkv", (heads + 2 * kv_heads) * hd, d), ("o", d, heads * hd)]
+    ffn = [("gate_up", gate_up * model.ffn_size / tp, d), ("down", d, model.ffn_size / tp)]
+    moe_extra = []
+    if model.moe is not None:  # the router, and the always-on shared experts as one dense FFN
+        e = model.moe
+        moe_extra = [("router", e.n_experts, d)]
+        if e.n_shared_experts:
+            f = e.n_shared_experts * e.expert_ffn_size / tp
+            moe_extra += [("shared_gate_up", gate_up * f, d), ("shared_down", d, f)]
     reach = np.inf
-    for name, n, k in shapes:
-        c, r = grid.curve_and_reach(n, k, notes, name)
-        if not r:
-            return f"gemm {dtype} {name}: the table measured no m at (n, k) = ({n:g}, {k:g}) nor its neighbours"
-        per_layer, reach = per_layer + c, min(reach, r)
+
+    def gemms(shapes):
+        nonlocal reach
+        total = np.zeros(grid.m.size)
+        for name, n, k in shapes:
+            c, r = grid.curve_and_reach(n, k, notes, name)
+            if not r:
+                return None, f"gemm {dtype} {name}: the table measured no m at (n, k) = ({n:g}, {k:g}) nor its neighbours"
+            total, reach = total + c, min(reach, r)
+        return total, ""
+
+    attn_s, why = gemms(attn)
+    if attn_s is None:
+        return why
+    layers = np.zeros(grid.m.size)
+    if model.n_dense_layers:
+        ffn_s, why = gemms(ffn)
+        if ffn_s is None:
+            return why
+        layers = layers + model.n_dense_layers * (attn_s + ffn_s)
+    if model.moe is not None:
+        extra_s, why = gemms(moe_extra)
+        if extra_s is None:
+            return why
+        got, why = _moe(tables, model, tp, dtype, grid.m, parts, notes)
+        if got is None:
+            return why
+        experts_s, moe_reach = got
+        reach = min(reach, moe_reach)
+        layers = layers + model.n_moe_layers * (attn_s + extra_s + experts_s)
     head, head_reach = head_grid.curve_and_reach(model.vocab_size / tp, d, notes, "lm_head")
     if not head_reach:
         return f"gemm {head_dtype} lm_head: the table measured no m near (n, k) = ({model.vocab_size / tp:g}, {d:g})"
     if head_grid is not grid:  # another m grid: onto the layers' m
         head = _interp_extrap(grid.m, head_grid.m, head)
     m = np.concatenate([[0.0], grid.m])
-    layers_s = np.concatenate([[0.0], model.n_layers * per_layer])
+    layers_s = np.concatenate([[0.0], layers])
     head_s = np.concatenate([[0.0], head])
 
     kvt = KV_TABLE_DTYPES[kv]
