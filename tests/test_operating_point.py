@@ -1,10 +1,13 @@
-"""One operating point, every entry point: predict, the sweep, threshold, replay and the serving
-simulator's cost function give the same plain step, drafting, verify and cycle times (1e-9 relative)
-for a grid of points — every shipped scenario, every stack (and none), chains and trees where the
-stack verifies them, tp 1 and 4, layer-split and tensor-parallel stacks, and every family the
-serving simulator models. The five paths share the resolver but compute the times separately
-(the serving cost from an iteration's mix, the sweep and threshold from vectorised grids, replay from
-a CSV row), so agreement is a real check, not an identity."""
+"""One operating point, every entry point: predict, the sweep, threshold, replay, the serving
+simulator's cost function and the switch-off's workload view give the same plain step, drafting,
+verify and cycle times (1e-9 relative) for a grid of points — every shipped scenario, every stack (and
+none), chains and trees where the stack verifies them, tp 1 and 4, layer-split and tensor-parallel
+stacks, and every family the serving simulator models — under each cost source (the roofline, and
+`auto`: the measured operator tables where the part, stack and model are covered). The paths share
+the resolver and the pricing seam but assemble the times separately (the serving cost from an
+iteration's mix and its tabulated fast twin, the sweep and threshold from vectorised grids, replay from
+a CSV row, the workload view from its own mix of decode rows and prompt chunks), so agreement is a
+real check, not an identity."""
 from __future__ import annotations
 
 import itertools
@@ -23,7 +26,7 @@ from specsim.specs.stacks import list_stacks
 from specsim.speculation.families import FAMILIES
 from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
-from specsim.speculation.switch_off import switch_off_point
+from specsim.speculation.switch_off import _mixed_iteration_s, switch_off_point
 
 REL = 1e-9
 STACKS = [None] + sorted(s.id for s in list_stacks())
@@ -33,6 +36,13 @@ SCENARIOS = ["seed-70b-hbm", "seed-7b-ddr5", "llama-70b-h100-chat"]
 
 
 def _points():
+    """(scenario, overrides) for every point, under the roofline; and under `auto` on the part that has
+    measured tables (the H100 scenario: tables for vllm, vllm-v0, sglang, sglang-specforge, trtllm)."""
+    return [pytest.param(*p.values, "roofline", id=f"{p.id}-roofline") for p in _grid()] + \
+        [pytest.param(*p.values, "auto", id=f"{p.id}-auto") for p in _grid() if p.values[0] == "llama-70b-h100-chat"]
+
+
+def _grid():
     out = []
     for name, stack, tp, tree in itertools.product(SCENARIOS, STACKS, (1, 4), (False, True)):
         base = load_scenario(name)
@@ -72,9 +82,9 @@ def _homogeneous_mix(op, *, speculate: bool) -> IterationMix:
                         dk, np.zeros(b, dtype=bool), op.tree_size if (speculate and op.is_tree) else 0)
 
 
-@pytest.mark.parametrize("name, over", _points())
-def test_every_entry_point_prices_the_point_the_same(name, over):
-    op = _resolve_or_skip(name, over)
+@pytest.mark.parametrize("name, over, cost_source", _points())
+def test_every_entry_point_prices_the_point_the_same(name, over, cost_source):
+    op = _resolve_or_skip(name, {**over, "cost_source": cost_source})
     p = predict(op, check_memory=False).cycle
     ref = {"plain": float(p.target_step_time_s), "draft": float(p.draft_time_s), "verify": float(p.verify_time_s),
            "cycle": float(p.cycle_time_s), "speedup": float(p.speedup)}
@@ -104,7 +114,7 @@ def test_every_entry_point_prices_the_point_the_same(name, over):
            "temperature": op.temperature, "alpha": None if tau is not None else op.alpha,
            "tau": tau, "measured_speedup": 1.0, "target_dtype": op.scenario.target_dtype,
            "drafter_options": ";".join(f"{k}={v}" for k, v in op.drafter.options().items() if v is not None)}
-    r = replay(pd.DataFrame([row])).table.iloc[0]
+    r = replay(pd.DataFrame([row]), cost_source=cost_source).table.iloc[0]
     if not op.memory.fits:  # replay refuses a configuration that does not fit, and says so
         assert "does not fit" in r["reason"]
     else:
@@ -123,12 +133,49 @@ def test_every_entry_point_prices_the_point_the_same(name, over):
                    "speedup": (op.batch_size * float(p.tokens_per_cycle) / cost(spec)) / (op.batch_size / cost(plain))}
             assert got == pytest.approx(ref, rel=REL), f"serving (exact={exact})"
 
+    # the switch-off's workload view with no prompt beside the decoding rows: the same plain iteration and cycle
+    if op.drafter.family.serving and op.drafter.family.uses_k:
+        q = op.verify_q_len
+        plain = _mixed_iteration_s(op, b=op.batch_size, q=1, ctx=op.context_len, prefill_tokens=0, prompt_len=1,
+                                   k=0, draft=False)
+        cyc = _mixed_iteration_s(op, b=op.batch_size, q=q, ctx=op.context_len, prefill_tokens=0, prompt_len=1,
+                                 k=op.k, draft=True)
+        assert {"plain": plain, "cycle": cyc} == pytest.approx({"plain": ref["plain"], "cycle": ref["cycle"]},
+                                                              rel=REL), "workload view"
+
+
+@pytest.mark.parametrize("name, over, cost_source",
+                         [p for p in _points() if p.values[0] == "llama-70b-h100-chat" and "tp4-tree" not in p.id])
+def test_the_workload_view_and_the_simulator_price_a_mixed_iteration_the_same(name, over, cost_source):
+    """An iteration of B decoding rows beside two prompt chunks (the switch-off's workload view places
+    P prompt tokens as chunks of the mean prompt at the context that gives each its causal pairs): the
+    switch-off's `_mixed_iteration_s` and the serving simulator's cost of the same rows agree to 1e-9,
+    plain and speculating, wherever the stack has no load regime (the view does not read regimes)."""
+    op = _resolve_or_skip(name, {**over, "cost_source": cost_source})
+    if not (op.drafter.family.serving and op.drafter.family.uses_k):
+        pytest.skip(f"{op.method}: not a family the serving simulator drafts with K")
+    cost = ServingCost(op)
+    if cost._device_regimes or cost._calibrated is not None or cost.regimes.overlap is not None:
+        pytest.skip("load regimes in force: the workload view does not read them")
+    b, ctx, prompt = op.batch_size, op.context_len, 1000.0
+    for k, draft in ((0, False), (op.k, True)):
+        q = op.verify_q_len if draft else 1
+        tokens = 2 * prompt  # two chunks of the mean prompt, each at context (p̄ − chunk)/2 = 0
+        want = _mixed_iteration_s(op, b=b, q=q, ctx=ctx, prefill_tokens=tokens, prompt_len=prompt, k=k, draft=draft)
+        n = b + 2
+        mix = IterationMix(np.r_[np.full(b, q), [1000, 1000]].astype(np.int64), np.r_[np.full(b, ctx), [0, 0]].astype(np.int64),
+                           np.r_[np.full(b, q), [1, 1]].astype(np.int64), np.r_[np.full(b, k), [0, 0]].astype(np.int64),
+                           np.r_[np.zeros(b, dtype=bool), [True, True]], op.tree_size if (draft and op.is_tree) else 0,
+                           drafter_on=draft)
+        assert mix.n_seqs == n
+        assert cost(mix) == pytest.approx(want, rel=REL), f"draft={draft}"
+
 
 def test_the_grid_covers_layer_split_and_tensor_parallel_stacks_and_trees():
     kinds = {s.id: (s.multi_gpu, s.tree_verification) for s in list_stacks()}
     assert any(m == "layer_split" for m, _ in kinds.values()) and any(m == "tensor_parallel" for m, _ in kinds.values())
     assert any(t != "none" for _, t in kinds.values())
-    ids = [p.id for p in _points()]
+    ids = [p.id for p in _grid()]
     assert any("hf-eager-tp4-tree" in i for i in ids) and any("vllm-tp4-chain" in i for i in ids)
 
 

@@ -3,7 +3,8 @@
 Input columns (CSV; empty cells where a column does not apply):
   id, hardware, n_devices, stack, target, drafter, method, k, tree_size, batch_size, context_len,
   temperature, alpha, tau, measured_speedup
-optional: target_dtype (overrides the catalog's weight format), drafter_options ("key=value;..."
+optional: target_dtype (overrides the catalog's weight format), kv_cache_dtype (the KV cache's, likewise),
+drafter_options ("key=value;..."
 with keys from speculation.families.OPTION_KEYS), source (citation), notes, role ("fit" for a row a
 catalog figure was fitted to, "check" or empty otherwise: the summary gives the error over the rows no
 figure was fitted to apart). Any other column is refused with the closest known name (a misspelt
@@ -47,7 +48,7 @@ from ..speculation.predict import predict
 
 REQUIRED_COLUMNS = ("id", "hardware", "n_devices", "stack", "target", "drafter", "method", "k", "tree_size",
                     "batch_size", "context_len", "temperature", "alpha", "tau", "measured_speedup")
-OPTIONAL_COLUMNS = ("target_dtype", "drafter_options", "baseline_tokens_per_s", "source", "notes", "role")
+OPTIONAL_COLUMNS = ("target_dtype", "kv_cache_dtype", "drafter_options", "baseline_tokens_per_s", "source", "notes", "role")
 ROLES = ("fit", "check")
 DEFAULT_CONTEXT_LEN = 512
 
@@ -250,6 +251,7 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
                  drafter=_str(row, "drafter"), method=method, k=k,
                  tree_size=m if (m is not None and m != k + 1) else None, alpha=alpha, tau=tau, batch_size=b,
                  context_len=ctx, tp=n_dev, stack=_str(row, "stack"), target_dtype=_str(row, "target_dtype"),
+                 kv_cache_dtype=_str(row, "kv_cache_dtype"),
                  temperature=0.0 if temperature is None else temperature, allow_cross_tokenizer=True,
                  baseline_tokens_per_s=baseline,
                  sections={"drafter_options": options}, path=f"row {row.get('id')!r}",
@@ -277,11 +279,13 @@ def _fitted_context(s: Scenario, stack_profile) -> tuple[int, str]:
                  f"{q} tokens fit the {label} {mdl.id!r}'s {mdl.max_context})")
 
 
-def predict_row_cycle(row: dict, *, stack_profile=None):
+def predict_row_cycle(row: dict, *, stack_profile=None, cost_source: str | None = None):
     """The Prediction of one measured row and the defaults it assumed. Raises SpecError with the
     reason when the row cannot be predicted. stack_profile: use this StackProfile for the row's stack
-    (calibration varies a stack's figures)."""
+    (calibration varies a stack's figures); cost_source: what prices the passes (None: the default)."""
     s, assumed = row_scenario(row)
+    if cost_source is not None:
+        s = s.with_overrides(cost_source=cost_source)
     if _int(row, "context_len") is None:
         ctx, label = _fitted_context(s, stack_profile)
         s = s.with_overrides(context_len=ctx)
@@ -348,7 +352,8 @@ def _check_columns(table: pd.DataFrame, where: str = "replay table") -> None:
                              f"(prefix a column with x_ to carry it through untouched)")
 
 
-def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None) -> ReplayResult:
+def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None,
+           cost_source: str | None = None) -> ReplayResult:
     """Predict every row of a measured table (see the module docstring). `where` names the table
     (its file) in the errors about its columns. stack_for: None, or a function of (position, row)
     giving the StackProfile to predict that row with (None: the catalog's), as leave-one-source-out
@@ -364,7 +369,8 @@ def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None) 
         except SpecError:
             groups.append(_str(row, "method") or "")
         try:
-            pred, assumed = predict_row_cycle(row, stack_profile=None if stack_for is None else stack_for(pos, row))
+            pred, assumed = predict_row_cycle(row, stack_profile=None if stack_for is None else stack_for(pos, row),
+                                              cost_source=cost_source)
             meas = _float(row, "measured_speedup")
         except SpecError as exc:
             for c in cols:

@@ -169,8 +169,8 @@ def _mixed_iteration_s(op: OperatingPoint, *, b: int, q: int, ctx: float, prefil
             t += float(price_mix(work.pass_model, dep, q_lens=ql.astype(np.int64), context_lens=cl.astype(np.int64),
                                  logit_lens=gl.astype(np.int64), is_prefill=pl, tp=work.pass_tp,
                                  efficiency=peff).time_s)
-            if work.projection_params:
-                t += float(dense_time_s(target, dep, work.projection_params, b * w, tp=work.pass_tp))
+            if work.projection_params:  # EAGLE/MTP's input projection over every token the pass runs
+                t += float(dense_time_s(target, dep, work.projection_params, float(ql.sum()), tp=work.pass_tp))
     if work.host_s_per_seq_per_ktoken:
         t += b * work.host_s_per_seq_per_ktoken * max(ctx, 1.0) / 1000.0
     if work.verify_head_params:
