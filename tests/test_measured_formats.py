@@ -190,3 +190,19 @@ def test_an_moe_shape_the_tables_lack_says_which():
     assert "moe_perf (a100_sxm vllm 0.14.0) has no row for hidden 5120, expert ffn 8192, top-1 of 16" in why
     qwen = load_model("qwen3-30b-a3b")
     assert "no tp 8 (ep 1) rows" in measured.covered(qwen, tables, tp=8)
+
+
+@pytest.mark.parametrize("system,kernel,noted", [("h100_sxm", "fa3", False), ("rtx_pro_6000_server", "flashinfer", False),
+                                                 ("b200_sxm", "trtllm_mha", True)])
+def test_attention_kernel_is_the_frameworks_default_where_collected(system, kernel, noted):
+    """SGLang 0.5.14's default attention backend by SM (AIC's attention_lane_defaults.yaml: 90 fa3,
+    100 triton, 120 flashinfer). B200 collected only trtllm_mha at 32/8/128 (checked in the file here):
+    it stands in for triton, and the pass says so."""
+    tables = ot.load_tables(system, "sglang")
+    mp = measured.build(tables, load_model("llama-3.1-8b"), 1)
+    assert f"generation_attention {kernel}" in mp.label and f"context_attention {kernel}" in mp.label
+    assert any("default triton kernel" in n and "stands in" in n for n in mp.notes) == noted
+    if noted:
+        a = tables.frames["generation_attention_perf"]
+        shape = a[(a.num_heads == 32) & (a.num_key_value_heads == 8) & (a.head_dim == 128) & (a.window_size == 0)]
+        assert set(shape.kernel_source) == {"trtllm_mha"}

@@ -62,7 +62,7 @@ import numpy as np
 
 from ..errors import field_error
 from ..specs.models import ModelSpec
-from ..specs.operator_tables import OperatorTables, gemm_stand_in
+from ..specs.operator_tables import ATTENTION_DEFAULTS, OperatorTables, gemm_stand_in
 
 # weight format (specs.models.WEIGHT_FORMATS) -> the gemm_dtype its linear layers run as in the tables.
 # Formats not here (fp32, fp4, GGUF) run kernels no collected framework measured.
@@ -392,7 +392,8 @@ def _gemm_grid(tables: OperatorTables, dtype: str, notes: list[str]):
     return grid, f" (from {fw} {ver})"
 
 
-def _attention_rows(frame, table: str, tables: OperatorTables, heads: int, kv_heads: int, hd: int, kv: str):
+def _attention_rows(frame, table: str, tables: OperatorTables, heads: int, kv_heads: int, hd: int, kv: str,
+                    notes: list[str]):
     """The rows of one attention table for this shard's shape and KV dtype, one kernel; or a reason."""
     shape = frame[(frame["num_heads"] == heads) & (frame["num_key_value_heads"] == kv_heads)
                   & (frame["head_dim"] == hd) & (frame["window_size"] == 0)]
@@ -405,11 +406,16 @@ def _attention_rows(frame, table: str, tables: OperatorTables, heads: int, kv_he
         have = ", ".join(sorted(map(str, shape["kv_cache_dtype"].unique())))
         return None, "", f"{kv} KV cache: {where} collected kv_cache_dtype {have} only at this shape"
     src = sorted(a["kernel_source"].unique())
-    # the stack's default kernel over its Triton fallback; vLLM 0.24 on Blackwell splits FlashInfer into
-    # a prefill and a decode lane: each table takes its own phase's lane
+    # the framework's default kernel on the part where AIC records it (ATTENTION_DEFAULTS), else the
+    # non-Triton kernel over the Triton fallback; vLLM 0.24 on Blackwell splits FlashInfer into a
+    # prefill and a decode lane: each table takes its own phase's lane
     other = "decode" if table.startswith("context") else "prefill"
-    pick = ([s for s in src if "triton" not in s and other not in s] or [s for s in src if "triton" not in s]
-            or src)
+    default = ATTENTION_DEFAULTS.get((tables.framework, tables.system))
+    pick = ([default] if default in src else [s for s in src if "triton" not in s and other not in s]
+            or [s for s in src if "triton" not in s] or src)
+    if default is not None and default not in src:
+        notes.append(f"{table}: {tables.framework}'s default {default} kernel on {tables.system} was not collected "
+                     f"at {heads}/{kv_heads}/{hd} (heads/KV heads/head_dim); {pick[0]} stands in")
     a = a[a["kernel_source"] == pick[0]]
     if "attn_dtype" in a.columns and a["attn_dtype"].nunique() > 1:  # fp8 KV runs fp8 math where collected
         prefer = kv if (a["attn_dtype"] == kv).any() else "bfloat16"
@@ -587,7 +593,8 @@ def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> Mea
     gen = tables.frames.get("generation_attention_perf")
     if gen is None:
         return f"no generation_attention_perf for {tables.framework} on {tables.system}"
-    a, gen_src, why = _attention_rows(gen[gen["isl"] == 1], "generation_attention_perf", tables, heads, kv_heads, hd, kvt)
+    a, gen_src, why = _attention_rows(gen[gen["isl"] == 1], "generation_attention_perf", tables, heads, kv_heads, hd, kvt,
+                                  notes)
     if a is None:
         return why
     g = _grid(a, "batch_size", "step", fill_rows=True)
@@ -599,7 +606,7 @@ def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> Mea
     ctx = tables.frames.get("context_attention_perf")
     if ctx is None:
         return f"no context_attention_perf for {tables.framework} on {tables.system} (prefill chunks need it)"
-    c, ctx_src, why = _attention_rows(ctx, "context_attention_perf", tables, heads, kv_heads, hd, kvt)
+    c, ctx_src, why = _attention_rows(ctx, "context_attention_perf", tables, heads, kv_heads, hd, kvt, notes)
     if c is None:
         return why
     cg = _grid(c, "batch_size", "isl", fill_rows=False)

@@ -56,6 +56,17 @@ SYSTEMS: tuple[str, ...] = ("a100_sxm", "b200_sxm", "b300_sxm", "b60", "gb200", 
                             "l40s", "rtx_pro_6000_server")
 EMPTY_SYSTEMS: tuple[str, ...] = ("a100_pcie", "a30", "h100_pcie", "l4")
 
+# (framework, system) -> the attention kernel the framework runs by default there, where the tables
+# hold several: aiconfigurator-core 0.12.0's systems/attention_lane_defaults.yaml, sglang 0.5.14 by SM
+# (90: fa3, 100 and 103: triton, 120: flashinfer; citing SGLang's own backend dispatch), with each
+# system's sm_version from its systems/<system>.yaml. Elsewhere specsim takes the non-Triton kernel.
+ATTENTION_DEFAULTS: Mapping[tuple[str, str], str] = {
+    ("sglang", "h100_sxm"): "fa3", ("sglang", "h200_sxm"): "fa3",
+    ("sglang", "b200_sxm"): "triton", ("sglang", "gb200"): "triton",
+    ("sglang", "b300_sxm"): "triton", ("sglang", "gb300"): "triton",
+    ("sglang", "rtx_pro_6000_server"): "flashinfer",
+}
+
 # table -> (op folder, columns specsim reads). A table missing any of them is refused.
 TABLES: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "gemm_perf": ("gemm", ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")),
@@ -284,7 +295,7 @@ def grid_values(values) -> np.ndarray:
     return np.unique(np.asarray(values, dtype=np.float64))
 
 
-__all__ = ["PACKAGE", "DATA_VERSION", "STACK_FRAMEWORKS", "SYSTEMS", "EMPTY_SYSTEMS", "TABLES", "OPTIONAL",
+__all__ = ["PACKAGE", "DATA_VERSION", "STACK_FRAMEWORKS", "SYSTEMS", "ATTENTION_DEFAULTS", "EMPTY_SYSTEMS", "TABLES", "OPTIONAL",
            "STAND_IN_ORDER", "OperatorTables", "package_root", "installed_version", "fallback_note",
            "framework_for_stack", "collected_versions", "nearest_version", "load_tables", "read_table",
            "gemm_stand_in", "check_system"]
