@@ -182,3 +182,13 @@ def test_an_overflowed_count_is_refused_in_one_line(field, value):
         mp.range_notes(**kw)
     _one_line(e.value, field, "2**53")
     assert mp.range_notes(n_tokens=2.0 ** 53, n_queries=1, kv_len=100)  # the bound itself: priced, and noted
+
+
+def test_the_cli_refuses_a_bad_operator_tables_in_one_line_with_status_2(tmp_path, capsys):
+    """Through the CLI boundary: one line on stderr naming the file, the field and the value; exit 2."""
+    from specsim.cli import main
+    p = _write(tmp_path, "h100-sxm.toml", 'operator_tables = "h100_sxm"', 'operator_tables = "../nope"')
+    status = main(["predict", "--hardware", str(p), "--target", "llama-3.1-8b", "--drafter", "llama-3.2-1b"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1 and str(p) in err and "operator_tables" in err and "'../nope'" in err
