@@ -134,3 +134,126 @@ def test_core_imports_without_heavy_packages():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"the analytical core pulled in {out}"
+
+
+# ---- no import circles ------------------------------------------------------------------------------
+# A circle held by an import inside a function still ties the two modules: each needs the other loaded,
+# and the order they load in decides whether it works. So every import counts, wherever it stands.
+
+def _dotted(rel: str) -> str:
+    """`decoder/run.py` -> `specsim.decoder.run`; `serving/__init__.py` -> `specsim.serving`."""
+    parts = ["specsim"] + rel.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_edges(rel: str, source: str) -> set[str]:
+    """The specsim modules a file imports, by dotted name: `from . import drafters` is the module
+    `specsim.decoder.drafters`, not the package it sits in."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            mod = _absolute(rel, node)
+            if not (mod == "specsim" or mod.startswith("specsim.")):
+                continue
+            base = mod.split(".")[1:]
+            for a in node.names:
+                sub = "/".join(base + [a.name])
+                out.add(f"{mod}.{a.name}" if _is_module(sub) else mod)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name == "specsim" or a.name.startswith("specsim.")}
+    return out
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (or a module importing itself), each as a
+    closed path through it (Tarjan's algorithm, iterative: the package is deep enough to matter)."""
+    index, low, on_stack, stack, sccs = {}, {}, set(), [], []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                scc = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    scc.append(w)
+                    if w == v:
+                        break
+                if len(scc) > 1 or v in graph.get(v, ()):
+                    sccs.append(_closed_path(sorted(scc), graph))
+    return sccs
+
+
+def _closed_path(members: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """A shortest closed path through the first member, inside the strongly connected set (to name it)."""
+    start, inside = members[0], set(members)
+    prev, frontier = {start: None}, [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w == start:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    return path[::-1] + [start]
+                if w in inside and w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return members + [start]
+
+
+def package_graph() -> dict[str, set[str]]:
+    return {_dotted(rel): import_edges(rel, src) - {_dotted(rel)} for rel, src in _modules()}
+
+
+def test_no_import_circle_inside_specsim():
+    cycles = import_cycles(package_graph())
+    assert not cycles, "import circles (function-level imports count):\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_edges_resolve_submodules_and_relative_packages():
+    # by hand from the import statements: `from . import x` names the module x, a name from a module names that module
+    src = "from . import drafters as D\nfrom .trained import load_draft_model\nfrom ..errors import SpecError\n" \
+          "def f():\n    from ..speculation import trees\n"
+    assert import_edges("decoder/run.py", src) == {"specsim.decoder.drafters", "specsim.decoder.trained",
+                                                   "specsim.errors", "specsim.speculation.trees"}
+
+
+def test_the_cycle_checker_catches_planted_circles():
+    # a two-module circle through a function-level import, and a three-module one through top-level imports
+    graph = package_graph()
+    planted = {k: set(v) for k, v in graph.items()}
+    planted["specsim.specs.data"].add("specsim.specs.hardware")
+    planted["specsim.specs.hardware"].add("specsim.specs.data")
+    found = import_cycles(planted)
+    assert any(set(c) == {"specsim.specs.data", "specsim.specs.hardware"} and c[0] == c[-1] for c in found), found
+    three = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(three) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"a"}}) == [["a", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    src = (PACKAGE / "cost/roofline.py").read_text() + "\ndef _f():\n    from ..specs import hardware\n"
+    assert "specsim.specs.hardware" in import_edges("cost/roofline.py", src)

@@ -11,24 +11,14 @@ not yet in its cache). A chain of K tokens is the tree `trees.chain(K)`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..errors import SpecError
 from ..speculation.trees import Tree, ancestor_mask, chain
+from .draft import Draft
 from .model import Transformer
 from .sampling import SamplingParams, probs, sample
-
-
-@dataclass(frozen=True, slots=True)
-class Draft:
-    """tokens (M,) int64, tokens[0] the root; tree: the topology (M nodes); q (M, V) float64 or None:
-    the drafter's distribution at each node (q[i] drew the children of i), None for one-hot drafts."""
-
-    tokens: np.ndarray
-    tree: Tree
-    q: np.ndarray | None = None
+from .trained import load_draft_model
 
 
 class PromptLookupDrafter:
@@ -256,8 +246,6 @@ def layer_skip(model: Transformer, *, k: int = 4, n_layers: int, capacity: int |
 
 def distilled(target: Transformer, *, k: int = 4, path=None, capacity: int | None = None) -> ModelDrafter:
     """The distilled draft model shipped in specsim/decoder/weights (or `path`), as a chain drafter."""
-    from .trained import load_draft_model
-
     model, vocab = load_draft_model(target, path)
     return ModelDrafter(model, k=k, name=f"draft-model:{model.gguf.path.name}", capacity=capacity, vocab=vocab)
 

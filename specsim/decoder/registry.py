@@ -22,8 +22,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from ..errors import SpecError
 from ..speculation.families import FAMILIES
+from ..speculation.trees import from_choices
+from . import drafters as D
+from . import trained as TR
+from .gguf_model import load_gguf
+from .model import Transformer
+from .options import DEFAULT_TREE, flag, parse_tree
 from .trained import DRAFT_GGUF, EAGLE_NPZ, MEDUSA_NPZ
+from .weight_bytes import pass_weight_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,31 +81,20 @@ class DecoderDrafter:
         """Whether this install holds the trained file it needs (specsim/decoder/weights)."""
         if self.weights is None:
             return True
-        from .trained import weights_dir
-
-        return (weights_dir() / self.weights).is_file()
+        return (TR.weights_dir() / self.weights).is_file()
 
 
 def _default(cls_name: str, param: str):
-    from . import drafters as D
-
     return inspect.signature(getattr(D, cls_name)).parameters[param].default
 
 
 # -- how each is built ---------------------------------------------------------------------------------
 
 def _layer_skip(target, cfg, capacity: int, k: int | None = None):
-    from . import drafters as D
-
     return D.layer_skip(target, k=cfg.k if k is None else k, n_layers=cfg.resolved_layers(target), capacity=capacity)
 
 
 def _draft_model(target, cfg, capacity: int, k: int | None = None):
-    from . import drafters as D
-    from . import trained as TR
-    from .gguf_model import load_gguf
-    from .model import Transformer
-
     k = cfg.k if k is None else k
     if cfg.draft_model is None or TR.is_distilled(cfg.draft_model):  # the shipped (or a retrained) distilled model
         path = cfg.draft_model or (cfg.weights / TR.DRAFT_GGUF if cfg.weights else None)
@@ -106,29 +103,20 @@ def _draft_model(target, cfg, capacity: int, k: int | None = None):
 
 
 def _prompt_lookup(target, cfg, capacity: int):
-    from . import drafters as D
-
     # max_n None: the drafter's own (tuned) longest n-gram
     return D.NgramLookupDrafter(k=cfg.max_draft, min_n=cfg.min_n, **({} if cfg.max_n is None else {"max_n": cfg.max_n}))
 
 
 def _prompt_lookup_earliest(target, cfg, capacity: int):
-    from . import drafters as D
-
     return D.PromptLookupDrafter(k=cfg.k, min_n=cfg.min_n, **({} if cfg.max_n is None else {"max_n": cfg.max_n}))
 
 
 def _medusa(target, cfg, capacity: int):
-    from . import trained as TR
-    from .run import parse_tree
-
     return TR.MedusaDrafter(target, path=cfg.weights / TR.MEDUSA_NPZ if cfg.weights else None,
                             choices=parse_tree(cfg.medusa_tree))
 
 
 def _eagle(target, cfg, capacity: int):
-    from . import trained as TR
-
     return TR.EagleDrafter(target, path=cfg.weights / TR.EAGLE_NPZ if cfg.weights else None, depth=cfg.eagle_depth,
                            top_k=cfg.eagle_top_k, n_nodes=cfg.eagle_nodes, capacity=capacity)
 
@@ -137,11 +125,6 @@ _TREE_BASES = {"layer-skip": _layer_skip, "draft-model": _draft_model}
 
 
 def _tree(target, cfg, capacity: int):
-    from ..errors import SpecError
-    from ..speculation.trees import from_choices
-    from . import drafters as D
-    from .run import flag, parse_tree
-
     choices = parse_tree(cfg.tree)
     if max(max(c) for c in choices) >= target.config.n_vocab:
         raise SpecError(f"{flag('tree')} {cfg.tree!r}: expected ranks below the vocabulary size {target.config.n_vocab}")
@@ -149,39 +132,23 @@ def _tree(target, cfg, capacity: int):
 
 
 def _tree_nodes(cfg) -> int:
-    from ..speculation.trees import from_choices
-    from .run import parse_tree
-
     return from_choices(parse_tree(cfg.tree)).n_nodes
 
 
 def _medusa_nodes(cfg) -> int:
-    from ..speculation.trees import from_choices
-    from .run import parse_tree
-
     return from_choices(parse_tree(cfg.medusa_tree)).n_nodes
 
 
 def _default_tree():
-    from dataclasses import fields
-
-    from ..speculation.trees import from_choices
-    from .run import RunConfig, parse_tree
-
-    text = next(f.default for f in fields(RunConfig) if f.name == "tree")
-    return text, from_choices(parse_tree(text))
+    return DEFAULT_TREE, from_choices(parse_tree(DEFAULT_TREE))
 
 
 def _fixed_tree(target, k, n, capacity):
-    from . import drafters as D
-
     return D.TreeDrafter(D.layer_skip(target, k=1, n_layers=n, capacity=capacity), _default_tree()[1])
 
 
 def _layer_skip_note(target, cfg) -> tuple[str, ...]:
     """What a layer-skip draft pass reads, against a target step (on a memory-bound CPU, its cost)."""
-    from .run import pass_weight_bytes
-
     n = cfg.resolved_layers(target)
     full, part = pass_weight_bytes(target), pass_weight_bytes(target, n)
     return (f"a layer-skip draft pass runs {n} of {target.config.n_layer} layers and the whole LM head: "
@@ -192,32 +159,22 @@ def _layer_skip_note(target, cfg) -> tuple[str, ...]:
 
 # -- the fixed-K builds of the calibration runs: (target, k, n_layers, capacity) -> drafter -----------------
 def _prompt_lookup_fixed(target, k, n, cap):
-    from . import drafters as D
-
     return D.PromptLookupDrafter(k=k)
 
 
 def _layer_skip_fixed(target, k, n, cap):
-    from . import drafters as D
-
     return D.layer_skip(target, k=k, n_layers=n, capacity=cap)
 
 
 def _distilled_fixed(target, k, n, cap):
-    from . import drafters as D
-
     return D.distilled(target, k=k, capacity=cap)
 
 
 def _medusa_fixed(target, k, n, cap):
-    from . import trained as TR
-
     return TR.MedusaDrafter(target)
 
 
 def _eagle_fixed(target, k, n, cap):
-    from . import trained as TR
-
     return TR.EagleDrafter(target, capacity=cap)
 
 

@@ -24,29 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, SpecError
+from .options import DEFAULT_TREE, bad_option, flag, parse_tree, show
 from .registry import DRAFTERS, OPTIONS, TREE_BASES
 from .verify import MODES
+from .weight_bytes import pass_weight_bytes
 from .workloads import WORKLOADS
 
-_FLAG = {"k": "-k", "m_values": "--m"}
-
-
-def flag(name: str) -> str:
-    """The command-line flag of a config field: tokens -> --tokens, n_prompts -> --n-prompts, k -> -k."""
-    return _FLAG.get(name, "--" + name.replace("_", "-"))
-
-
-def _bad(name: str, value, expected: str) -> SpecError:
-    return SpecError(f"{flag(name)} {_show(value)}: expected {expected}")
-
-
-def _show(value) -> str:
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value) or "''"
-    if isinstance(value, str):
-        return repr(value)
-    return str(value)
-
+# flag, parse_tree and pass_weight_bytes live below the registry (which needs them too); a caller of
+# this module's own API finds them here as before
+__all__ = ["RunConfig", "RunResult", "BenchConfig", "BenchResult", "Spread", "run", "bench", "flag", "parse_tree",
+           "pass_weight_bytes", "option_conflicts", "read_prompt_file", "load_target", "set_threads", "run_machine"]
 
 def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -58,29 +45,7 @@ def _is_real(v) -> bool:
 
 def _check_int(name: str, v, lo: int, hi: int | None = None) -> None:
     if not _is_int(v) or v < lo or (hi is not None and v > hi):
-        raise _bad(name, v, f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}")
-
-
-def parse_tree(text: str) -> tuple[tuple[int, ...], ...]:
-    """'0;1;0,0' -> ((0,), (1,), (0, 0)): a Medusa choice list, ';'-separated paths of comma-separated
-    sibling ranks; every prefix of a path must be a path too."""
-    from ..speculation.trees import from_choices
-
-    expected = ("a non-empty list of ';'-separated paths of comma-separated ranks >= 0, each path's prefix "
-                "itself a path, e.g. 0;1;0,0")
-    if not isinstance(text, str) or not text.strip():
-        raise _bad("tree", text, expected)
-    try:
-        paths = tuple(tuple(int(r) for r in part.split(",")) for part in text.split(";"))
-    except ValueError:
-        raise _bad("tree", text, expected) from None
-    try:
-        from_choices(paths)
-    except SpecError as exc:
-        raise _bad("tree", text, f"{expected} ({exc})") from None
-    if len(set(paths)) != len(paths):
-        raise _bad("tree", text, f"{expected}, each path once")
-    return paths
+        raise bad_option(name, v, f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}")
 
 
 # -- run ------------------------------------------------------------------------------------------------
@@ -102,7 +67,7 @@ class RunConfig:
     eagle_depth: int = 4  # EAGLE: drafting rounds (tree depth)
     eagle_top_k: int = 2  # EAGLE: frontier nodes expanded per round, and children taken per node
     eagle_nodes: int = 6  # EAGLE: tree nodes verified (root included)
-    tree: str = "0;1;0,0;1,0;0,0,0"  # tree drafter topology, Medusa choices
+    tree: str = DEFAULT_TREE  # tree drafter topology, Medusa choices
     tree_base: str = "layer-skip"  # which model proposes the tree drafter's top-k candidates
     verify: str = "greedy"
     temperature: float = 0.0
@@ -121,7 +86,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTERS:
-            raise _bad("drafter", self.drafter, f"one of {', '.join(DRAFTERS)}")
+            raise bad_option("drafter", self.drafter, f"one of {', '.join(DRAFTERS)}")
         _check_int("k", self.k, 1, 64)
         _check_int("min_n", self.min_n, 1)
         if self.max_n is not None:
@@ -139,15 +104,15 @@ class RunConfig:
         if self.layers is not None:
             _check_int("layers", self.layers, 1)
         if self.tree_base not in TREE_BASES:
-            raise _bad("tree_base", self.tree_base, " or ".join(TREE_BASES))
+            raise bad_option("tree_base", self.tree_base, " or ".join(TREE_BASES))
         parse_tree(self.tree)
         if self.verify not in MODES:
-            raise _bad("verify", self.verify, f"one of {', '.join(MODES)}")
+            raise bad_option("verify", self.verify, f"one of {', '.join(MODES)}")
         if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise _bad("temperature", self.temperature, "a finite number >= 0 (0 = greedy)")
+            raise bad_option("temperature", self.temperature, "a finite number >= 0 (0 = greedy)")
         _check_int("top_k", self.top_k, 0)
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
-            raise _bad("top_p", self.top_p, "a number in (0, 1] (1 = no nucleus cut)")
+            raise bad_option("top_p", self.top_p, "a number in (0, 1] (1 = no nucleus cut)")
         if self.verify == "greedy" and self.temperature > 0:
             raise SpecError(f"--verify greedy --temperature {self.temperature:g}: greedy verification keeps the "
                             "target's argmax, so it needs --temperature 0; above 0 use rejection, onehot or typical")
@@ -156,7 +121,7 @@ class RunConfig:
                             f"distribution q ({', '.join(n for n, d in DRAFTERS.items() if d.gives_q)}); "
                             f"{self.drafter} drafts one-hot tokens: use onehot (exact) or typical (lossy)")
         if self.prompt_file is None and self.workload not in WORKLOADS:
-            raise _bad("workload", self.workload, f"one of {', '.join(WORKLOADS)}")
+            raise bad_option("workload", self.workload, f"one of {', '.join(WORKLOADS)}")
         _check_int("n_prompts", self.n_prompts, 1)
         _check_int("tokens", self.tokens, 1)
         _check_int("seed", self.seed, 0)
@@ -171,7 +136,7 @@ class RunConfig:
         if self.layers is None:
             return max(1, (4 * n) // 5)
         if self.layers > n:
-            raise _bad("layers", self.layers, f"an integer in 1..{n} (the target's layers)")
+            raise bad_option("layers", self.layers, f"an integer in 1..{n} (the target's layers)")
         return self.layers
 
     def sampling(self):
@@ -319,7 +284,7 @@ def set_threads(threads: int | None) -> None:
 
     most = int(numba.config.NUMBA_NUM_THREADS)
     if threads > most:
-        raise _bad("threads", threads, f"an integer in 1..{most} (the threads numba may use here; NUMBA_NUM_THREADS)")
+        raise bad_option("threads", threads, f"an integer in 1..{most} (the threads numba may use here; NUMBA_NUM_THREADS)")
     _set(threads)
 
 
@@ -331,13 +296,6 @@ def load_target(path: Path | None, threads: int | None = None):
 
     set_threads(threads)
     return Transformer(load_gguf(path if path is not None else default_model_path()))
-
-
-def pass_weight_bytes(model, n_layers: int | None = None) -> int:
-    """Weight bytes one forward pass streams through the first n_layers layers and the LM head."""
-    n = model.config.n_layer if n_layers is None else n_layers
-    layer = sum(qt.n_bytes for lw in model.layers[:n] for qt in lw.values() if hasattr(qt, "raw"))
-    return int(layer + model.output.n_bytes)
 
 
 def run(config: RunConfig) -> RunResult:
@@ -405,9 +363,9 @@ class BenchConfig:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
             v = getattr(self, name)
             if not isinstance(v, tuple) or not v or not all(_is_int(x) and x >= 1 for x in v):
-                raise _bad(name, v, "a non-empty comma-separated list of integers >= 1")
+                raise bad_option(name, v, "a non-empty comma-separated list of integers >= 1")
             if len(set(v)) != len(v):
-                raise _bad(name, v, "each value once")
+                raise bad_option(name, v, "each value once")
         _check_int("repeats", self.repeats, 1)
         _check_int("seed", self.seed, 0)
         if self.threads is not None:
@@ -417,7 +375,7 @@ class BenchConfig:
 
 def _check_clock(clock: str, threads: int | None) -> None:
     if clock not in ("wall", "thread"):
-        raise _bad("clock", clock, "wall or thread")
+        raise bad_option("clock", clock, "wall or thread")
     if clock == "thread" and threads != 1:
         raise SpecError(f"--clock thread: needs --threads 1 (this thread's CPU time leaves out numba's other threads; "
                         f"got --threads {threads})")
@@ -453,7 +411,7 @@ def bench(config: BenchConfig) -> BenchResult:
     target = load_target(config.model, config.threads)
     need = max(config.contexts) + max(config.m_values)
     if need > target.config.n_ctx:
-        raise SpecError(f"--contexts {_show(config.contexts)} --m {_show(config.m_values)}: the longest context plus "
+        raise SpecError(f"--contexts {show(config.contexts)} --m {show(config.m_values)}: the longest context plus "
                         f"the largest M is {need} tokens: expected at most the model's context of {target.config.n_ctx}")
     rows = verify_times(target, m_values=config.m_values, contexts=config.contexts, repeats=config.repeats,
                         seed=config.seed, clock=config.clock)

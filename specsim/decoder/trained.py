@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, SpecError
-from ..speculation.trees import Tree, chain
+from ..speculation.trees import Tree, chain, from_choices
 from . import reference
+from .draft import Draft
 from .gguf_model import GGUFModel, LlamaConfig, QTensor
 from .kv_cache import KVCache
 from .model import Transformer
@@ -224,8 +225,6 @@ class MedusaDrafter:
         self.w = z["w"].astype(np.float32)  # (K, D, D)
         self.b = z["b"].astype(np.float32)  # (K, D)
         self.vocab = z["vocab"].astype(np.int64)
-        from ..speculation.trees import from_choices
-
         self.tree = from_choices(choices)
         if self.tree.max_depth > self.w.shape[0]:
             raise SpecError(f"Medusa tree depth {self.tree.max_depth} exceeds the {self.w.shape[0]} trained heads")
@@ -251,9 +250,7 @@ class MedusaDrafter:
         z = h[None, :] + z / (1.0 + np.exp(-z))
         return self.head(z)
 
-    def propose(self, context: np.ndarray, sampling: SamplingParams, rng) -> "Draft":
-        from .drafters import Draft
-
+    def propose(self, context: np.ndarray, sampling: SamplingParams, rng) -> Draft:
         ctx = np.asarray(context, dtype=np.int64)
         if self.feature is None:
             return Draft(ctx[-1:].copy(), chain(0))
@@ -348,9 +345,7 @@ class EagleDrafter:
         if prompt.size >= 2 and len(self.features) >= prompt.size - 1:
             self._feed(prompt, prompt.size - 1)
 
-    def propose(self, context: np.ndarray, sampling: SamplingParams, rng) -> "Draft":
-        from .drafters import Draft
-
+    def propose(self, context: np.ndarray, sampling: SamplingParams, rng) -> Draft:
         ctx = np.asarray(context, dtype=np.int64)
         n = ctx.size  # features known for tokens 0 .. n - 2; the root ctx[n - 1] is not yet read by the target
         if len(self.features) < n - 1 or n < 2 or n - 1 + self.depth * self.top_k > self.cache.capacity:

@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import field_error
+from .selection import best_rows, nearest
 
 SECTION_VERDICT = "Verdict"
 SECTION_ROOFLINE = "Roofline: target and drafter"
@@ -115,17 +116,6 @@ class FigureSpec:
 
 # ---- the sweep grid's slices ----------------------------------------------------------------------
 
-def _nearest(values, wanted):
-    values = np.asarray(sorted(set(values)))
-    return values[np.argmin(np.abs(values - wanted))]
-
-
-def best_rows(df, by: list):
-    """Rows with the highest speedup within each group of `by` (the best K / tree size there)."""
-    idx = df.groupby(by, observed=True)["speedup"].idxmax()
-    return df.loc[idx.values].sort_values(by)
-
-
 class _GridSlices:
     """The slices of a sweep grid through the reference point, shared by the grid's figures."""
 
@@ -141,9 +131,9 @@ class _GridSlices:
         self.on = on
         self.df = df
         self.reference = reference
-        self.b0 = _nearest(on["batch_size"], reference.get("batch_size", 1))
-        self.l0 = _nearest(on["context_len"], reference.get("context_len", 0))
-        self.a0 = _nearest(on["alpha"], reference.get("alpha", 0.8))
+        self.b0 = nearest(on["batch_size"], reference.get("batch_size", 1))
+        self.l0 = nearest(on["context_len"], reference.get("context_len", 0))
+        self.a0 = nearest(on["alpha"], reference.get("alpha", 0.8))
         self.chains = on[~on["is_tree"]] if (~on["is_tree"]).any() else on  # one line per K: linear drafts
         label = f"{on['target'].iloc[0]} on {on['hardware'].iloc[0]}, {on['method'].iloc[0]}"
         if on["drafter"].iloc[0] and not str(on["drafter"].iloc[0]).startswith("("):
@@ -205,8 +195,8 @@ def _rows_tree_size(x: FigureInputs):
     if line == "stack":
         trees = trees.assign(stack=trees["stack"].astype(str).replace({"": "idealised part (no stack)"}))
     t = trees[trees["attention"] == g.attention] if (trees["attention"] == g.attention).any() else trees
-    sub = t[(t["batch_size"] == _nearest(t["batch_size"], g.b0)) & (t["context_len"] == _nearest(t["context_len"], g.l0))
-            & (t["alpha"] == _nearest(t["alpha"], g.a0))]
+    sub = t[(t["batch_size"] == nearest(t["batch_size"], g.b0)) & (t["context_len"] == nearest(t["context_len"], g.l0))
+            & (t["alpha"] == nearest(t["alpha"], g.a0))]
     return (sub.assign(line=line), f"Speedup vs tree size — {sub['target'].iloc[0]}, {sub['method'].iloc[0]}\n"
                                    f"B = {g.b0}, L = {g.l0}, α = {g.a0:.2f}, best depth per M")
 

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .figures import best_rows  # noqa: E402
+from .selection import best_rows  # noqa: E402
 
 REGRESSION_COLOR = "#f4c7c3"
 NOFIT_LABEL = "does not fit in memory (×)"
