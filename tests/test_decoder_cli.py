@@ -89,10 +89,12 @@ def test_cli_run_sampled_and_workload(tiny_path, capsys):
 
 
 def test_cli_bench(tiny_path, tmp_path, capsys):
+    # --force: the rows' layout is checked here, not their timing (this machine may be busy; the checks that
+    # refuse a disturbed bench are tests/test_decoder_disturbance.py's and test_closed_loop.py's)
     rc = _main(["decoder", "bench", "--model", str(tiny_path), "--m", "1,4", "--contexts", "16,64",
-                "--repeats", "1", "--json", str(tmp_path / "b.json")])
+                "--repeats", "1", "--out", str(tmp_path / "b"), "--force"])
     assert rc == 0
-    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["rows"]
     assert [(r["context_len"], r["m"]) for r in rows] == [(16, 1), (16, 4), (64, 1), (64, 4)]
 
 

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..decoder import disturbance as D
 from ..errors import SpecError
 from ..specs.hardware import ELEMENTWISE_KINDS, ROW_BLOCKED_KINDS, KernelProfile
 from ..specs.machine import MachineIdentity, this_machine
@@ -156,6 +157,8 @@ class MachineProfile:
     notes: tuple = field(default=())
     fp32_source: str = "probe"  # what set peak_fp32: the probe, or the attention kernel's own rate
     identity: MachineIdentity | None = None  # the CPU, instruction sets, kernel paths, threads and clock measured
+    # what check_profile found, kept only when written anyway (--force): the file says so at its top and in notes
+    disturbed: tuple = field(default=())
 
     def summary(self) -> dict:
         t = self.max_threads
@@ -198,6 +201,7 @@ class MachineProfile:
                  "# Measured tables (median, min-max over the repeats) follow as comments; `--json` gives them all.",
                  "# [machine]: what it describes; validate and every prediction from it check it against the machine",
                  "# and the run, and say what differs.",
+                 *([f"# {self._disturbed_note()}"] if self.disturbed else []),
                  f'id = "{hw_id}"', f"name = {json.dumps(f'This machine: {self.cpu}, {self.max_threads} threads{paths}')}",
                  'kind = "cpu"',
                  f"memory_gb = {self.memory_bytes / 1e9:.3f}",
@@ -205,7 +209,8 @@ class MachineProfile:
                  "interconnect_gb_s = 0", "interconnect_latency_us = 0"]
         if self.llc_bytes:
             lines.append(f"llc_mb = {self.llc_bytes / 1e6:.1f}")
-        lines.append(f"notes = {json.dumps('; '.join(self.notes))}")
+        notes = self.notes + ((self._disturbed_note(),) if self.disturbed else ())
+        lines.append(f"notes = {json.dumps('; '.join(notes))}")
         lines += ["", "[peak_tflops]", f"int8 = {self.peak_int8_ops_per_s / 1e12:.6f}",
                   f"fp32 = {self.peak_fp32_flops_per_s / 1e12:.6f}",
                   "", "[efficiency]", "bandwidth_frac = 1.0", "compute_frac = 1.0",
@@ -271,8 +276,11 @@ class MachineProfile:
         lines.append("# floors (us): " + ", ".join(f"{k2} {v * 1e6:.2f}" for k2, v in self.floors.items()))
         return "\n".join(lines) + "\n"
 
+    def _disturbed_note(self) -> str:
+        return D.disturbed_note(list(self.disturbed))
+
     def to_dict(self) -> dict:
-        return {"summary": self.summary(), "bandwidth": self.bandwidth.to_dict(orient="records"),
+        return {"summary": self.summary(), "disturbed": list(self.disturbed), "bandwidth": self.bandwidth.to_dict(orient="records"),
                 "gemm": self.gemm.to_dict(orient="records"), "attention": self.attention.to_dict(orient="records"),
                 "elementwise": self.elementwise.to_dict(orient="records"), "fma": self.fma.to_dict(orient="records"),
                 "gemm_fit": self.gemm_fit_errors.to_dict(orient="records")}
@@ -424,6 +432,95 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
     return prof
 
 
+# block formats whose matrix-vector products read the same kind of weights with the same kernel family: their
+# read rates differ by the unpacking each does (Q8_0 reads 1.9x the bytes of Q4_0 per weight), not by 10x
+BLOCK_READ_RATIO_LIMIT = 4.0
+# a fitted GEMM curve whose median error on its own rows passes this fits something other than the decoder's
+# products (a machine calibrated cleanly fits the Q4_1 table within 5-10 %)
+GEMM_FIT_ERROR_LIMIT_FRAC = 0.20
+
+
+def check_profile(prof: MachineProfile) -> list[str]:
+    """What in a measured profile contradicts itself or the physics of the kernels (see
+    decoder.disturbance): repeats that spread too far, a cost that does not grow with M or context, a
+    negative per-token cost, block formats whose read rates differ past BLOCK_READ_RATIO_LIMIT, a fitted
+    GEMM floor above the products it explains, or a GEMM curve that misses its own rows."""
+    out = []
+    tables = {"matrix products": (prof.gemm, lambda r: f"{r['format']} {r['shape']} M = {r['m']}, {r['threads']} thread(s)"),
+              "attention figures": (prof.attention, lambda r: f"M = {r['m']} context {r['context_len']}, "
+                                                              f"{r['threads']} thread(s)"),
+              "element-wise figures": (prof.elementwise, lambda r: f"{r['kind']} M = {r['m']}"),
+              "bandwidth figures": (prof.bandwidth, lambda r: f"{r['size_bytes'] // 2 ** 20} MiB, {r['threads']} thread(s)")}
+    for what, (df, label) in tables.items():
+        if len(df):
+            out += D.spread_problems(df.to_dict(orient="records"), what=what, label=label)
+    if len(prof.attention):
+        for (t, m), d in prof.attention.groupby(["threads", "m"]):
+            d = d.sort_values("context_len")
+            out += D.must_grow(list(zip(d["context_len"], d["time_s"])), what=f"attention over M = {m} ({t} thread(s))",
+                               along="context", unit="us", scale=1e6)
+            if len(d) >= 2:
+                slope = float(np.polyfit(d["context_len"].to_numpy(float), d["time_s"].to_numpy(float), 1)[0])
+                if slope <= 0:
+                    out.append(f"attention over M = {m} ({t} thread(s)) costs {slope * 1e9:.3g} ns per cached token per "
+                               "layer: a cost that cannot be negative")
+        for (t, ctx), d in prof.attention.groupby(["threads", "context_len"]):
+            d = d.sort_values("m")
+            out += D.must_grow(list(zip(d["m"], d["time_s"])), what=f"attention at context {ctx} ({t} thread(s))",
+                               along="M", unit="us", scale=1e6)
+    for (fmt, shape, t), d in prof.gemm.groupby(["format", "shape", "threads"]):
+        d = d.sort_values("m")
+        # the row tiles make M = 4 cheaper than M = 3: compare each M with the smallest, not its neighbour
+        first = float(d["time_s"].iloc[0])
+        low = d[d["time_s"] < (1.0 - D.DIP_TOLERANCE_FRAC) * first]
+        if len(low):
+            r = low.iloc[0]
+            out.append(f"the {fmt} {shape} product at M = {int(r['m'])} ({t} thread(s)) takes {r['time_s'] * 1e6:.3g} us, "
+                       f"less than {1 - D.DIP_TOLERANCE_FRAC:.0%} of M = {int(d['m'].iloc[0])}'s {first * 1e6:.3g} us; a "
+                       "cost that must grow with M")
+        elif len(d) > 1 and float(d["time_s"].iloc[-1]) <= first:
+            out.append(f"the {fmt} {shape} product at M = {int(d['m'].iloc[-1])} ({t} thread(s)) takes no more than at "
+                       f"M = {int(d['m'].iloc[0])}; a cost that must grow with M")
+    head = prof.gemm[(prof.gemm["shape"] == "head") & prof.gemm["format"].isin(("Q8_0", "Q4_0", "Q4_1"))]
+    for t, d in head.groupby("threads"):
+        one = d[d["m"] == d["m"].min()]
+        rates = dict(zip(one["format"], one["bytes"] / one["time_s"]))
+        if len(rates) > 1:
+            fast, slow = max(rates, key=rates.get), min(rates, key=rates.get)
+            if rates[fast] > BLOCK_READ_RATIO_LIMIT * rates[slow]:
+                out.append(f"{slow} matrix-vector products read {rates[slow] / 1e9:.2f} GB/s beside {fast}'s "
+                           f"{rates[fast] / 1e9:.2f} GB/s ({t} thread(s)): block formats beyond "
+                           f"{BLOCK_READ_RATIO_LIMIT:g}x of each other")
+    for kind, d in prof.elementwise[prof.elementwise["kind"].isin(ELEMENTWISE_KINDS)].groupby("kind"):
+        d = d.sort_values("m")
+        if len(d) > 1 and float(np.polyfit(d["m"].to_numpy(float), d["time_s"].to_numpy(float), 1)[0]) <= 0:
+            out.append(f"the {kind} kernel's time does not grow with its rows (M = {int(d['m'].min())}..{int(d['m'].max())}): "
+                       "a cost per row that cannot be negative")
+    q41 = prof.gemm[(prof.gemm["format"] == "Q4_1") & (prof.gemm["threads"] == prof.max_threads)]
+    if len(q41) and prof.kernels.gemm_floor_s > float(q41["time_s"].min()):
+        out.append(f"the fitted GEMM floor {prof.kernels.gemm_floor_s * 1e6:.3g} us exceeds the fastest product it explains "
+                   f"({float(q41['time_s'].min()) * 1e6:.3g} us)")
+    err = float(prof.gemm_fit_errors["relative_error"].abs().median()) if len(prof.gemm_fit_errors) else 0.0
+    if err > GEMM_FIT_ERROR_LIMIT_FRAC:
+        out.append(f"the GEMM curve misses its own Q4_1 products by {err:.0%} at the median (expected within "
+                   f"{GEMM_FIT_ERROR_LIMIT_FRAC:.0%})")
+    return out
+
+
+def measure_machine_checked(config: MachineConfig, *, attempts: int = 2, force: bool = False,
+                            progress=None) -> MachineProfile:
+    """measure_machine, checked (check_profile and the numba threads' share of the CPUs) and measured
+    again while its figures disagree, `attempts` times in all; then refused (DisturbedError) unless
+    `force`, which returns the profile with `disturbed` set (its file then says so)."""
+    from dataclasses import replace
+
+    most = max(config.threads or (D.n_cpus(),))
+    prof, problems = D.measure_checked(lambda: measure_machine(config, progress=progress), check_profile,
+                                       what="calibrate machine", threads=most, clock=config.clock, attempts=attempts,
+                                       force=force, say=progress)
+    return replace(prof, disturbed=tuple(problems)) if problems else prof
+
+
 def attention_bytes(row) -> float:
     """Bytes of the KV cache one attention call of the machine's table reads: keys and values of the
     3 key/value heads of 64, float32, over context + M positions (the cost model's KV read)."""
@@ -555,4 +652,5 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
                           gemm_fit_errors=errors, when=time.strftime("%Y-%m-%d %H:%M"), notes=tuple(notes))
 
 
-__all__ = ["MachineConfig", "MachineProfile", "measure_machine", "fit_profile", "FORMATS"]
+__all__ = ["MachineConfig", "MachineProfile", "measure_machine", "fit_profile", "check_profile", "measure_machine_checked",
+           "FORMATS"]

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..decoder import disturbance as D
 from ..decoder.registry import validated
 from ..errors import SpecError
 from .acceptance_runs import fit_iid
@@ -76,9 +77,13 @@ class ValidateConfig:
     # a profile of another machine or run predicts another machine: its errors measure nothing, so validate
     # refuses it unless told to run anyway (then the difference is said before any figure)
     other_machine: bool = False
+    # figures that contradict themselves (a busy machine) are measured again (the verify passes, `attempts`
+    # times in all) and then refused, unless forced: then reported, marked as disturbed
+    attempts: int = 2
+    force: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("repeats", "n_prompts", "tokens"):
+        for name in ("repeats", "n_prompts", "tokens", "attempts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SpecError(f"--{name.replace('_', '-')} {v!r}: expected an integer >= 1")
@@ -183,7 +188,7 @@ def _blame(pred: dict, meas: dict) -> str:
 
 
 def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFrame:
-    from ..cost.roofline import step_cost
+    from ..cost.pricing import target_step_cost
     from ..decoder.generate import CLOCKS
     from ..speculation.trees import ancestor_mask, chain
 
@@ -200,28 +205,35 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
     # speed moves by tens of percent within minutes, and a pass and its neighbour move together
     reference_step = _reference_step(model, rng)
     ref_pred = predicted_reference_s(op)
+    # the repeats in rounds over every (context, M) point, not back to back: a burst of other work on this
+    # shared machine then lands on one repeat of many points, which their medians drop
+    points = []
+    for ctx in config.contexts:
+        for m in config.m_values:
+            tree = chain(m - 1)
+            points.append((ctx, m, rng.integers(0, model.config.n_vocab, m), ctx + tree.depths, ancestor_mask(tree)))
+    pass_s = {(ctx, m): [] for ctx, m, *_ in points}
+    ref_s = {(ctx, m): [] for ctx, m, *_ in points}
+    for i in range(config.repeats + 1):  # round 0 untimed: it also compiles each new shape
+        if say:
+            say(f"verify passes M = {', '.join(map(str, config.m_values))} at contexts "
+                f"{', '.join(map(str, config.contexts))}: round {i} of {config.repeats}" + (" (untimed)" if not i else ""))
+        for ctx, m, toks, pos, mask in points:
+            cache.length = ctx
+            t0 = timer()
+            model.forward(cache, toks, pos, mask)
+            t1 = timer()
+            reference_step()
+            if i:
+                pass_s[(ctx, m)].append(t1 - t0)
+                ref_s[(ctx, m)].append(timer() - t1)
     rows = []
     for ctx in config.contexts:
         for m in config.m_values:
-            if say:
-                say(f"verify pass M = {m} at context {ctx}")
-            tree = chain(m - 1)
-            toks = rng.integers(0, model.config.n_vocab, m)
-            mask = ancestor_mask(tree)
-            ts, refs = [], []
-            for i in range(config.repeats + 1):  # the first also compiles a new shape
-                cache.length = ctx
-                t0 = timer()
-                model.forward(cache, toks, ctx + tree.depths, mask)
-                t1 = timer()
-                reference_step()
-                if i:
-                    ts.append(t1 - t0)
-                    refs.append(timer() - t1)
+            ts, refs = pass_s[(ctx, m)], ref_s[(ctx, m)]
             med, lo, hi = _spread(ts)
             ref_med = float(np.median(refs))
-            sc = step_cost(op.target, op.hardware, batch_size=1, q_len=m, context_len=ctx, tp=dep.tp, attention=dep.attention,
-                           efficiency=dep.eff)
+            sc = target_step_cost(op.target, dep, batch_size=1, q_len=m, context_len=ctx)
             b = sc.breakdown()
             pred_cls = {cls: float(sum(b[f"{k}_time_s"] if k not in ("overhead",) else b["overhead_s"] for k in ks))
                         for cls, ks in CLASSES.items()}
@@ -245,6 +257,39 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
     pbase = df[df["m"] == df["m"].min()].set_index("context_len")["predicted_s"]
     df["predicted_ratio_to_m1"] = df["predicted_s"] / df["context_len"].map(pbase)
     return df
+
+
+def check_verify(df: pd.DataFrame) -> list[str]:
+    """What in the measured verify passes contradicts itself (see decoder.disturbance): repeats that
+    spread too far, a pass that does not grow with M or context, or the reference step timed beside them
+    moving by more than its own time within the part."""
+    if not len(df):
+        return []
+    out = D.spread_problems(df.to_dict(orient="records"), what="verify passes",
+                            label=lambda r: f"M = {r['m']} at context {r['context_len']}", time_key="measured_s",
+                            min_key="measured_min_s", max_key="measured_max_s")
+    for ctx, d in df.groupby("context_len"):
+        out += D.must_grow(sorted(zip(d["m"], d["measured_s"])), what=f"the verify pass at context {ctx}", along="M")
+    for m, d in df.groupby("m"):
+        out += D.must_grow(sorted(zip(d["context_len"], d["measured_s"])), what=f"the verify pass of M = {m}",
+                           along="context")
+    ref = df["reference_measured_s"]
+    if float(ref.max()) > (1.0 + D.SPREAD_LIMIT_FRAC) * float(ref.min()):
+        out.append(f"the reference step timed beside the passes took {float(ref.min()) * 1e3:.2f} to "
+                   f"{float(ref.max()) * 1e3:.2f} ms within the part")
+    return out
+
+
+def check_spec(df: pd.DataFrame) -> list[str]:
+    """The speculative runs' repeats: tokens/s and speedups whose repeats spread too far."""
+    if not len(df):
+        return []
+    rows = df.to_dict(orient="records")
+    label = lambda r: f"{_who(r)} K = {r['k']} on {r['workload']}"  # noqa: E731
+    return (D.spread_problems(rows, what="speculative runs' tokens/s", label=label, time_key="measured_tokens_per_s",
+                              min_key="measured_tokens_per_s_min", max_key="measured_tokens_per_s_max")
+            + D.spread_problems(rows, what="plain runs' tokens/s", label=label, time_key="measured_plain_tokens_per_s",
+                                min_key="measured_plain_tokens_per_s_min", max_key="measured_plain_tokens_per_s_max"))
 
 
 # ---- drift: the machine against its calibration, through the check ----------------------------------
@@ -286,12 +331,11 @@ def _reference_step(model, rng):
 
 
 def predicted_reference_s(op) -> float:
-    """The calibrated model's time for the reference pass (the same step_cost every prediction uses)."""
-    from ..cost.roofline import step_cost
+    """The calibrated model's time for the reference pass (priced as every prediction prices it)."""
+    from ..cost.pricing import target_step_cost
 
-    dep = op.deployment
-    return float(step_cost(op.target, op.hardware, batch_size=1, q_len=REFERENCE_M, context_len=REFERENCE_CTX, tp=dep.tp,
-                           attention=dep.attention, efficiency=dep.eff).time_s)
+    return float(target_step_cost(op.target, op.deployment, batch_size=1, q_len=REFERENCE_M,
+                                  context_len=REFERENCE_CTX).time_s)
 
 
 # ---- 2. speculative decoding ------------------------------------------------------------------------
@@ -493,7 +537,7 @@ def model_break_even(config: ValidateConfig, *, drafter: str, layers: int | None
 # ---- all of it --------------------------------------------------------------------------------------
 
 def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
-    from ..decoder.run import load_target
+    from ..decoder.run import load_target, run_machine
     from ..specs.scenario import scenario_from_dict
     from ..speculation.operating_point import resolve
 
@@ -532,12 +576,21 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
 
     reference("start")
     verify = pd.DataFrame()
+    problems: list[str] = []
+    threads = config.threads or run_machine(None, config.clock)["threads"]  # numba's pool as load_target left it
     if "verify" in config.parts:
-        verify = validate_verify(model, base, config, say=say)
+        verify, found = D.measure_checked(lambda: validate_verify(model, base, config, say=say), check_verify,
+                                          what="validate (verify passes)", threads=threads, clock=config.clock,
+                                          attempts=config.attempts, force=config.force, say=say)
+        problems += found
         reference("after the verify passes")
     spec = pd.DataFrame()
     if "spec" in config.parts:
-        spec = validate_spec(model, config, say=say)
+        # the speculative runs are long: checked, and refused (or marked), but not run twice
+        spec, found = D.measure_checked(lambda: validate_spec(model, config, say=say), check_spec,
+                                        what="validate (speculative runs)", threads=threads, clock=config.clock,
+                                        attempts=1, force=config.force, say=say)
+        problems += found
         reference("after the speculative runs")
     load_after = load_1min()
     be = pd.DataFrame()
@@ -554,7 +607,8 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
     # these are the files calibrate machine and calibrate steps wrote
     files = {"hardware": str(resolve_path("hardware", config.hardware).resolve()),
              "stack": str(resolve_path("stacks", config.stack).resolve())}
-    summary = {"machine": machine, "files": files, "load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
+    summary = {"machine": machine, "files": files, "disturbed": problems,
+               "load_1min_before": load_before, "load_1min_after": load_after, "repeats": config.repeats,
                "clock": config.clock,
                "threads": model._n_threads if hasattr(model, "_n_threads") else None,
                "reference_pass": drift,
@@ -595,6 +649,8 @@ def format_report(res: ValidateResult) -> str:
     mach = s.get("machine") or {}
     if mach.get("mismatches"):
         lines += [f"NOTE, before any figure: {mach['message']}", ""]
+    if s.get("disturbed"):
+        lines += [D.disturbed_note(s["disturbed"]), ""]
     lines += [f"specsim validate: prediction against the reference decoder on this machine (median of {s['repeats']} "
               f"repeats; 1-minute load {s['load_1min_before']:.2f} before, {s['load_1min_after']:.2f} after"
               + ("; timed with this thread's CPU time" if s.get("clock") == "thread" else "") + ")"]

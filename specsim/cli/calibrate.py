@@ -65,6 +65,9 @@ def _register_steps(sub) -> None:
     p.add_argument("--write-stack", metavar="PATH",
                    help="also write a stack TOML with the fitted efficiency and the decoder's measured host work "
                         "(e.g. stacks/specsim-numba.toml)")
+    p.add_argument("--force", action="store_true",
+                   help="--format bench: write even when the bench, the fit or the host timings disagree (a busy "
+                        "machine: refused otherwise), marked as disturbed")
     p.add_argument("--stack-id", default="specsim-numba", help="id of the stack --write-stack writes")
     p.add_argument("--hardware", help="fit only the rows on this hardware id (one stack per fit)")
     p.add_argument("--phase", choices=["decode", "prefill"], help="fit only decode or only prefill rows (splitwise)")
@@ -81,10 +84,18 @@ def _run_steps(args) -> int:
 
     from ..specs.tables import read_csv_table
     from .common import parse_list
+    from .decoder import check_output_file
 
     skipped: list[str] = []
     if args.write_stack and args.format != "bench":
         raise SpecError("--write-stack: needs --format bench (the decoder's own verify passes)")
+    for flag, given in (("--other-machine", args.other_machine), ("--force", args.force)):
+        if given and args.format != "bench":
+            raise SpecError(f"{flag}: applies to --format bench only (the decoder's passes on a measured machine); "
+                            f"--format {args.format} has no machine to compare or measure")
+    for flag, path in (("--write-stack", args.write_stack), ("--out", args.out)):
+        if path is not None:
+            check_output_file(path, flag)  # before the fit and the host timings, not after them
     if args.hardware is not None and not args.hardware.strip():
         raise SpecError("--hardware '': expected a hardware id (`specsim hardware list`)")
     fit = tuple(parse_list(args.fit, "--fit", str))
@@ -130,6 +141,16 @@ def _run_steps(args) -> int:
         fit = tuple(p for p in fit if p != "interconnect_latency_s")  # one CPU: no all-reduce to fit
     cal = fit_efficiency(rows, fit=fit)
     summary = cal.summary()
+    problems: list[str] = []
+    if args.format == "bench":  # checked before anything is written
+        from ..calibration.decoder_stack import check_bench_file, check_step_fit
+        from ..decoder.disturbance import refusal
+
+        problems = check_bench_file(args.file) + check_step_fit(cal)
+        if problems and not args.force:
+            raise refusal("calibrate steps", problems, None, None,
+                          remedy=f"run `specsim decoder bench` again when it is quieter (the bench {args.file} was "
+                                 "measured beside other work)")
     if args.out is not None:
         write_file_atomically(args.out, cal.rows.to_csv(index=False), flag="--out")
     if args.write_stack:
@@ -140,8 +161,15 @@ def _run_steps(args) -> int:
         clock = config.get("clock", "wall")  # time the host work as the bench was
         command = (f"specsim calibrate steps {args.file} --format bench --bench-hardware {args.bench_hardware} "
                    f"--write-stack {args.write_stack}")
+        from ..calibration.decoder_stack import check_host
+        from ..decoder.disturbance import measure_checked
+
         pieces = measure_host(clock=clock)
-        host = measure_host_in_loop(clock=clock, threads=config.get("threads"))
+        host, host_problems = measure_checked(lambda: measure_host_in_loop(clock=clock, threads=config.get("threads")),
+                                              check_host, what="calibrate steps (host work)",
+                                              threads=config.get("threads") or 1, clock=clock, force=args.force,
+                                              say=lambda m: print(f"  {m}", file=sys.stderr))
+        problems += host_problems
         # a model drafter's per-token work (its distribution, pick and stacked q) from the piecewise timing
         host.update(draft_token_s=pieces["draft_token_s"],
                     draft_source=f"measured by `{command}` ({time.strftime('%Y-%m-%d %H:%M')}): "
@@ -149,12 +177,15 @@ def _run_steps(args) -> int:
                                  f"{pieces['repeats']}" + (", this thread's CPU time" if clock == "thread" else ""))
         lookup = measure_prompt_lookup(clock=clock)
         text = stack_toml(cal, host, stack_id=args.stack_id, command=command, bench_path=args.file,
-                          hardware=args.bench_hardware, lookup=lookup)
+                          hardware=args.bench_hardware, lookup=lookup, disturbed=tuple(problems))
         write_file_atomically(args.write_stack, text, flag="--write-stack")
         summary = dict(summary, host=host, prompt_lookup=lookup, stack=args.write_stack)
     if args.json:
         print_json({"summary": summary, "skipped": skipped, "rows": cal.rows.to_dict(orient="records")})
         return 0
+    if problems:
+        print(f"warning: calibrate steps: written with --force although its figures disagree: {problems[0]}",
+              file=sys.stderr)
     print(f"specsim calibrate steps: {args.file} ({cal.n_rows} rows on {rows['hardware'].iloc[0]})")
     for line in skipped:
         print(f"  skipped: {line}")
@@ -429,7 +460,10 @@ def _register_machine(sub) -> None:
     p.add_argument("--clock", choices=("wall", "thread"), default="wall",
                    help="what the timings read: wall time, or this thread's CPU time (a machine shared with other work; "
                         "needs --threads 1)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file; and write the profile even when its figures disagree (a busy "
+                        "machine: refused otherwise, after --attempts measurements), marked as disturbed")
+    p.add_argument("--attempts", type=int, default=2, help="measurements before figures that disagree are refused")
     p.add_argument("--json", action="store_true", help="print every measured table as one JSON object")
     p.set_defaults(func=_run_machine)
 
@@ -437,21 +471,27 @@ def _register_machine(sub) -> None:
 def _run_machine(args) -> int:
     from pathlib import Path
 
-    from ..calibration.machine import MachineConfig, measure_machine
+    from ..calibration.machine import MachineConfig, measure_machine_checked
     from ..errors import OutputError
+    from .decoder import check_output_file
     from ..presentation.output import write_file_atomically
     from .common import parse_list
 
     out = Path(args.out)
+    check_output_file(args.out, "--out")  # before the minutes of measurement, not after them
     if out.exists() and not args.force:
         raise OutputError(f"--out {args.out!r} exists; pass --force to replace it")
-    if out.is_dir():
-        raise OutputError(f"--out {args.out!r} is a folder; expected a TOML file path")
+    if isinstance(args.attempts, bool) or args.attempts < 1:
+        raise SpecError(f"--attempts {args.attempts!r}: expected an integer >= 1")
     threads = parse_list(args.threads, "--threads", int, minimum=1)
     cfg = MachineConfig(repeats=args.repeats, threads=tuple(threads) if threads else None,
                         formats=tuple(parse_list(args.formats, "--formats", str)), clock=args.clock)
 
-    prof = measure_machine(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
+    say = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr))
+    prof = measure_machine_checked(cfg, attempts=args.attempts, force=args.force, progress=say)
+    if prof.disturbed:
+        print(f"warning: {args.out}: written with --force although its figures disagree: {prof.disturbed[0]}",
+              file=sys.stderr)
     command = (f"specsim calibrate machine --out {args.out}" + (f" --repeats {args.repeats}" if args.repeats != 5 else "")
                + (f" --threads {args.threads}" if args.threads else "") + (f" --clock {args.clock}" if args.clock != "wall" else ""))
     write_file_atomically(args.out, prof.toml(hw_id=args.id, command=command), flag="--out")

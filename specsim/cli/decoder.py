@@ -100,7 +100,11 @@ def register(subparsers) -> None:
     b.add_argument("--contexts", type=_int_list("--contexts"), default=keep,
                    help=f"comma-separated context lengths (default: {','.join(map(str, bd['contexts']))})")
     b.add_argument("--repeats", type=int, default=keep, help=f"timed repeats per point after one untimed pass; the median is kept (default: {bd['repeats']})")
-    _output_args(b, "bench.json and report.txt")
+    _output_args(b, "bench.json and report.txt", "; and write rows that contradict themselves (a busy machine), "
+                 "marked as disturbed")
+    b.add_argument("--attempts", type=int, default=2,
+                   help="measurements before rows that contradict themselves (a busy machine) are refused; --force "
+                        "writes them anyway, marked as disturbed (default: 2)")
     b.set_defaults(func=_bench)
     from .decoder_train import register_train
 
@@ -118,10 +122,11 @@ def _model_args(p) -> None:
                    f"{os.cpu_count()} cores here unless NUMBA_NUM_THREADS says fewer)")
 
 
-def _output_args(p, what: str) -> None:
+def _output_args(p, what: str, force_also: str = "") -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the result as strict JSON (no NaN) to this file")
     p.add_argument("--out", type=Path, default=None, help=f"write {what} into this folder (with a manifest)")
-    p.add_argument("--force", action="store_true", help="let --out replace an earlier run's files in a non-empty folder")
+    p.add_argument("--force", action="store_true",
+                   help="let --out replace an earlier run's files in a non-empty folder" + force_also)
 
 
 def _int_list(flag: str):
@@ -152,12 +157,25 @@ def _outputs(args):
 
 
 def _check_file_path(path: Path, flag: str) -> None:
+    check_output_file(path, flag)
+
+
+def check_output_file(path, flag: str) -> None:
+    """Refuse, before any work, an output file path that the final write would refuse: empty, a folder
+    (or a name ending in a separator), a read-only file (refused by its mode bits, not os.access, which
+    says yes to root: replacing it would undo what its owner asked), a parent that is a file or not
+    writable, or a kernel file system."""
     text = str(path)
     if not text.strip():
         raise OutputError(f"{flag} '': expected a file path")
-    p = path.expanduser()
+    if text.endswith(("/", os.sep)):
+        raise OutputError(f"{flag} {text!r} ends with a separator (a folder); expected a file path")
+    p = Path(path).expanduser()
     if p.is_dir():
         raise OutputError(f"{flag} {text!r} is a folder; expected a file path")
+    if p.is_file() and not p.stat().st_mode & 0o222:
+        raise OutputError(f"{flag} {text!r} is read-only (mode {p.stat().st_mode & 0o777:04o}); expected a file it may "
+                          "replace (make it writable or choose another path)")
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -210,12 +228,31 @@ def _run(args) -> int:
 
 
 def _bench(args) -> int:
+    import json
+    import sys
+
+    from ..decoder.bench import check_bench
+    from ..decoder.disturbance import disturbed_note, measure_checked, n_cpus
     from ..decoder.run import BenchConfig, bench
 
     config = BenchConfig(**_given(args, BenchConfig))
+    if isinstance(args.attempts, bool) or args.attempts < 1:
+        raise SpecError(f"--attempts {args.attempts!r}: expected an integer >= 1")
     out = _outputs(args)
-    result = bench(config)
+    # checked before anything is written: measured again while the rows contradict themselves, then refused
+    # (or, with --force, written with the problems in the file)
+    result, problems = measure_checked(lambda: bench(config), lambda r: check_bench(list(r.rows)),
+                                       what="decoder bench", threads=lambda r: r.machine.get("threads") or n_cpus(),
+                                       clock=config.clock,
+                                       attempts=args.attempts, force=args.force,
+                                       say=lambda m: print(f"  {m}", file=sys.stderr))
     text = result.format_report()
+    data = json.loads(result.to_json())
+    if problems:
+        data["disturbed"] = problems
+        text = f"{disturbed_note(problems)}\n{text}"
+        print(f"warning: decoder bench: written with --force although its figures disagree: {problems[0]}",
+              file=sys.stderr)
     print(text)
-    _write(args, out, "bench", result.to_json(), text)
+    _write(args, out, "bench", json.dumps(data, indent=2, allow_nan=False) + "\n", text)
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import SpecError
 from .common import parse_list, print_json
 
 
@@ -55,7 +54,12 @@ def register(sub) -> None:
                         "or clock than this run (refused otherwise: its errors would measure the other machine)")
     p.add_argument("--out", help="folder for validate.json, verify.csv, spec.csv, break_even.csv, report.txt and "
                                  "validate.png")
-    p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier run's files in --out; and report figures that contradict themselves (a "
+                        "busy machine: refused otherwise, after --attempts measurements of the verify passes), marked "
+                        "as disturbed")
+    p.add_argument("--attempts", type=int, default=d["attempts"].default,
+                   help="measurements of the verify passes before figures that disagree are refused")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.set_defaults(func=_run)
 
@@ -68,8 +72,6 @@ def _run(args) -> int:
     from .common import to_jsonable
 
     out = OutputDir(args.out, force=args.force) if args.out else None
-    if args.force and out is None:
-        raise SpecError("--force: applies to --out only")
     cfg = ValidateConfig(
         model=args.model, hardware=args.hardware, stack=args.stack, target=args.target,
         m_values=tuple(parse_list(args.m_values, "--m", int, minimum=1)),
@@ -78,7 +80,8 @@ def _run(args) -> int:
         workloads=tuple(parse_list(args.workloads, "--workloads", str)),
         calibration_workload=args.calibration_workload, layers=args.layers, n_prompts=args.n_prompts,
         tokens=args.tokens, seed=args.seed, threads=args.threads, parts=tuple(parse_list(args.parts, "--parts", str)),
-        split=not args.no_split, clock=args.clock, other_machine=args.other_machine)
+        split=not args.no_split, clock=args.clock, other_machine=args.other_machine, attempts=args.attempts,
+        force=args.force)
     res = validate(cfg, progress=None if args.json else (lambda m: print(f"  {m}", file=sys.stderr)))
     report = format_report(res)
     if out is not None:
