@@ -206,3 +206,21 @@ def test_attention_kernel_is_the_frameworks_default_where_collected(system, kern
         a = tables.frames["generation_attention_perf"]
         shape = a[(a.num_heads == 32) & (a.num_key_value_heads == 8) & (a.head_dim == 128) & (a.window_size == 0)]
         assert set(shape.kernel_source) == {"trtllm_mha"}
+
+
+def test_sliding_window_reads_the_last_window_tokens():
+    """Mistral-7B (window 4096) on H100 SGLang: a decode at kv 100,000 reads 4096 cached tokens, so it
+    costs the full-attention row at step 4095 (the grid point just below; 4096 is interpolated between
+    4095 and 8191 by hand); a chunk after a 50,000-token prefix sees a 4096-token prefix."""
+    model = load_model("mistral-7b")
+    tables = ot.load_tables("h100_sxm", "sglang")
+    mp = measured.build(tables, model, 1)
+    assert mp is not None and any("sliding window 4096" in n for n in mp.notes)
+    gen = tables.frames["generation_attention_perf"]
+    r4095 = _attn_row(gen, "fa3", "bfloat16", 1, 4095, "step")
+    r8191 = _attn_row(gen, "fa3", "bfloat16", 1, 8191, "step")
+    by_hand = r4095 + (4096 - 4095) / (8191 - 4095) * (r8191 - r4095)
+    assert float(mp.attention_time_s(1, 100_000)) == pytest.approx(32 * by_hand * 1e-3, rel=1e-9)
+    assert float(mp.attention_time_s(1, 4096)) == float(mp.attention_time_s(1, 100_000))
+    assert float(mp.context_attention_time_s(1, 512, 50_000)) == float(mp.context_attention_time_s(1, 512, 4096))
+    assert mp.range_notes(n_tokens=1, n_queries=1, kv_len=1_000_000) == ()  # 4096 read: inside the grid

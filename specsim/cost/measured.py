@@ -19,7 +19,9 @@ What is read, per model and deployment (`build`):
   ffn, top-k, experts) at moe_tp_size = tp, ep 1, balanced routing where collected, piecewise-linear in
   the tokens; the router and shared experts as GEMMs; leading dense layers as a dense FFN.
 - The custom all-reduce at the group size.
-Not read yet (`covered` says so): MLA attention (the mla tables), sliding-window rows.
+- Sliding-window attention: the full-attention rows at the window-clipped KV length (a window kernel
+  reads the last W tokens); the tables' own window rows (128, 1024, 8192) match few models' windows.
+Not read yet (`covered` says so): MLA attention (the mla and mla_bmm tables).
 
 Interpolation, and why it fits the data:
 - GEMM in m: piecewise-linear between the measured m (74 values, 1..32768 on Hopper; 21 on A100's
@@ -138,9 +140,10 @@ class GemmGrid:
         gap = np.isnan(corners)
         partly = gap.any(axis=(1, 2)) & ~gap.all(axis=(1, 2))
         if partly.any():  # a corner the collector skipped: from its measured neighbours, in proportion to n·k
-            per_nk = np.nanmean(np.where(gap, np.nan, corners / nk), axis=(1, 2))
-            fill = per_nk[:, None, None] * nk[None, :, :]
-            corners = np.where(gap & partly[:, None, None], fill, corners)
+            rows = corners[partly]
+            seen = ~np.isnan(rows)
+            per_nk = np.where(seen, rows / nk, 0.0).sum(axis=(1, 2)) / seen.sum(axis=(1, 2))
+            corners[partly] = np.where(seen, rows, per_nk[:, None, None] * nk[None, :, :])
             miss = sorted({(float(self.n[i + a]), float(self.k[j + b])) for a in (0, 1) for b in (0, 1)
                            if gap[partly][:, a, b].any()})
             notes.append(f"gemm {name}: grid corner(s) {', '.join(f'({a:g}, {b:g})' for a, b in miss)} not measured "
@@ -150,7 +153,7 @@ class GemmGrid:
         ok = ~np.isnan(out)
         if not ok.any():
             return np.full(self.m.shape, np.nan), 0.0
-        first, last = int(np.flatnonzero(ok)[0]), int(np.flatnonzero(ok)[-1])
+        last = int(np.flatnonzero(ok)[-1])
         if not ok.all():
             # inside: piecewise-linear over the measured m; past the last: in proportion to m (compute-bound)
             inner = np.interp(self.m, self.m[ok], out[ok])
@@ -210,6 +213,7 @@ class MeasuredPass:
     head_m_measured: float = np.inf
     gemm_grid: GemmGrid | None = None  # the weight dtype's grid, for gemm_time_s
     n_layers: int = 1
+    window: int = 0  # sliding-window attention: the last `window` cached tokens are read (0: all)
     _gemm_curves: dict = field(default_factory=dict, repr=False, compare=False)
 
     def layers_time_s(self, n_tokens) -> np.ndarray:
@@ -225,6 +229,8 @@ class MeasuredPass:
         (a verify of M tokens over L: n_queries = B·M, kv_len = L + M; see the module docstring)."""
         b = np.asarray(n_queries, dtype=np.float64)
         s = np.asarray(kv_len, dtype=np.float64)
+        if self.window:
+            s = np.minimum(s, self.window)
         gb, gs = self.attn_batch, self.attn_step
         t = _bilinear(b, s, gb, gs, self.attn_s)
         # past the grid: in proportion to the queries and to the KV tokens (memory-bound there)
@@ -248,6 +254,8 @@ class MeasuredPass:
         c = np.asarray(chunk_len, dtype=np.float64)
         p = np.asarray(prefix_len, dtype=np.float64)
         b, c, p = np.broadcast_arrays(b, c, p)
+        if self.window:
+            p = np.minimum(p, self.window)
         whole = self._context_fresh_s(b, p + c) - self._context_fresh_s(b, p)
         return np.maximum(whole, self._context_fresh_s(b, c))
 
@@ -295,6 +303,8 @@ class MeasuredPass:
                                   "product of the shapes, whose time would be inf)")
         out = []
         t, b, s = top["n_tokens"], top["n_queries"], top["kv_len"]
+        if self.window:
+            s = min(s, float(self.window))
         if t > self.m[-1]:
             out.append(f"gemm: m = {t:g} tokens past the measured {self.m[-1]:g}: continued linearly")
         elif t > self.layers_m_measured:
@@ -343,8 +353,6 @@ def _model_reason(model: ModelSpec, kv: str) -> str:
         return "multi-head latent attention (the mla tables are not read yet)"
     if model.architecture == "encoder-decoder":
         return "an encoder-decoder"
-    if model.sliding_window:
-        return f"sliding-window attention (window {model.sliding_window}; not read from the tables yet)"
     for what, fmt in (("weight_format", model.weight_format), ("lm_head_weight_format", _head_format(model))):
         if fmt not in FORMAT_GEMM_DTYPES:
             return (f"{what} {fmt!r}: no collected framework measured its kernels (the tables' formats: "
@@ -590,6 +598,10 @@ def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> Mea
     head_s = np.concatenate([[0.0], head])
 
     kvt = KV_TABLE_DTYPES[kv]
+    if model.sliding_window:
+        notes.append(f"sliding window {model.sliding_window}: attention from the full-attention rows over the last "
+                     f"min(L, {model.sliding_window}) cached tokens; a prompt chunk longer than the window is priced "
+                     "as causal attention over the whole chunk (overstates it)")
     gen = tables.frames.get("generation_attention_perf")
     if gen is None:
         return f"no generation_attention_perf for {tables.framework} on {tables.system}"
@@ -626,7 +638,7 @@ def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> Mea
                         ar_elems=ar_e, ar_s=ar_s, n_allreduce=2 * model.n_layers, hidden_size=d,
                         notes=tuple(dict.fromkeys(notes)), ctx_batch=cb, ctx_isl=cx, ctx_s=model.n_layers * ccell,
                         ctx_filled=cfilled, layers_m_measured=reach, head_m_measured=head_reach,
-                        gemm_grid=grid, n_layers=model.n_layers)
+                        gemm_grid=grid, n_layers=model.n_layers, window=model.sliding_window)
 
 
 __all__ = ["GemmGrid", "MeasuredPass", "build", "covered", "gemm_dtype", "FORMAT_GEMM_DTYPES", "KV_TABLE_DTYPES"]

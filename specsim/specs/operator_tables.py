@@ -9,7 +9,9 @@ from what it returns.
 
 A hardware profile names its system in its TOML (`operator_tables = "h100_sxm"`, sourced); a stack
 id maps to a framework (`STACK_FRAMEWORKS`). A stack_version picks the nearest collected version of
-each op (distance over `regimes.parse_version` tuples, ties to the newer); none picks the newest.
+each op (distance over `regimes.parse_version` tuples, ties to the newer; a version collected exactly
+is taken as is); none picks the newest GEMM collection and every other table nearest that release.
+Pre-releases of one release order among themselves (1.3.0rc10 < 1.3.0rc20), below the release.
 
 The data version is pinned: `DATA_VERSION`. Another installed version is still read, and the result
 says so (`OperatorTables.version_note`). Where the package is absent every caller falls back to the
@@ -31,6 +33,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +142,16 @@ def collected_versions(root: Path, system: str, op: str, framework: str, table: 
     if not base.is_dir():
         return ()
     found = [p.name for p in base.iterdir() if (p / f"{table}.parquet").is_file()]
-    return tuple(sorted(found, key=lambda v: parse_version(v, where=f"{base} version")))
+    return tuple(sorted(found, key=lambda v: _version_key(v, where=f"{base} version")))
+
+
+def _version_key(v: str, *, where: str) -> tuple:
+    """Release order; pre-releases of one release (which parse_version reads as the release) below it
+    and in their own order, so TensorRT-LLM's 1.3.0rc20 is newer than its 1.3.0rc10 whatever order the
+    folder lists them in."""
+    pre = re.search(r"(a|b|rc|dev)\d*$", v.lower()) is not None
+    parts = tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.findall(r"\d+|\D+", v))
+    return parse_version(v, where=where), not pre, parts
 
 
 def nearest_version(versions: tuple[str, ...], wanted: str | None) -> str:
@@ -150,6 +162,8 @@ def nearest_version(versions: tuple[str, ...], wanted: str | None) -> str:
         raise SpecError("operator tables: no collected version to pick from")
     if wanted is None:
         return versions[-1]
+    if wanted in versions:
+        return wanted
     w = parse_version(wanted, where="stack_version")
     keyed = [(parse_version(v), v) for v in versions]
     below = [v for t, v in keyed if t <= w]
@@ -240,11 +254,16 @@ def _load(root_s: str, system: str, framework: str, stack_version: str | None) -
     root = Path(root_s)
     versions: dict[str, str] = {}
     paths: dict[str, Path] = {}
+    # every table at the version nearest the stack's; without one, nearest the GEMM table's newest
+    # collection, so the tables come from one release where it has them (b200_sxm trtllm 1.3.0rc23
+    # collected only one MoE dtype; its 1.3.0rc20 holds the release's full set)
+    gemm_found = collected_versions(root, system, "gemm", framework, "gemm_perf")
+    wanted = stack_version if stack_version is not None or not gemm_found else gemm_found[-1]
     for table, (op, _) in TABLES.items():
         found = collected_versions(root, system, op, framework, table)
         if not found:
             continue
-        v = nearest_version(found, stack_version)
+        v = nearest_version(found, wanted)
         versions[table] = v
         paths[table] = root / system / op / framework / v / f"{table}.parquet"
     if "gemm_perf" not in paths:
