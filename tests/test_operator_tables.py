@@ -156,3 +156,25 @@ def test_another_installed_version_is_named(monkeypatch):
     t = ot.OperatorTables(system="h100_sxm", framework="sglang", versions={"gemm_perf": "0.5.14"}, frames={},
                           package_version="0.13.0")
     assert "0.13.0 is installed" in t.version_note and ot.DATA_VERSION in t.version_note
+
+
+def test_pre_releases_sort_in_their_own_order(tmp_path):
+    """parse_version reads 1.3.0rc10 and 1.3.0rc20 as the release 1.3.0; the folder order must not
+    decide which is newer."""
+    for v in ("1.3.0rc20", "1.3.0", "1.3.0rc10", "1.2.0"):
+        d = tmp_path / "sys" / "comm" / "trtllm" / v
+        d.mkdir(parents=True)
+        (d / "custom_allreduce_perf.parquet").write_bytes(b"")
+    assert ot.collected_versions(tmp_path, "sys", "comm", "trtllm", "custom_allreduce_perf") == (
+        "1.2.0", "1.3.0rc10", "1.3.0rc20", "1.3.0")
+    assert ot.nearest_version(("1.3.0rc10", "1.3.0rc20"), "1.3.0rc10") == "1.3.0rc10"  # collected exactly
+
+
+@needs_tables
+def test_one_release_per_deployment_without_a_stack_version():
+    """b200_sxm trtllm: the newest GEMM collection is 1.3.0rc20; moe_perf also has 1.3.0rc23, which holds
+    one MoE dtype only (checked here), so every table is read at 1.3.0rc20."""
+    t = ot.load_tables("b200_sxm", "trtllm")
+    assert set(t.versions.values()) == {"1.3.0rc20"}
+    rc23 = pd.read_parquet(ROOT / "b200_sxm" / "moe" / "trtllm" / "1.3.0rc23" / "moe_perf.parquet", columns=["moe_dtype"])
+    assert set(rc23.moe_dtype) == {"w4a8_mxfp4_mxfp8"}
