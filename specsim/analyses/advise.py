@@ -316,9 +316,13 @@ def _assumptions(op: OperatingPoint, policy: ThresholdPolicy, analytic: SwitchOf
         att = gates.table[gates.table["policy"] == gates.chosen][["rate_per_s", "slo_attainment_frac"]]
         bad = att[att["slo_attainment_frac"] < 0.9]
         if len(bad):
-            r0 = bad["rate_per_s"].min()
-            out.append(f"rate: from {r0:g} req/s the chosen policy meets the SLO for fewer than 90 % of requests on "
-                       f"one replica; the gate matters less there than capacity (specsim capacity)")
+            # a workload run at its own arrival rate has no rate in the table (NaN): say so, not "from nan"
+            rates = bad["rate_per_s"].dropna()
+            where = ("at every rate simulated" if len(bad) == len(att) and len(rates) else
+                     f"from {rates.min():g} req/s" if len(rates) else "at the workload's own arrival rate")
+            share = ("no request" if (bad["slo_attainment_frac"] == 0).all() else "fewer than 90 % of requests")
+            out.append(f"rate: {where} the chosen policy meets the SLO for {share} on one replica; the gate matters "
+                       f"less there than capacity (specsim capacity)")
     return out
 
 

@@ -325,10 +325,11 @@ def _caption_speedup_vs_batch(data, x) -> str:
     op, advice = x.point, x.advice
     best = data.groupby("batch_size")["speedup"].max()
     reg = best.index[best.values < 1.0]
-    at_k = data[data["k"] == op.k].set_index("batch_size")["speedup"]
-    s1 = float(at_k.iloc[0]) if len(at_k) else float("nan")
+    at_k = data[data["k"] == op.k].set_index("batch_size")["speedup"].dropna()
     so = advice.analytic
-    text = (f"K = {op.k}: {s1:.2f}× at B = {int(at_k.index[0]) if len(at_k) else 1}; the best K is below 1 at "
+    here = (f"K = {op.k}: {float(at_k.iloc[0]):.2f}× at B = {int(at_k.index[0])}" if len(at_k) else
+            f"K = {op.k} (the scenario's) is not on this grid")
+    text = (f"{here}; the best K is below 1 at "
             + (", ".join(f"B = {int(b)}" for b in reg[:3]) + ("…" if len(reg) > 3 else "") if len(reg)
                else "no batch on this grid")
             + f" (shaded: regression). Marked: the analytic curve with the scenario's K, "
@@ -359,7 +360,10 @@ def _caption_speedup_vs_k(data, x) -> str:
     op = x.point
     a = float(data["alpha"].iloc[(data["alpha"] - op.alpha).abs().argmin()])
     g = data[data["alpha"] == a].groupby("k")["speedup"].max()
-    return f"At α = {a:.2f} the best K is {int(g.idxmax())} ({g.max():.2f}×); K = {op.k} gives {g.get(op.k, float('nan')):.2f}×."
+    mine = g.get(op.k)
+    said = (f"K = {op.k} gives {mine:.2f}×" if mine is not None and np.isfinite(mine) else
+            f"K = {op.k} (the scenario's) is not on this grid")
+    return f"At α = {a:.2f} the best K is {int(g.idxmax())} ({g.max():.2f}×); {said}."
 
 
 def _caption_tree_size(data, x) -> str:
@@ -465,7 +469,13 @@ def _rows_serving(x: FigureInputs):
 
 def _rows_serving_speedup(x: FigureInputs):
     s = x.serving
-    return None if s is None or "speedup_tpot_p50" not in s.table else (s.data, "")
+    if s is None or "speedup_tpot_p50" not in s.table:
+        return None
+    # no finite TPOT speedup at any rate (every output one token: no TPOT to compare): nothing to draw,
+    # and a caption would read "pays at every rate" from crossovers that were never found
+    if not np.isfinite(s.table["speedup_tpot_p50"].to_numpy(dtype=float)).any():
+        return None
+    return s.data, ""
 
 
 def _serving_draw(builder: str):
@@ -490,6 +500,9 @@ def slo_text(slo) -> str:
 
 def _caption_latency(data, x) -> str:
     slo = x.serving.slo
+    if not np.isfinite(x.serving.table[["tpot_p50_s", "tpot_p99_s"]].to_numpy(dtype=float)).any():
+        return (f"p50 (solid) and p99 (dashed) TTFT; no TPOT at any rate: every output is one token, and TPOT is the "
+                f"time between two output tokens (SLO: {slo_text(slo)}).")
     if not (np.isfinite(slo.tpot_s) or np.isfinite(slo.ttft_s)):
         return "p50 (solid) and p99 (dashed) TPOT and TTFT; no SLO limits drawn (the scenario sets none)."
     return f"p50 (solid) and p99 (dashed) TPOT and TTFT; dashed black: the SLO limits ({slo_text(slo)})."

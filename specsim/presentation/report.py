@@ -72,14 +72,15 @@ class ReportData:
 
 
 def report_axes(op: OperatingPoint) -> dict:
-    """The speedup grid a report draws when the scenario has no [sweep]: K 1..8 (families that use
-    K), tree sizes where the family and stack verify trees, batch 1..512, contexts up to the longest
+    """The speedup grid a report draws when the scenario has no [sweep]: K 1..8 and the scenario's own
+    (families that use K), tree sizes where the family and stack verify trees, batch 1..512, contexts up to the longest
     the models take, α from 0.3 to 0.9 with the point's own, both attention kernels."""
     fam = op.drafter.family
     cond = op.acceptance.model.conditional if op.acceptance.model is not None else None
     k_top = min(8, len(cond)) if cond else 8  # per-position rates say nothing past their last position
-    ks = list(range(1, k_top + 1)) if fam.uses_k else [op.k]
-    q_max = (max(REPORT_TREE_SIZES) if fam.tree else 9)
+    # the scenario's own K is on the grid even past 8, or the captions that quote it would have no row
+    ks = sorted({*range(1, k_top + 1), int(op.k)}) if fam.uses_k else [op.k]
+    q_max = max(max(REPORT_TREE_SIZES) if fam.tree else 9, int(op.verify_q_len))
     limits = [m.max_context for m in (op.target, op.drafter.drafter) if m is not None and m.max_context]
     ctx_max = (min(limits) - q_max - 1) if limits else max(REPORT_CONTEXTS)
     contexts = sorted({c for c in REPORT_CONTEXTS if c <= ctx_max} | {int(op.context_len)})

@@ -47,7 +47,12 @@ def _rate_axis(ax, table: pd.DataFrame) -> None:
 
 def latency_vs_rate(ax, table: pd.DataFrame, *, metric: str = "tpot", title: str = "", slo_s: float | None = None):
     """p50 (solid) and p99 (dashed) of `metric` ('tpot' or 'ttft') against rate, one colour per
-    policy; the SLO limit, when given, as a horizontal line."""
+    policy; the SLO limit, when given, as a horizontal line. A run whose every output is one token
+    has no TPOT (the time between two output tokens): the panel says so and draws no lines."""
+    values = table[[f"{metric}_p50_s", f"{metric}_p99_s"]].to_numpy(dtype=float)
+    if not (np.isfinite(values) & (values > 0)).any():  # nothing to place a log axis on
+        return _no_values(ax, table, f"no {metric.upper()} at any rate\n(it needs outputs of two tokens or more)",
+                          title=title or f"{metric.upper()} against arrival rate")
     artists = []
     colors = _colors(table)
     for i, p in enumerate(_policies(table)):
@@ -65,6 +70,17 @@ def latency_vs_rate(ax, table: pd.DataFrame, *, metric: str = "tpot", title: str
     ax.set_title(title or f"{metric.upper()} against arrival rate")
     ax.legend(fontsize=7, ncol=2)
     return artists
+
+
+def _no_values(ax, table: pd.DataFrame, why: str, *, title: str) -> list:
+    """A panel with nothing to draw: the rates on the axis, `why` in the middle."""
+    _rate_axis(ax, table)
+    rates = table["rate_per_s"].dropna().to_numpy(dtype=float)
+    if rates.size:  # no point placed the log axis: place it on the rates run
+        ax.set_xlim(rates.min() / 1.5, rates.max() * 1.5)
+    ax.set_yticks([])
+    ax.set_title(title)
+    return [ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", fontsize=9, color="0.3")]
 
 
 def throughput_vs_rate(ax, table: pd.DataFrame, *, title: str = ""):
