@@ -133,3 +133,47 @@ def test_the_measured_fast_twin_agrees_with_its_exact_price(rows):
     pf = [r[2] for r in rows]
     exact = fast.exact(q, ctx, q, pf)
     assert fast(q, ctx, q, pf) == pytest.approx(exact, rel=1e-9)
+
+
+@needs_tables
+def test_a_shared_verify_reads_each_cache_once_and_an_expanded_one_per_query():
+    """Llama-3.1-8B on the H100 SXM tables, a verify of M = 4 tokens for B = 2 sequences after L = 1020
+    cached. Shared (vLLM V1, SGLang): the generation table at 2 sequences × (L + M) = 1024 KV tokens, plus
+    the score FLOPs of the 3 queries after each sequence's first: P − (R − T + S) pairs by hand =
+    2·(4·1020 + 10) − (2·1024 − 8 + 2) = 6,138 pairs × 4·32·128 FLOP × 32 layers at the attention peak.
+    Expanded (vLLM V0's batch-expansion scorer): the table at 8 one-token sequences at their mean KV
+    length P/T = 1020 + 5/2. The table itself is read through MeasuredPass.attention_time_s, which
+    tests/test_operator_tables.py checks against the parquet rows."""
+    from specsim.cost.pricing import measured_pass
+
+    hw = load_hardware("h100-sxm")
+    target = load_model("llama-3.1-8b")
+    shape = PassShape.uniform(target, batch_size=2, q_len=4, context_len=1020)
+    for stack, expanded in (("vllm", False), ("vllm-v0", True)):
+        dep = Deployment.from_stack(hw, load_stack(stack), cost_source="measured")
+        assert dep.verify_scorer == ("batch_expansion" if expanded else "multi_query")
+        mp = measured_pass(target, dep)
+        got = float(source_for(target, dep, target=True).price(shape).attention.time_s)
+        if expanded:
+            want = float(mp.attention_time_s(8.0, 1020 + 2.5))
+        else:
+            pair_s = 4 * 32 * 128 * 32 / (hw.peak_flops_per_s[hw.compute_dtype_for("bf16")] * dep.eff.compute_frac)
+            want = float(mp.attention_time_s(2.0, 1024.0)) + 6138 * pair_s
+        assert got == pytest.approx(want, rel=1e-12), stack
+
+
+def test_an_expanded_verify_on_the_roofline_reads_every_query_s_cache():
+    """On the roofline an expanded verify's decode rows read their pairs: B = 2, M = 4, L = 1020 reads
+    P = 2·(4·1020 + 10) = 8,180 KV tokens instead of the shared kernel's R = 2·1024 (by hand); the plain
+    step (M = 1: P = R) is the same either way."""
+    hw = load_hardware("a100-sxm-80gb")
+    target = load_model("llama-3.1-8b")
+    shared = Deployment.from_stack(hw, load_stack("vllm"), cost_source="roofline")
+    expanded = Deployment.from_stack(hw, load_stack("vllm-v0"), cost_source="roofline")
+    v_shared = price_pass(target, shared, batch_size=2, q_len=4, context_len=1020, target=True)
+    v_exp = price_pass(target, expanded, batch_size=2, q_len=4, context_len=1020, target=True)
+    per_token = float(v_shared.attention.bytes) / 2048
+    assert float(v_exp.attention.bytes) == pytest.approx(8180 * per_token, rel=1e-12)
+    p_shared = price_pass(target, shared, batch_size=2, q_len=1, context_len=1020, target=True)
+    p_exp = price_pass(target, expanded, batch_size=2, q_len=1, context_len=1020, target=True)
+    assert float(p_exp.attention.time_s) == pytest.approx(float(p_shared.attention.time_s), rel=1e-12)

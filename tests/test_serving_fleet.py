@@ -330,7 +330,7 @@ def test_catchup_is_priced_as_a_longer_first_drafting_pass():
     from specsim.specs.scenario import load_scenario
     from specsim.speculation.operating_point import resolve
 
-    op = resolve(load_scenario("llama-70b-h100-chat"), stack="vllm")
+    op = resolve(load_scenario("llama-70b-h100-chat"), stack="vllm", cost_source="roofline")
     cost = ServingCost(op)
     ctx = np.array([900, 1500, 3000, 120], dtype=np.int64)
     c = np.array([1, 0, 5, 2], dtype=np.int64)

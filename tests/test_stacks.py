@@ -126,7 +126,10 @@ def test_host_work_adds_per_iteration_and_overlaps_where_the_stack_does():
 def test_v0_engine_reproduces_splitwise_fixed_costs():
     """Splitwise's profile (data/perf/splitwise_sim/perf_model.csv, Llama-2-70B on DGX-H100, batch 1,
     prompt 512) measures 37.0 ms at tp 2 and 29.7 ms at tp 4: with Vidur's measured host work the
-    V0-style engine lands within 10 % (the device time alone explains 70-84 %)."""
+    V0-style engine lands within 10 % (the device time alone explains 70-84 %). The host terms were fitted
+    on Vidur's V0 measurements beside the roofline's device time, so the check runs on the roofline; the
+    measured tables (vLLM 0.24's kernels, two years newer than the V0 engine) price the step 19 % faster
+    at tp 4 (23.9 ms), which says the kernels moved, not the host."""
     import pandas as pd
     from specsim.specs.data import data_dir
     from specsim.specs.scenario import Scenario
@@ -138,7 +141,7 @@ def test_v0_engine_reproduces_splitwise_fixed_costs():
     for tp in (2, 4):
         measured = rows[rows["tensor_parallel"] == tp]["token_time"].median() * 1e-3
         op = resolve(Scenario(hardware="h100-sxm", target="llama-2-70b", method="none", tp=tp, context_len=512,
-                              stack="vllm-v0"))
+                              stack="vllm-v0", cost_source="roofline"))
         assert float(predict(op).cycle.target_step_time_s) == pytest.approx(measured, rel=0.10), tp
 
 

@@ -6,7 +6,8 @@ The table (CSV, `specsim calibrate load FILE`; the importers in `load_import` pr
     drafter_options, load_kind, load, prompt_tokens, output_tokens, context_len, speculative,
     tpot_s, e2e_latency_s, output_tokens_per_s, measured_speedup, tau, alpha, role, source
 
-optional: stack_version (the stack's release, for its load regimes), n_requests (requests the
+optional: stack_version (the stack's release, for its load regimes), kv_cache_dtype (the KV cache's
+dtype where the deployment's differs from the target file's, e.g. fp8), n_requests (requests the
 benchmark sent at that load; default 4 a user, 100 at a rate), n_users (the users a concurrency row's
 closed loop really had, when the benchmark sent fewer independent prompts than its concurrency: a
 multi-turn benchmark of 20 questions at concurrency 64 keeps 20 in flight; default `load`),
@@ -44,12 +45,13 @@ from ..specs.tables import numeric_column, read_csv_table, require_columns
 COLUMNS = ("sweep", "stack", "hardware", "n_devices", "target", "target_dtype", "method", "drafter", "k", "tree_size",
            "drafter_options", "load_kind", "load", "prompt_tokens", "output_tokens", "context_len", "speculative",
            "tpot_s", "e2e_latency_s", "output_tokens_per_s", "measured_speedup", "tau", "alpha", "role", "source")
-OPTIONAL = ("stack_version", "n_requests", "n_users", "temperature", "notes")
+OPTIONAL = ("stack_version", "kv_cache_dtype", "n_requests", "n_users", "temperature", "notes")
 LOAD_KINDS = ("concurrency", "rate", "batch")
 ROLES = ("fit", "check")
 METRICS = ("output_tokens_per_s", "tpot_s", "e2e_latency_s")  # preference order for a speedup
 # configuration every row of a sweep shares, and what drafting rows share besides
-SWEEP_KEYS = ("stack", "stack_version", "hardware", "n_devices", "target", "target_dtype", "load_kind", "temperature")
+SWEEP_KEYS = ("stack", "stack_version", "hardware", "n_devices", "target", "target_dtype", "kv_cache_dtype", "load_kind",
+              "temperature")
 DRAFT_KEYS = ("method", "drafter", "k", "tree_size", "drafter_options")
 DEFAULT_REQUESTS_PER_USER = 4
 DEFAULT_RATE_REQUESTS = 100
@@ -114,6 +116,8 @@ class LoadSweep:
     file: str = ""
     stack_version: str | None = None
     target_dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    cost_source: str = "auto"  # what prices the passes the rows are simulated with (not a column: calibrate load's flag)
     method: str = "none"
     drafter: str | None = None
     k: int = 0
@@ -354,7 +358,7 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
         sweeps.append(LoadSweep(
             name=name, stack=shared["stack"], stack_version=shared["stack_version"] or None, hardware=shared["hardware"],
             n_devices=int(shared["n_devices"]), target=shared["target"], target_dtype=shared["target_dtype"] or None,
-            load_kind=kind, method=draft["method"] or "none", drafter=draft["drafter"] or None, k=int(draft["k"] or 0),
+            kv_cache_dtype=shared["kv_cache_dtype"] or None, load_kind=kind, method=draft["method"] or "none", drafter=draft["drafter"] or None, k=int(draft["k"] or 0),
             tree_size=_int(draft["tree_size"]),
             drafter_options=MappingProxyType(_options(draft["drafter_options"], where=f"{where}: sweep {name!r}")),
             temperature=float(shared["temperature"]) if shared["temperature"] is not None else 0.0,

@@ -58,6 +58,7 @@ from ..errors import SpecError
 from ..serving import build_serving, simulate
 from ..serving.mix import IterationMix
 from ..serving.policies import Never, StaticK
+from ..cost.deployment import calibration_priced_by
 from ..specs.catalog import to_toml
 from ..specs.scenario import Scenario
 from ..specs.stacks import HostCost, StackProfile, load_stack, stack_from_dict
@@ -90,10 +91,12 @@ class Terms:
                 "delta_cycle_overhead_us": self.cycle_s * 1e6, "delta_spec_per_seq_us": self.spec_per_seq_s * 1e6}
 
 
-def calibrated_stack(base: StackProfile, terms: Terms, *, name: str | None = None, provenance: dict | None = None
-                     ) -> StackProfile:
+def calibrated_stack(base: StackProfile, terms: Terms, *, name: str | None = None, provenance: dict | None = None,
+                     priced_by: str = "roofline") -> StackProfile:
     """The base stack with the fitted figures: its per-cycle and per-speculating-sequence host work
-    moved, and a `calibration` regime (specs.regimes) carrying the device terms and where they came from."""
+    moved, and a `calibration` regime (specs.regimes) carrying the device terms, where they came from
+    and what priced the target's passes they were fitted through (`sweep_priced_by`): the terms hold on
+    that source only (`speculation.operating_point.calibration_for_source`)."""
     from ..specs.regimes import entry_from_dict
 
     h = base.host
@@ -104,7 +107,8 @@ def calibrated_stack(base: StackProfile, terms: Terms, *, name: str | None = Non
     entry = entry_from_dict({"property": "calibration", "versions": "*", "status": "fitted",
                              "source": "specsim calibrate load", **prov, "device_scale": terms.device_scale,
                              "device_per_seq_us": terms.device_per_seq_s * 1e6,
-                             "device_per_token_us": terms.device_per_token_s * 1e6}, where=f"stack {base.id!r}")
+                             "device_per_token_us": terms.device_per_token_s * 1e6, "priced_by": priced_by},
+                            where=f"stack {base.id!r}")
     regimes = tuple(e for e in base.regimes if e.property != "calibration") + (entry,)
     return replace(base, host=host, cycle_overhead_s=max(base.cycle_overhead_s + terms.cycle_s, 0.0),
                    name=name or base.name, regimes=regimes)
@@ -193,6 +197,9 @@ def row_scenario(sweep: LoadSweep, row: LoadRow, *, speculative: bool, acceptanc
         kw["stack_version"] = sweep.stack_version
     if sweep.target_dtype:
         kw["target_dtype"] = sweep.target_dtype
+    if sweep.kv_cache_dtype:
+        kw["kv_cache_dtype"] = sweep.kv_cache_dtype
+    kw["cost_source"] = sweep.cost_source
     sections: dict = {}
     if speculative:
         kw.update(method=sweep.method, k=sweep.k)
@@ -502,12 +509,23 @@ def check_sweep(sweep: LoadSweep) -> StackProfile:
     return stack
 
 
+def sweep_priced_by(sweep: LoadSweep, stack: StackProfile) -> str:
+    """The kind of source ("roofline" or "measured", `cost.pricing.source_for`) that prices the sweep's
+    target on its deployment with `stack`: what a calibration fitted on the sweep is fitted through."""
+    from ..cost.pricing import source_for
+
+    row = (sweep.plain() or sweep.rows)[0]
+    op = resolve(row_scenario(sweep, row, speculative=False), stack_profile=stack)
+    return source_for(op.target, op.deployment, target=True).kind
+
+
 def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = None) -> SweepFit:
     """Fit the sweep's stack on its fit rows and predict every row (see the module docstring).
     token_share: the share of the plain curve's per-sequence seconds paid per emitted token (None:
     the stack's `per_token_share` regime at the sweep's version, else 0)."""
     where = f"{sweep.file}: sweep {sweep.name!r}"
     base0 = check_sweep(sweep)
+    priced = sweep_priced_by(sweep, base0)
     if token_share is None:
         token_share = stack_token_share(base0, sweep.stack_version)
     if not (0.0 <= token_share <= 1.0):
@@ -520,7 +538,7 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
 
     # 1. the plain curve: the device's scale (and per-sequence seconds with two or more loads)
     terms = Terms()
-    base = calibrated_stack(base0, terms)
+    base = calibrated_stack(base0, terms, priced_by=priced)
     if plain_fit:
         runs = {r.line: run_row(sweep, r, stack=base, speculative=False, seed=seed) for r in plain_fit}
         two = len({r.load for r in plain_fit}) >= 2
@@ -536,7 +554,7 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
             for r in plain_fit:
                 run = runs[r.line]
                 pred = run.retime(t, Terms()) if run.retimable else \
-                    run_row(sweep, r, stack=calibrated_stack(base0, t), speculative=False, seed=seed).metrics
+                    run_row(sweep, r, stack=calibrated_stack(base0, t, priced_by=priced), speculative=False, seed=seed).metrics
                 out += _metric_residuals(pred, r)
             return np.asarray(out)
 
@@ -557,7 +575,7 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
     alpha = None
     if spec_fit:
         known = all(r.tau is not None or r.alpha is not None for r in spec_fit)
-        stack1 = calibrated_stack(base0, terms)
+        stack1 = calibrated_stack(base0, terms, priced_by=priced)
         plains = {r.load: run_row(sweep, r, stack=stack1, speculative=False, seed=seed).metrics for r in spec_fit}
 
         def spec_targets(r: LoadRow):
@@ -570,7 +588,7 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
             for r in spec_fit:
                 run = runs[r.line]
                 pred = run.retime(t, terms) if run.retimable else run_row(
-                    sweep, r, stack=calibrated_stack(base0, t), speculative=True, acceptance=acc_of(r), seed=seed).metrics
+                    sweep, r, stack=calibrated_stack(base0, t, priced_by=priced), speculative=True, acceptance=acc_of(r), seed=seed).metrics
                 s, metric = spec_targets(r)
                 if s is not None:
                     ps = _speedup(plains[r.load], pred, metric)
@@ -633,7 +651,8 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
             else:
                 notes.append("the speculative fit rows give no acceptance and hold one load: α is fitted to them and "
                              "the per-cycle cost keeps the stack's figure")
-    stack = calibrated_stack(base0, terms, name=f"{base0.name}, calibrated on load sweep {sweep.name!r}")
+    stack = calibrated_stack(base0, terms, name=f"{base0.name}, calibrated on load sweep {sweep.name!r}",
+                             priced_by=priced)
     table = predict_sweep(sweep, stack=stack, alpha=alpha, seed=seed)
     err = pd.to_numeric(table["relative_error"], errors="coerce")  # None (a row not predicted) -> NaN
     fit_err = err[table["role"] == "fit"].abs()
@@ -752,12 +771,15 @@ class LoadCalibration:
                 "by_stack": self.by("stack"), "by_method": self.by("method")}
 
 
-def calibrate_load(sweeps, *, roles: str = "table", seed: int = 0, progress=None, token_share: float | None = None
-                   ) -> LoadCalibration:
-    """Fit and predict every sweep (see the module docstring)."""
+def calibrate_load(sweeps, *, roles: str = "table", seed: int = 0, progress=None, token_share: float | None = None,
+                   cost_source: str | None = None) -> LoadCalibration:
+    """Fit and predict every sweep (see the module docstring). cost_source: what prices the passes
+    (`cost.pricing`; None: the default, auto)."""
     fits = []
     for sw in sweeps:
         sw = assign_roles(sw, roles)
+        if cost_source is not None:
+            sw = replace(sw, cost_source=cost_source)
         if progress is not None:
             progress(sw.name)
         fits.append(fit_sweep(sw, seed=seed, token_share=token_share))
@@ -793,6 +815,7 @@ def _stack_table(fit: SweepFit, *, command: str) -> dict:
            "fit_error_frac": float(fit.fit_error or 0.0), "command": command,
            "device_scale": float(fit.terms.device_scale), "device_per_seq_us": float(fit.terms.device_per_seq_s * 1e6),
            "device_per_token_us": float(fit.terms.device_per_token_s * 1e6),
+           "priced_by": calibration_priced_by(fit.stack) or "roofline",  # the source the terms absorbed the error of
            "source": f"specsim calibrate load ({', '.join(fit.fitted) or 'nothing'} fitted)"}
     if fit.check_error is not None:
         cal["check_error_frac"] = float(fit.check_error)

@@ -81,8 +81,9 @@ def sweep_sources(sweep) -> set:
 
 
 def leave_one_source_out(sweeps, *, shares=DEFAULT_SHARES, roles: str = "plain+lowest", seed: int = 0,
-                         progress=None) -> ShareFit:
-    """See the module docstring. Ties go to the smaller share (the one that changes less)."""
+                         progress=None, cost_source: str | None = None) -> ShareFit:
+    """See the module docstring. Ties go to the smaller share (the one that changes less). cost_source:
+    what prices the passes (None: the default, auto)."""
     shares = tuple(sorted({float(s) for s in shares}))
     if not shares or any(not (0.0 <= s <= 1.0) for s in shares):
         raise SpecError(f"token shares {list(shares)}: expected shares in [0, 1]")
@@ -98,7 +99,7 @@ def leave_one_source_out(sweeps, *, shares=DEFAULT_SHARES, roles: str = "plain+l
     for s in shares:
         if progress is not None:
             progress(f"token share {s:g}")
-        by_share[s] = calibrate_load(sweeps, roles=roles, seed=seed, token_share=s)
+        by_share[s] = calibrate_load(sweeps, roles=roles, seed=seed, token_share=s, cost_source=cost_source)
     names = [f.sweep.name for f in by_share[shares[0]].fits]
 
     def best(exclude: int | None) -> float:

@@ -360,7 +360,7 @@ def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None,
     replay (`leave_one_source_out`) varies a stack's fitted figures row by row."""
     _check_columns(table, where)
     cols = {c: [] for c in PREDICTED_COLUMNS}
-    errs, reasons, assumptions, groups = [], [], [], []
+    errs, reasons, assumptions, groups, priced = [], [], [], [], []
     kinds: dict[str, int] = {}
     n_assumed = 0
     for pos, row in enumerate(table.to_dict(orient="records")):
@@ -378,7 +378,9 @@ def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None,
             errs.append(np.nan)
             reasons.append(str(exc))
             assumptions.append("")
+            priced.append("")
             continue
+        priced.append(pred.plain_step.source)  # what priced the target's passes (cost.pricing)
         c = pred.cycle
         for name, v in zip(PREDICTED_COLUMNS, (c.speedup, c.target_step_time_s, c.draft_time_s, c.verify_time_s,
                                                c.cycle_time_s, c.tokens_per_cycle)):
@@ -393,6 +395,7 @@ def replay(table: pd.DataFrame, *, where: str = "replay table", stack_for=None,
             kinds[k] = kinds.get(k, 0) + 1
     out = table.copy()
     out["group"] = groups
+    out["priced_by"] = priced
     if "role" not in out:
         out["role"] = ""
     out["role"] = out["role"].where(out["role"].notna(), "").astype(str).str.strip()
@@ -432,8 +435,8 @@ def read_replay_table(path) -> pd.DataFrame:
     return read_csv_table(p, what="replay table (CSV)", dtype={"id": str}, infer=True)
 
 
-def replay_file(path) -> ReplayResult:
-    return replay(read_replay_table(path), where=str(path))
+def replay_file(path, *, cost_source: str | None = None) -> ReplayResult:
+    return replay(read_replay_table(path), where=str(path), cost_source=cost_source)
 
 
 def format_replay(r: ReplayResult) -> str:
@@ -530,7 +533,8 @@ def _with_term(stack, term: str, value_us: float | None):
     return _replace(stack, host=_replace(stack.host, **{attr: value_us * 1e-6}))
 
 
-def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, stack=None) -> TermFit:
+def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, stack=None,
+                   cost_source: str | None = None) -> TermFit:
     """Fit `term` of stack `stack_id` on the rows `fit_ids`, then predict every row of the table
     that uses that stack with the fitted value. The stack file is not changed: the value is
     reported, to be written into the stack's [host] table with this fit as its source. stack: the
@@ -556,7 +560,8 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, st
         out = {}
         for r in rows:
             try:
-                out[str(r["id"])] = float(predict_row_cycle(r, stack_profile=patched)[0].cycle.speedup)
+                out[str(r["id"])] = float(predict_row_cycle(r, stack_profile=patched,
+                                                            cost_source=cost_source)[0].cycle.speedup)
             except SpecError:
                 out[str(r["id"])] = float("nan")
         return out
@@ -631,7 +636,8 @@ def _catalog_value(stack, term: str):
     return getattr(stack.host, term[: -len("_us")] + "_s") * 1e6
 
 
-def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = "replay table") -> ReplayResult:
+def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = "replay table",
+                         cost_source: str | None = None) -> ReplayResult:
     """Replay every row with each fitted figure fitted on no row of the row's source.
 
     The rows are grouped by source (`sources.source_key` of their `source` text, the id where it is
@@ -665,7 +671,8 @@ def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = 
             base = stacks.get(f.stack) or load_stack(f.stack)
             outside = [i for i in f.fit_ids if key_of[i] != key]
             if outside:
-                value = fit_stack_term(table, stack_id=f.stack, term=f.term, fit_ids=outside, stack=base).value_us
+                value = fit_stack_term(table, stack_id=f.stack, term=f.term, fit_ids=outside, stack=base,
+                                       cost_source=cost_source).value_us
                 notes.append(f"{f.stack} {f.term} refitted on the {len(outside)} fit row(s) of other sources: {value:.4g}")
             else:
                 value = f.prior
@@ -677,7 +684,7 @@ def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = 
     def stack_for(pos, row):
         return plans[keys[pos]][0].get(_str(row, "stack"))
 
-    r = replay(table, where=where, stack_for=stack_for)
+    r = replay(table, where=where, stack_for=stack_for, cost_source=cost_source)
     out = r.table.copy()
     out["source_key"] = keys
     out["left_out"] = [plans[k][1] for k in keys]

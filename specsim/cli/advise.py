@@ -2,7 +2,7 @@
 configs to paste — decided under the scenario's workload with the serving simulator when it has one."""
 from __future__ import annotations
 
-from .common import parse_list
+from .common import add_cost_source_flag, parse_list
 
 
 def add_serving_flags(p) -> None:
@@ -40,6 +40,7 @@ def register(sub) -> None:
         "exists; the assumptions that would change the answer are listed.",
     )
     p.add_argument("scenario", help="scenario name (e.g. llama-70b-h100-chat) or path to a TOML file")
+    add_cost_source_flag(p)
     p.add_argument("--margin", type=float, help="require speedup >= 1 + margin (default: the scenario's [threshold] "
                    "margin, else 0.05)")
     add_serving_flags(p)
@@ -55,7 +56,7 @@ def _run(args) -> int:
     from .common import print_json
 
     kw = serving_kwargs(args)
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     with Progress("advise", quiet=args.quiet) as prog:
         a = advise(op, margin=args.margin, progress=prog, **kw)
     if args.json:

@@ -19,7 +19,7 @@ import time
 import pandas as pd
 
 from ..errors import SpecError
-from .common import print_json
+from .common import add_cost_source_flag, print_json
 
 
 def register(sub) -> None:
@@ -738,6 +738,7 @@ def _register_load(sub) -> None:
     p.add_argument("--out", help="write every row (measured and predicted) to this CSV")
     p.add_argument("--write-scenario", metavar="DIR", help="write each sweep's calibrated stack and scenario into DIR")
     p.add_argument("--force", action="store_true", help="--write-scenario: replace files of those names already in DIR")
+    add_cost_source_flag(p)
     p.set_defaults(func=_run_load)
 
 
@@ -781,10 +782,12 @@ def _run_load(args) -> int:
         if args.token_share is not None:
             raise SpecError("--token-share and --token-share-loo: give one (the second fits the first)")
         shares = parse_list(args.token_share_loo, "--token-share-loo", float, minimum=0.0, maximum=1.0)
-        loo = leave_one_source_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress)
+        loo = leave_one_source_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress,
+                                   cost_source=args.cost_source)
         cal = loo.loo
     else:
-        cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share)
+        cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share,
+                             cost_source=args.cost_source)
     command = ("specsim calibrate load " + " ".join(args.files) + (f" --roles {args.roles}" if args.roles != "table" else "")
                + (f" --token-share {args.token_share:g}" if args.token_share is not None else ""))
     written = []

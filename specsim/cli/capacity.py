@@ -18,6 +18,8 @@ def parse_duration_s(text, flag: str) -> float:
         raise SpecError(f"{flag} {text!r}: expected a positive duration")
     return v
 
+from .common import add_cost_source_flag
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -29,6 +31,7 @@ def register(sub) -> None:
         "on-demand price for the hardware, where one is known).",
     )
     p.add_argument("scenario", help="scenario name (e.g. llama-70b-h100-chat) or path to a TOML file")
+    add_cost_source_flag(p)
     p.add_argument("--rate", type=float, required=True, help="arrival rate in requests/s")
     p.add_argument("--slo-tpot", help="TPOT limit, e.g. 50ms or 0.05 (seconds; default: the scenario's [slo] tpot_s)")
     p.add_argument("--slo-ttft", help="TTFT limit, e.g. 2s or 500ms (default: the scenario's [slo] ttft_s)")
@@ -59,7 +62,7 @@ def _run(args) -> int:
         raise SpecError(f"--seed {args.seed}: expected an integer >= 0")
     tpot = None if args.slo_tpot is None else parse_duration_s(args.slo_tpot, "--slo-tpot")
     ttft = None if args.slo_ttft is None else parse_duration_s(args.slo_ttft, "--slo-ttft")
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     with Progress("capacity", quiet=args.quiet) as prog:
         plan = capacity(op, rate_per_s=args.rate, slo_tpot_s=tpot, slo_ttft_s=ttft, gpu_hour_usd=args.gpu_hour_usd,
                         attainment=args.attainment, n_requests=args.requests, seed=args.seed,

@@ -22,6 +22,14 @@ def to_jsonable(obj):
     return obj
 
 
+def add_cost_source_flag(p) -> None:
+    """--cost-source: what prices each pass (cost.pricing.source_for); absent: the scenario's (default auto)."""
+    p.add_argument("--cost-source", choices=["auto", "measured", "roofline"],
+                   help="what prices each pass: auto (the default: silicon-measured operator tables where the part, "
+                        "stack and model are covered, the roofline with fitted kernel curves elsewhere), measured (the "
+                        "tables, refused where there are none) or roofline")
+
+
 def print_json(obj) -> None:
     print(json.dumps(to_jsonable(obj), indent=2, sort_keys=False))
 

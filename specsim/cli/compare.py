@@ -2,6 +2,8 @@
 and cost."""
 from __future__ import annotations
 
+from .common import add_cost_source_flag
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -12,6 +14,7 @@ def register(sub) -> None:
     )
     p.add_argument("a", help="first scenario (name or TOML path)")
     p.add_argument("b", help="second scenario (name or TOML path)")
+    add_cost_source_flag(p)
     p.add_argument("--rate", type=float, help="arrival rate in requests/s for capacity and cost")
     p.add_argument("--simulate", action="store_true", help="choose each verdict's gate with the serving simulator")
     p.add_argument("--requests", type=int, help="simulate only the first N requests of each workload (faster)")
@@ -40,7 +43,8 @@ def _run(args) -> int:
         raise SpecError(f"--rate {args.rate}: expected a positive arrival rate in requests/s")
     tpot = None if args.slo_tpot is None else parse_duration_s(args.slo_tpot, "--slo-tpot")
     ttft = None if args.slo_ttft is None else parse_duration_s(args.slo_ttft, "--slo-ttft")
-    a, b = resolve_id(args.a), resolve_id(args.b)
+    a = resolve_id(args.a, cost_source=args.cost_source)
+    b = resolve_id(args.b, cost_source=args.cost_source)
     with Progress("compare", quiet=args.quiet) as prog:
         c = compare(a, b, rate_per_s=args.rate, simulate=args.simulate, n_requests=args.requests,
                     gpu_hour_usd=args.gpu_hour_usd, slo_tpot_s=tpot, slo_ttft_s=ttft, seed=args.seed, progress=prog)

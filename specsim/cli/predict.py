@@ -6,7 +6,7 @@ import argparse
 from ..specs.scenario import DEFAULTS, Scenario, load_scenario
 from ..speculation.operating_point import ALL_METHODS, resolve
 from ..speculation.predict import format_band, predict
-from .common import print_json, table
+from .common import add_cost_source_flag, print_json, table
 
 
 def _d(name: str) -> str:
@@ -39,6 +39,8 @@ def add_point_flags(p) -> None:
     p.add_argument("--attention", choices=["fused", "naive"], help="attention kernel model" + _d("attention"))
     p.add_argument("--temperature", type=float, help="sampling temperature" + _d("temperature"))
     p.add_argument("--target-dtype", help="override the target's weight format (e.g. fp8, int4-awq)")
+    p.add_argument("--kv-cache-dtype", help="override the KV cache's dtype (e.g. fp8)" + _d("kv_cache_dtype"))
+    add_cost_source_flag(p)
     base = p.add_mutually_exclusive_group()
     base.add_argument("--baseline-tokens-per-s", type=float, help="a measured plain decoding speed at this batch "
                       "(all sequences together): the stack's fixed costs are fitted to it")
@@ -55,6 +57,7 @@ def point_from_args(args):
                    stack=args.stack, k=args.k, tree_size=args.tree_size, alpha=args.alpha, tau=args.tau,
                    batch_size=args.batch_size, context_len=args.context_len, tp=args.tp, drafter_tp=args.drafter_tp,
                    attention=args.attention, temperature=args.temperature, target_dtype=args.target_dtype,
+                   kv_cache_dtype=args.kv_cache_dtype, cost_source=args.cost_source,
                    allow_cross_tokenizer=args.allow_cross_tokenizer, baseline_tokens_per_s=args.baseline_tokens_per_s,
                    baseline_step_time_s=args.baseline_step_time_s)
 
@@ -90,17 +93,37 @@ def _run(args) -> int:
         ("hardware", f"{r['hardware']} × {r['n_devices']}" + (f", stack {r['stack']}" if r["stack"] else "")),
         ("target / drafter", f"{r['target']} / {r['drafter'] or (op.method if spec else '-')}"),
         ("batch, context", f"{r['batch_size']}, {r['context_len']}"),
-        ("target step (plain)", ms(r["target_step_time_s"])),
+        ("priced by", "; ".join(f"{who}: {src}" for who, src in r["priced_by"].items())),
     ]
+    over = r["host_overlaps_device"]
+
+    def both(device_s, host_s, overlapped):
+        """'device X + host Y' (in turn) or 'max(device X, host Y)' (the stack overlaps them)."""
+        if device_s is None:
+            return ""
+        parts = f"device {ms(device_s)}, host {ms(host_s)}"
+        return f" = max({parts}: overlapped)" if overlapped else f" = {parts.replace(', ', ' + ')}"
+
+    rows.append(("plain iteration", ms(r["target_step_time_s"])
+                 + both(r.get("plain_device_s"), r.get("plain_host_s"), over["plain"])))
     if spec:
         rows += [
             ("K, alpha, tau", f"{r['k']}, {'-' if r['alpha'] is None else round(r['alpha'], 4)}, "
                               f"{r['tokens_per_cycle']:.3f}"),
-            ("draft pass (mean)", ms(r["draft_step_time_s"])),
-            ("drafting per cycle", ms(r["draft_time_s"])),
-            (f"verify pass ({r['verify_q_len']} tokens)", ms(r["verify_time_s"])),
-            ("cycle overhead", ms(r["cycle_overhead_s"])),
-            ("cycle", ms(r["cycle_time_s"])),
+            ("draft pass (mean)", ms(r["draft_step_time_s"]) + " device"),
+            ("drafting per cycle", ms(r["draft_time_s"]) + " device"),
+            (f"verify pass ({r['verify_q_len']} tokens)", ms(r["verify_time_s"]) + " device"),
+        ]
+        if r.get("cycle_device_s") is not None:
+            rest = r["cycle_device_s"] - r["draft_time_s"] - r["verify_time_s"]
+            rows += [("other device work", f"{ms(rest)} a cycle (extra logits read for rejection, a tree's KV "
+                                           "compaction)"),
+                     ("host work", f"{ms(r['cycle_host_s'])} a cycle"
+                                   + (", overlapped with the device" if over["speculative"] else ", after the device"))]
+        else:
+            rows += [("cycle overhead", ms(r["cycle_overhead_s"]))]
+        rows += [
+            ("cycle", ms(r["cycle_time_s"]) + both(r.get("cycle_device_s"), r.get("cycle_host_s"), over["speculative"])),
             ("tokens per cycle", f"{r['tokens_per_cycle']:.3f}"),
         ]
     rows += [("plain tokens/s", f"{r['baseline_tokens_per_s']:.2f}")]

@@ -1,6 +1,8 @@
 """`specsim replay FILE.csv`: predict each measured row and report prediction against measurement."""
 from __future__ import annotations
 
+from .common import add_cost_source_flag
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -19,6 +21,7 @@ def register(sub) -> None:
                    help="predict each row with every catalog figure fitted on rows of the shipped set "
                         "(calibration.replay.REPLAY_FITS) refitted without the row's source, or at its prior where "
                         "every fit row is of that source: the errors of rows no fit saw the source of")
+    add_cost_source_flag(p)
     p.set_defaults(func=_run)
 
 
@@ -29,9 +32,9 @@ def _run(args) -> int:
     from .common import print_json
 
     if args.leave_source_out:
-        result = leave_one_source_out(read_replay_table(args.file), where=str(args.file))
+        result = leave_one_source_out(read_replay_table(args.file), where=str(args.file), cost_source=args.cost_source)
     else:
-        result = replay_file(args.file)
+        result = replay_file(args.file, cost_source=args.cost_source)
     if args.out is not None:
         write_file_atomically(args.out, result.table.to_csv(index=False), flag="--out")
     if args.json:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .advise import add_serving_flags, serving_kwargs
 
+from .common import add_cost_source_flag
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -15,6 +17,7 @@ def register(sub) -> None:
         "serving comparison of gating policies (when the scenario has a [workload]) and the calibration status.",
     )
     p.add_argument("scenario", help="scenario name (e.g. seed-70b-hbm) or path to a TOML file")
+    add_cost_source_flag(p)
     p.add_argument("--out", required=True, help="output folder (refused if it holds files, unless --force)")
     p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
     p.add_argument("--margin", type=float, help="require speedup >= 1 + margin (default: the scenario's [threshold] "
@@ -47,7 +50,7 @@ def _run(args) -> int:
     kw = serving_kwargs(args)
     command = command_line(args)
     out = OutputDir(args.out, force=args.force, command=command)  # refuse a bad --out before any work
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     with Progress("report", quiet=args.quiet) as prog:
         data = build_report(op, margin=args.margin, command=command, progress=prog, **kw)
         prog.add(1)

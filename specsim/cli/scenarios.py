@@ -1,7 +1,7 @@
 """`specsim scenarios list|show`: the shipped scenarios, and one resolved with its sources."""
 from __future__ import annotations
 
-from .common import print_json
+from .common import add_cost_source_flag, print_json
 
 
 def register(sub) -> None:
@@ -15,6 +15,7 @@ def register(sub) -> None:
     p.set_defaults(func=_list)
     p = scs.add_parser("show", help="the resolved configuration of one scenario and its sources")
     p.add_argument("scenario", help="scenario name or TOML path")
+    add_cost_source_flag(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_show)
 
@@ -36,7 +37,7 @@ def _list(args) -> int:
 def _show(args) -> int:
     from ..speculation.operating_point import resolve_id
 
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     if args.json:
         out = op.to_dict()
         out["tables"] = {k: dict(v) for k, v in op.sections.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from ..errors import SpecError
-from .common import parse_list, print_json
+from .common import add_cost_source_flag, parse_list, print_json
 
 
 def register(sub) -> None:
@@ -17,6 +17,7 @@ def register(sub) -> None:
         "switch-off point under the same workload is printed beside the simulated crossover.",
     )
     p.add_argument("scenario", help="scenario name (e.g. llama-70b-h100-chat) or path to a TOML file")
+    add_cost_source_flag(p)
     p.add_argument("--rates", help="comma-separated arrival rates in requests/s (default: the scenario's "
                    "[workload] rates, else the workload as given)")
     p.add_argument("--policies", help="comma-separated policy names from [policies] (default: all)")
@@ -111,7 +112,7 @@ def _run(args) -> int:
     rates = parse_list(args.rates, "--rates", float, minimum=MIN_RATE_PER_S, maximum=MAX_RATE_PER_S)
     policies = parse_list(args.policies, "--policies", str)
     out = OutputDir(args.out, force=args.force) if args.out is not None else None  # refuse a bad --out before any work
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     t = op.scenario.tables
     n_pol = len(policies) if policies else (len(t.policies) if t.policies is not None else (2 if op.speculative else 1))
     n_rates = len(rates) if rates else (len(t.workload.rates) if t.workload is not None and t.workload.rates else 1)

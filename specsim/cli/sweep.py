@@ -1,6 +1,8 @@
 """`specsim sweep SCENARIO --out DIR`: the scenario's grid → DIR/sweep.csv, DIR/sweep.parquet, plots."""
 from __future__ import annotations
 
+from .common import add_cost_source_flag
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -11,6 +13,7 @@ def register(sub) -> None:
         "switch-off point (the one `specsim threshold` recommends; DIR/switch_off.json says what it assumes).",
     )
     p.add_argument("scenario", help="scenario name (e.g. seed-70b-hbm) or path to a TOML file")
+    add_cost_source_flag(p)
     p.add_argument("--out", required=True, help="output folder (refused if it holds files, unless --force)")
     p.add_argument("--force", action="store_true", help="replace an earlier run's files in --out")
     p.add_argument("--no-plots", action="store_true", help="write the tables only")
@@ -34,7 +37,7 @@ def _run(args) -> int:
     from ..speculation.operating_point import resolve_id
 
     out = OutputDir(args.out, force=args.force)
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     axes = sweep_axes(op)
     n_plots = 0 if args.no_plots else (len(SWEEP_PLOTS) if "all" in axes["plots"] else len(set(axes["plots"])))
     with out, tqdm(total=n_plots, desc="plots", unit="figure", disable=True if args.quiet or not n_plots else None,

@@ -1,6 +1,8 @@
 """`specsim threshold SCENARIO [--json]`: the on/off policy and ready-to-paste serving configs."""
 from __future__ import annotations
 
+from .common import add_cost_source_flag
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -12,6 +14,7 @@ def register(sub) -> None:
         "[threshold] table.",
     )
     p.add_argument("scenario", help="scenario name (e.g. seed-70b-hbm) or path to a TOML file")
+    add_cost_source_flag(p)
     p.add_argument("--margin", type=float, help="safety margin: require speedup >= 1 + margin (default: the "
                    "scenario's [threshold] margin, else 0.05)")
     p.add_argument("--decode-only", action="store_true", help="ignore the scenario's [workload] (no serving view)")
@@ -26,7 +29,7 @@ def _run(args) -> int:
     from ..speculation.operating_point import resolve_id
     from .common import print_json
 
-    op = resolve_id(args.scenario)
+    op = resolve_id(args.scenario, cost_source=getattr(args, "cost_source", None))
     mix = None if args.decode_only else workload_mix(op)
     policy = threshold_policy(op, workload=mix[0] if mix else None, max_batch_serving=mix[1] if mix else None,
                               margin=args.margin)

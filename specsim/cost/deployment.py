@@ -47,6 +47,7 @@ class Deployment:
     multi_gpu: str = "tensor_parallel"
     layer_split_hop_s: float = 0.0
     attention: str = "fused"
+    verify_scorer: str = "multi_query"  # multi_query: a verify's M queries read a sequence's cache once; batch_expansion (specs.stacks)
     supports_tree: bool = True
     stack_id: str = ""
     host: HostCost = HostCost()
@@ -77,7 +78,7 @@ class Deployment:
 
     @classmethod
     def from_stack(cls, hardware: HardwareProfile, stack=None, *, n_devices: int = 1, attention: str = "fused",
-                   stack_version: str | None = None, cost_source: str = "roofline"):
+                   stack_version: str | None = None, cost_source: str = "auto"):
         """A deployment on `hardware` with a serving stack's efficiency (None: the hardware's own).
 
         cost_source 'auto': where the part's profile names measured operator tables and the stack maps
@@ -100,7 +101,7 @@ class Deployment:
                    cycle_overhead_s=stack.cycle_overhead_s, multi_gpu=stack.multi_gpu,
                    layer_split_hop_s=stack.layer_split_hop_s, attention=attention,
                    supports_tree=stack.supports_tree, stack_id=stack.id, host=stack.host, drafting=stack.drafting,
-                   cost_source=cost_source, **calibration_terms(stack))
+                   verify_scorer=stack.verify_scorer, cost_source=cost_source, **calibration_terms(stack))
 
     @property
     def calibrated(self) -> bool:
@@ -185,4 +186,14 @@ def calibration_terms(stack) -> dict:
     return {}
 
 
-__all__ = ["Deployment", "calibration_terms", "MULTI_GPU_MODES", "COST_SOURCES"]
+def calibration_priced_by(stack) -> str | None:
+    """What priced the passes a stack's `calibration` load regime was fitted through ("roofline" or
+    "measured"; a calibration written before the regime recorded it was fitted on the roofline), or
+    None without one. Its device terms absorbed that source's error, so they hold on that source only."""
+    for e in getattr(stack, "regimes", ()):
+        if e.property == "calibration":
+            return str(e.fields.get("priced_by", "roofline"))
+    return None
+
+
+__all__ = ["Deployment", "calibration_terms", "calibration_priced_by", "MULTI_GPU_MODES", "COST_SOURCES"]

@@ -48,10 +48,13 @@ class RooflineSource:
     kind = "roofline"
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, *, tp: int, attention: str,
-                 efficiency: Efficiency | None, hop_s: float = 0.0, why: str = ""):
+                 efficiency: Efficiency | None, hop_s: float = 0.0, why: str = "", expanded: bool = False):
         roofline.check_group(model, hw, tp)
         self.model, self.hw, self.tp, self.attention, self.efficiency = model, hw, tp, attention, efficiency
         self.hop_s = float(hop_s)
+        # a verify expanded into one-token sequences (specs.stacks verify_scorer = batch_expansion): every decode query
+        # reads its sequence's cache up to its own position, so a decode row's KV read is its pairs
+        self.expanded = bool(expanded)
         self.label = "roofline" + (" with fitted kernel curves" if hw.kernels is not None else "") + why
         eff = efficiency or hw.efficiency
         self._bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
@@ -63,8 +66,15 @@ class RooflineSource:
         self._attn_q = q if math.isfinite(q) else None  # None: attention is the max of its two times
         self.fixed_s = roofline.overhead_time_s(model, hw, efficiency=efficiency) + self.hop_s
 
+    def _expand(self, shape: PassShape) -> PassShape:
+        """The shape as an expanding scorer runs it: decode rows read their pairs, prompt chunks as given."""
+        if not self.expanded or self.attention != "fused":
+            return shape
+        return replace(shape, kv_read=np.asarray(shape.pairs, dtype=np.float64) - shape.prefill_pairs
+                       + shape.prefill_kv_read)
+
     def price(self, shape: PassShape) -> StepCost:
-        c = roofline.pass_cost(self.model, self.hw, shape, tp=self.tp, efficiency=self.efficiency)
+        c = roofline.pass_cost(self.model, self.hw, self._expand(shape), tp=self.tp, efficiency=self.efficiency)
         c = replace(c, source=self.label)
         if not self.hop_s:
             return c
@@ -80,6 +90,8 @@ class RooflineSource:
                     pr: float = 0.0, pp: float = 0.0) -> float:
         """Attention of one mix from its sums, in plain floats (the roofline reads R and P only): the
         larger of its memory and compute times, or their partial overlap on a part with curves."""
+        if self.expanded and self.attention == "fused":
+            r = p - pp + pr
         a, b = r * self._r_coef, p * self._p_coef
         m = a if a > b else b
         q = self._attn_q
@@ -111,26 +123,46 @@ class MeasuredSource:
     kind = "measured"
 
     def __init__(self, model: ModelSpec, hw: HardwareProfile, mp, *, tp: int, efficiency: Efficiency | None,
-                 hop_s: float = 0.0):
+                 hop_s: float = 0.0, expanded: bool = False):
         roofline.check_group(model, hw, tp)
         self.model, self.hw, self.mp, self.tp, self.efficiency = model, hw, mp, tp, efficiency
         self.hop_s = float(hop_s)
-        self.label = mp.label + "; element-wise ops, KV write and fixed overhead on the roofline"
+        self.expanded = bool(expanded)
+        self.label = (mp.label + "; element-wise ops, KV write and fixed overhead on the roofline; a verify's queries "
+                      + ("expanded into one-token sequences (each a decode query)" if expanded else
+                         "share one KV read a sequence (the extra queries' score FLOPs at the attention peak)"))
         eff = efficiency or hw.efficiency
         self._bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
+        # seconds per query-key pair of score FLOPs (all layers, one device) at the achievable attention peak
+        _, attention_dtype = roofline.pass_dtypes(model, hw)
+        self._pair_s = (float(roofline.attention_bytes_flops(model, 0.0, 1.0, tp)[1])
+                        / (hw.peak_flops_per_s[attention_dtype] * eff.compute_frac))
         self.fixed_s = roofline.overhead_time_s(model, hw, efficiency=efficiency) + self.hop_s
         # the decode attention grid as plain lists, for the simulator's per-iteration scalar lookups
         self._gb = mp.attn_batch.tolist()
         self._gs = mp.attn_step.tolist()
         self._cells = mp.attn_s.tolist()
 
+    def _decode(self, sd, td, rd, pd):
+        """(decode attention seconds, the table's queries, its KV length) of decode rows with sums S, T, R, P.
+        Shared: one KV read a sequence, the generation table at (S sequences, R/S), and the score FLOPs of
+        the queries after each sequence's first (P − (R − T + S) pairs) at the attention peak. Expanded: T
+        one-token sequences at their mean KV length P/T (an expanding scorer's decode batch)."""
+        if self.expanded:
+            q = td
+            kv = np.divide(pd, td, out=np.zeros(np.broadcast(pd, td).shape), where=td > 0)
+            extra = 0.0
+        else:
+            q = sd
+            kv = np.divide(rd, sd, out=np.zeros(np.broadcast(rd, sd).shape), where=sd > 0)
+            extra = np.maximum(pd - (rd - td + sd), 0.0) * self._pair_s
+        return np.where(sd > 0, self.mp.attention_time_s(q, kv) + extra, 0.0), q, kv
+
     def _attention_parts(self, shape: PassShape):
-        s, t, r = (np.asarray(x, dtype=np.float64) for x in (shape.seqs, shape.tokens, shape.kv_read))
-        ps, pt, pr = (np.asarray(x, dtype=np.float64) for x in (shape.prefill_seqs, shape.prefill_tokens,
-                                                                 shape.prefill_kv_read))
-        sd, td, rd = s - ps, t - pt, r - pr
-        kv = np.divide(rd, sd, out=np.zeros(np.broadcast(rd, sd).shape), where=sd > 0)
-        dec = np.where(sd > 0, self.mp.attention_time_s(td, kv), 0.0)
+        s, t, r, p = (np.asarray(x, dtype=np.float64) for x in (shape.seqs, shape.tokens, shape.kv_read, shape.pairs))
+        ps, pt, pr, pp = (np.asarray(x, dtype=np.float64) for x in (shape.prefill_seqs, shape.prefill_tokens,
+                                                                     shape.prefill_kv_read, shape.prefill_pairs))
+        dec, td, kv = self._decode(s - ps, t - pt, r - pr, p - pp)
         if not shape.has_prefill:
             return dec, td, kv
         chunk = np.divide(pt, ps, out=np.zeros(np.broadcast(pt, ps).shape), where=ps > 0)
@@ -188,8 +220,15 @@ class MeasuredSource:
 
     def attention_s(self, s: float, t: float, r: float, p: float, ps: float = 0.0, pt: float = 0.0,
                     pr: float = 0.0, pp: float = 0.0) -> float:
-        sd = s - ps
-        out = self._decode_attention_s(t - pt, (r - pr) / sd) if sd > 0 else 0.0
+        """`_attention_parts` of one mix in plain floats (the simulator's hot path)."""
+        sd, td, rd, pd = s - ps, t - pt, r - pr, p - pp
+        out = 0.0
+        if sd > 0:
+            if self.expanded:
+                out = self._decode_attention_s(td, pd / td)
+            else:
+                extra = pd - (rd - td + sd)
+                out = self._decode_attention_s(sd, rd / sd) + (extra * self._pair_s if extra > 0 else 0.0)
         if ps > 0:
             out += float(self.mp.context_attention_time_s(ps, pt / ps, (pr - pt) / ps))
         return out
@@ -246,13 +285,15 @@ def source_for(model: ModelSpec, dep: Deployment, *, tp: int | None = None, effi
     tp = dep.tp if tp is None else tp
     eff = dep.eff if efficiency is None else efficiency
     hop = dep.hop_s if target else 0.0
+    expanded = target and dep.verify_scorer == "batch_expansion"  # the scorer expands the target's verify only
     mp = measured_pass(model, dep, tp) if dep.attention == "fused" else None
     if mp is not None:
-        return MeasuredSource(model, dep.hardware, mp, tp=tp, efficiency=eff, hop_s=hop)
+        return MeasuredSource(model, dep.hardware, mp, tp=tp, efficiency=eff, hop_s=hop, expanded=expanded)
     why = ""
     if dep.operator_tables is not None:
         why = f" ({dep.operator_tables.label()} does not cover {model.id} at tp {tp}: {_uncovered(model, dep)})"
-    return RooflineSource(model, dep.hardware, tp=tp, attention=dep.attention, efficiency=eff, hop_s=hop, why=why)
+    return RooflineSource(model, dep.hardware, tp=tp, attention=dep.attention, efficiency=eff, hop_s=hop, why=why,
+                          expanded=expanded)
 
 
 def price_pass(model: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len, tp: int | None = None,

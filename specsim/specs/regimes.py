@@ -86,8 +86,9 @@ FIELDS = {"cuda_graph_max": {"pass", "max_batch", "max_tokens"}, "eager_layer_us
           "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"}, "per_token_share": {"value"},
           "calibration": {"sweep", "file", "load_kind", "load_min", "load_max", "n_fit_rows", "fit_error_frac",
                           "check_error_frac", "command", "device_scale", "device_per_seq_us",
-                          "device_per_token_us"}}
+                          "device_per_token_us", "priced_by"}}
 LOAD_KINDS = ("concurrency", "rate", "batch")
+PRICED_BY = ("roofline", "measured")  # a calibration's passes: cost.pricing's two source kinds
 COMMON = {"property", "versions", "status", "source", "notes", "min_tp", "max_tp", "min_memory_gb", "max_memory_gb"}
 
 
@@ -346,6 +347,9 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         for key in ("sweep", "file", "command"):
             if not str(f.get(key, "")).strip():
                 raise field_error(where, key, f.get(key), "a value")
+        if f.get("priced_by", "roofline") not in PRICED_BY:
+            raise field_error(where, "priced_by", f.get("priced_by"), f"one of {', '.join(PRICED_BY)}: the source "
+                              "that priced the passes the terms were fitted through")
         if f.get("load_kind") not in LOAD_KINDS:
             raise field_error(where, "load_kind", f.get("load_kind"), f"one of {', '.join(LOAD_KINDS)}")
         for key in ("load_min", "load_max", "fit_error_frac"):

@@ -102,7 +102,7 @@ class Scenario:
     stack_version: str | None = None  # the stack's release (specs.regimes: what changes with load, by version)
     target_dtype: str | None = None
     kv_cache_dtype: str | None = None  # the KV cache's dtype when not the target file's (bf16, fp8, ...)
-    cost_source: str = "roofline"  # what prices passes: auto (measured tables where they cover it), measured, roofline
+    cost_source: str = "auto"  # what prices passes: auto (measured tables where they cover it), measured, roofline
     temperature: float = 0.0
     baseline_tokens_per_s: float | None = None
     baseline_step_time_s: float | None = None

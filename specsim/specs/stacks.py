@@ -35,6 +35,11 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   `step_overhead_us`, as a model pass;
 - `tree_verification`: "none" (chains only), "static" (a fixed tree/choice list), "dynamic"
   (EAGLE-2-style trees rebuilt every cycle);
+- `verify_scorer`: how the verify pass scores a sequence's M positions: "multi_query" (the default:
+  M queries of one kernel call that reads the sequence's KV cache once, as FlashAttention's varlen and
+  FlashInfer's kernels run them in vLLM V1 and SGLang, and vLLM V0's MQAScorer) or "batch_expansion"
+  (each sequence expanded into M one-token sequences, each a decode query reading the cache up to its
+  own position: vLLM V0's BatchExpansionTop1Scorer);
 - `multi_gpu`: "tensor_parallel" (each layer split across devices, all-reduce per layer) or
   "layer_split" (Hugging Face `device_map="auto"`: consecutive layers on consecutive devices, run one
   after the other, so n devices add memory but not bandwidth) or "none";
@@ -137,6 +142,9 @@ _HOST_US = {"step_us": "step_s", "per_seq_us": "per_seq_s", "per_token_us": "per
 MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
 
 
+VERIFY_SCORERS = ("multi_query", "batch_expansion")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackProfile:
     id: str
@@ -146,6 +154,7 @@ class StackProfile:
     cycle_overhead_s: float = 0.0
     tree_verification: str = "none"
     multi_gpu: str = "tensor_parallel"
+    verify_scorer: str = "multi_query"
     layer_split_hop_s: float = 0.0
     host: HostCost = field(default_factory=HostCost)
     drafting: DraftingCost = field(default_factory=DraftingCost)
@@ -160,6 +169,8 @@ class StackProfile:
             raise field_error(where, "tree_verification", self.tree_verification, f"one of {TREE_MODES}")
         if self.multi_gpu not in MULTI_GPU_MODES:
             raise field_error(where, "multi_gpu", self.multi_gpu, f"one of {MULTI_GPU_MODES}")
+        if self.verify_scorer not in VERIFY_SCORERS:
+            raise field_error(where, "verify_scorer", self.verify_scorer, f"one of {', '.join(VERIFY_SCORERS)}")
         for name in ("cycle_overhead_s", "layer_split_hop_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
@@ -174,9 +185,9 @@ class StackProfile:
 _US = {"step_overhead_us": "step_overhead_s", "per_layer_overhead_us": "per_layer_overhead_s"}
 _TOP = {"id", "name", "version", "notes", "bandwidth_frac", "compute_frac", "step_overhead_us",
         "per_layer_overhead_us", "cycle_overhead_us", "tree_verification", "multi_gpu", "layer_split_hop_us",
-        "methods", "host", "drafting", "sources", "load_regime"}
+        "verify_scorer", "methods", "host", "drafting", "sources", "load_regime"}
 _NEEDS_SOURCE = ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us", "cycle_overhead_us",
-                 "tree_verification", "multi_gpu", "layer_split_hop_us", "methods")
+                 "tree_verification", "multi_gpu", "layer_split_hop_us", "verify_scorer", "methods")
 
 
 def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
@@ -234,6 +245,7 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
                             cycle_overhead_s=float(raw.get("cycle_overhead_us", 0.0)) * 1e-6,
                             tree_verification=raw.get("tree_verification", "none"),
                             multi_gpu=raw.get("multi_gpu", "tensor_parallel"),
+                            verify_scorer=raw.get("verify_scorer", "multi_query"),
                             layer_split_hop_s=float(raw.get("layer_split_hop_us", 0.0)) * 1e-6, host=host,
                             drafting=drafting,
                             methods=tuple(methods), sources=sources, notes=raw.get("notes", ""),

@@ -42,10 +42,17 @@ class CycleTimes:
     tokens_per_s: np.ndarray
     speedup: np.ndarray
     verify_q_len: np.ndarray | float = 1.0
+    # the two iterations split into device and host work (None where the caller did not say): the
+    # plain iteration is plain_device_s and plain_host_s in turn or overlapped, the cycle device_s
+    # (drafting + verify + per-cycle device work) and host_s likewise (Deployment.iteration_time_s)
+    plain_device_s: np.ndarray | None = None
+    plain_host_s: np.ndarray | None = None
+    device_s: np.ndarray | None = None
+    host_s: np.ndarray | None = None
 
 
 def cycle_times(*, target_step_time_s, draft_time_s, verify_time_s, tokens_per_cycle, batch_size=1,
-                draft_step_time_s=None, overhead_s=0.0, verify_q_len=1.0) -> CycleTimes:
+                draft_step_time_s=None, overhead_s=0.0, verify_q_len=1.0, parts: dict | None = None) -> CycleTimes:
     """cycle = drafting + verify + per-cycle overhead; speedup = (τ / cycle) / (1 / plain step)."""
     target = np.asarray(target_step_time_s, dtype=float)
     draft = np.asarray(draft_time_s, dtype=float)
@@ -60,7 +67,7 @@ def cycle_times(*, target_step_time_s, draft_time_s, verify_time_s, tokens_per_c
         target_step_time_s=target, draft_step_time_s=np.asarray(draft if draft_step_time_s is None else draft_step_time_s, dtype=float),
         draft_time_s=draft, verify_time_s=verify, overhead_s=over, cycle_time_s=cycle, tokens_per_cycle=tau,
         baseline_tokens_per_s=baseline, tokens_per_s=spec, speedup=spec / baseline,
-        verify_q_len=np.asarray(verify_q_len, dtype=float),
+        verify_q_len=np.asarray(verify_q_len, dtype=float), **(parts or {}),
     )
 
 
@@ -161,14 +168,21 @@ def tokens_per_cycle(cfg: DrafterConfig, *, alpha, k, tree_size=None, n_ranks: i
     return tree_tokens_per_cycle(alpha, k, tree_size, n_ranks=n_ranks, rank_decay=rank_decay)
 
 
-def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context_len, device_time_s=None):
-    """One plain decoding iteration of B sequences: the target's step and the engine's host work
-    (overlapped if the stack hides it), seconds. device_time_s: the step if already computed."""
+def plain_parts(target: ModelSpec, dep: Deployment, *, batch_size, context_len, device_time_s=None):
+    """(device, host) seconds of one plain decoding iteration of B sequences: the target's step with a
+    load calibration's terms, and the engine's host work. device_time_s: the step if already computed."""
     b = np.asarray(batch_size, dtype=float)
     dev = target_step_time(target, dep, batch_size=b, q_len=1, context_len=context_len) if device_time_s is None \
         else device_time_s
     dev = dep.calibrated_device_s(dev, n_seqs=b, n_emitted=b)  # a load calibration's terms (else unchanged)
-    return dep.iteration_time_s(dev, dep.host_time_s(n_seqs=b, n_tokens=b), speculative=False)
+    return dev, dep.host_time_s(n_seqs=b, n_tokens=b)
+
+
+def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context_len, device_time_s=None):
+    """One plain decoding iteration of B sequences: the target's step and the engine's host work
+    (overlapped if the stack hides it), seconds. device_time_s: the step if already computed."""
+    dev, host = plain_parts(target, dep, batch_size=batch_size, context_len=context_len, device_time_s=device_time_s)
+    return dep.iteration_time_s(dev, host, speculative=False)
 
 
 def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, context_len,
@@ -193,7 +207,9 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
                                                     tree_size=tree_size if tree else None, context_len=context_len,
                                                     work=work)
     b = np.asarray(batch_size, dtype=float)
-    plain = plain_iteration_s(target, dep, batch_size=b, context_len=context_len, device_time_s=plain_step_time_s)
+    plain_dev, plain_host = plain_parts(target, dep, batch_size=b, context_len=context_len,
+                                        device_time_s=plain_step_time_s)
+    plain = dep.iteration_time_s(plain_dev, plain_host, speculative=False)
     verify_pass = (target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len)
                    if verify_step_time_s is None else np.asarray(verify_step_time_s, dtype=float))
     verify = verify_pass + dc.verify_extra_s
@@ -214,7 +230,8 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     return cycle_times(target_step_time_s=plain, draft_time_s=draft_time, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
                        draft_step_time_s=draft_step, overhead_s=cycle - draft_time - verify,
-                       verify_q_len=dc.verify_q_len)
+                       verify_q_len=dc.verify_q_len,
+                       parts=dict(plain_device_s=plain_dev, plain_host_s=plain_host, device_s=device, host_s=host))
 
 
 # ---- decisions: best configuration, regression region, thresholds ----------------------------------

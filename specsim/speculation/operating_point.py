@@ -21,7 +21,8 @@ from typing import Mapping
 import numpy as np
 
 from ..cost.deployment import Deployment
-from ..cost.pricing import pricing_source
+from ..cost.deployment import calibration_priced_by
+from ..cost.pricing import pricing_source, source_for
 from ..cost.roofline import kv_bytes_per_device, weight_bytes_per_device
 from ..errors import DoesNotFitError, SpecError, field_error, reject_unknown_keys
 from ..specs.catalog import resolve as catalog_path
@@ -493,6 +494,21 @@ def check_context(op_or_models, context_len: int, q_len: int, *, where: str, q_f
                               f"{model.max_context} tokens and a step adds {q_len}")
 
 
+def calibration_for_source(target: ModelSpec, dep: Deployment, stack) -> tuple[Deployment, str]:
+    """The deployment with a load calibration's device terms where they were fitted through the source
+    that prices the target here, else without them and a note saying why (`calibration_priced_by`)."""
+    fitted = calibration_priced_by(stack)
+    if fitted is None or not dep.calibrated:
+        return dep, ""
+    kind = source_for(target, dep, target=True).kind
+    if kind == fitted:
+        return dep, ""
+    return (replace(dep, device_scale=1.0, device_per_seq_s=0.0, device_per_token_s=0.0),
+            f"stack {dep.stack_id!r}'s load calibration was fitted with the target's passes priced by the {fitted} "
+            f"source, and this deployment prices them by the {kind} one: its device terms are left out (pass "
+            f"--cost-source {fitted} to use them, or fit them again under this source with `specsim calibrate load`)")
+
+
 def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **overrides) -> OperatingPoint:
     """The scenario (with `overrides` of its top-level fields; None keeps a field) as an
     OperatingPoint. Raises SpecError naming the field when the pieces do not fit together.
@@ -518,6 +534,9 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         target = replace(target, kv_cache_dtype=s.kv_cache_dtype)
     dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention, stack_version=s.stack_version,
                                 cost_source=s.cost_source)
+    dep, note = calibration_for_source(target, dep, stack)
+    if note:
+        loaded_as["calibration"] = note
     if s.method == "draft_model" and s.drafter_tp > s.tp:  # refused with K = 0 too: nothing given goes unread
         raise field_error(where, "drafter_tp", s.drafter_tp, f"<= tp = {s.tp} (the drafter runs on the target's devices)")
     method = s.method if (s.method == "none" or s.k > 0 or not FAMILIES[s.method].uses_k) else "none"

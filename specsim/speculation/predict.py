@@ -15,7 +15,7 @@ import numpy as np
 from ..cost.pricing import price_pass, target_step_cost
 from ..cost.roofline import StepCost
 from .acceptance import shaped_conditional, tau_from_conditional
-from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_iteration_s, speculative_cycle,
+from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_parts, speculative_cycle,
                     tokens_per_cycle)
 from .families import draft_cost
 from ..errors import SpecError
@@ -47,7 +47,16 @@ class Prediction:
             "verify_q_len": self.verify_q_len, "verify_tokens_in_flight": op.batch_size * self.verify_q_len,
             "layer_split_hop_s": op.deployment.hop_s,
             "plain_step": self.plain_step.breakdown(), "verify_step": self.verify_step.breakdown(),
+            "priced_by": {"target": self.plain_step.source,
+                          **({"drafter": self.draft_step.source} if self.draft_step is not None else {})},
         }
+        # every iteration on one basis: device work and host work apart, and whether the stack overlaps them
+        for key in ("plain_device_s", "plain_host_s", "device_s", "host_s"):
+            v = getattr(c, key)
+            if v is not None:
+                out["cycle_" + key if key in ("device_s", "host_s") else key] = float(v)
+        out["host_overlaps_device"] = {"plain": bool(op.deployment.host.overlaps(False)),
+                                       "speculative": bool(op.deployment.host.overlaps(True))}
         if self.draft_step is not None:
             out["draft_step"] = self.draft_step.breakdown()
         if self.band is not None:
@@ -93,9 +102,11 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
     b, l = op.batch_size, op.context_len
     plain = target_step_cost(target, dep, batch_size=b, q_len=1, context_len=l)
     if not op.speculative:
-        t = plain_iteration_s(target, dep, batch_size=b, context_len=l, device_time_s=plain.time_s)
+        dev, host = plain_parts(target, dep, batch_size=b, context_len=l, device_time_s=plain.time_s)
+        t = dep.iteration_time_s(dev, host, speculative=False)
         cyc = cycle_times(target_step_time_s=t, draft_time_s=0.0, verify_time_s=t, tokens_per_cycle=1.0, batch_size=b,
-                          draft_step_time_s=0.0)
+                          draft_step_time_s=0.0,
+                          parts=dict(plain_device_s=dev, plain_host_s=host, device_s=dev, host_s=host))
         _check_finite(op, cyc)
         return Prediction(point=op, alpha=None, plain_step=plain, draft_step=None, verify_step=plain, cycle=cyc)
     tree = op.tree_size if op.is_tree else None
