@@ -192,3 +192,32 @@ def test_the_cli_refuses_a_bad_operator_tables_in_one_line_with_status_2(tmp_pat
     err = capsys.readouterr().err.strip()
     assert status == 2
     assert len(err.splitlines()) == 1 and str(p) in err and "operator_tables" in err and "'../nope'" in err
+
+
+# ---- the same cases at the pricing seam (cost.pricing.source_for, Deployment.from_stack) ---------------
+
+@needs_tables
+@pytest.mark.parametrize("stack", ["vllm", "sglang"])
+def test_the_a100_profile_deploys_on_its_own_tables(stack):
+    """Issue 37's first case as a planner meets it: the shipped A100 profile with vLLM or SGLang and the
+    measured source required; it deploys, and Llama-3.1-8B's passes come from the A100 tables."""
+    from specsim.cost.deployment import Deployment
+    from specsim.cost.pricing import source_for
+    from specsim.specs.stacks import load_stack
+    t0 = time.perf_counter()
+    dep = Deployment.from_stack(load_hardware("a100-sxm-80gb"), load_stack(stack), cost_source="measured")
+    assert dep.operator_tables is not None and dep.operator_tables.system == "a100_sxm"
+    assert source_for(load_model("llama-3.1-8b"), dep).label.startswith("aiconfigurator-core")
+    assert time.perf_counter() - t0 < 10.0
+
+
+@needs_tables
+@pytest.mark.parametrize("n_devices", [16, 32])
+def test_the_roofline_fallback_at_tp_16_names_the_all_reduce(n_devices):
+    from specsim.cost.deployment import Deployment
+    from specsim.cost.pricing import source_for
+    from specsim.specs.stacks import load_stack
+    dep = Deployment.from_stack(load_hardware("h100-sxm"), load_stack("sglang"), n_devices=n_devices)
+    label = source_for(load_model("llama-2-70b"), dep).label
+    assert label.startswith("roofline") and f"no tp {n_devices} group" in label and "2, 4, 8" in label
+    assert "head_dim" not in label

@@ -271,8 +271,9 @@ def measured_pass(model: ModelSpec, dep: Deployment, tp: int | None = None):
     return hit[2]
 
 
-def _uncovered(model: ModelSpec, dep: Deployment) -> str:
-    why = measured.covered(model, dep.operator_tables)
+def _uncovered(model: ModelSpec, dep: Deployment, tp: int) -> str:
+    # at the pass's tp: the reason may be the group (no all-reduce rows for tp 16), not the model
+    why = measured.covered(model, dep.operator_tables, tp=tp, kv_cache_dtype=model.kv_cache_dtype)
     return why or "its shapes (heads, head_dim) or group not in the tables"
 
 
@@ -291,7 +292,7 @@ def source_for(model: ModelSpec, dep: Deployment, *, tp: int | None = None, effi
         return MeasuredSource(model, dep.hardware, mp, tp=tp, efficiency=eff, hop_s=hop, expanded=expanded)
     why = ""
     if dep.operator_tables is not None:
-        why = f" ({dep.operator_tables.label()} does not cover {model.id} at tp {tp}: {_uncovered(model, dep)})"
+        why = f" ({dep.operator_tables.label()} does not cover {model.id} at tp {tp}: {_uncovered(model, dep, tp)})"
     return RooflineSource(model, dep.hardware, tp=tp, attention=dep.attention, efficiency=eff, hop_s=hop, why=why,
                           expanded=expanded)
 
