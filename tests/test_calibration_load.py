@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from specsim.calibration.load import COLUMNS, LoadRow, LoadSweep, sweeps_from_table
-from specsim.calibration.load_fit import Terms, assign_roles, calibrated_stack, fit_sweep, predict_sweep, run_row
+from specsim.calibration.load_fit import (Terms, assign_roles, calibrated_stack, fit_sweep, predict_sweep, run_row,
+                                         sweep_priced_by)
 from specsim.errors import SpecError
 from specsim.specs.stacks import load_stack
 
@@ -100,12 +101,13 @@ def test_retiming_one_simulation_equals_simulating_with_the_terms():
     """The fit's shortcut: the same closed loop re-timed with other terms gives what a new simulation
     with those terms gives (the iterations do not depend on how long they take)."""
     sw = _sweep()
-    base = calibrated_stack(load_stack("vllm"), Terms())
+    priced = sweep_priced_by(sw, load_stack("vllm"))  # planted terms hold on the source that prices the sweep
+    base = calibrated_stack(load_stack("vllm"), Terms(), priced_by=priced)
     t = Terms(device_scale=1.7, device_per_seq_s=40e-6, cycle_s=3e-3, spec_per_seq_s=15e-6)
     for r in sw.rows:
         run = run_row(sw, r, stack=base, speculative=r.speculative, acceptance={"tau": r.tau})
         assert run.retimable
-        direct = run_row(sw, r, stack=calibrated_stack(load_stack("vllm"), t), speculative=r.speculative,
+        direct = run_row(sw, r, stack=calibrated_stack(load_stack("vllm"), t, priced_by=priced), speculative=r.speculative,
                          acceptance={"tau": r.tau}).metrics
         again = run.retime(t, Terms())
         for m in ("tpot_s", "e2e_latency_s", "output_tokens_per_s"):
@@ -118,7 +120,8 @@ def test_the_fit_recovers_planted_terms(load_kind):
     +20 µs a speculating sequence) are fitted back from the plain curve and two speculative loads."""
     planted = Terms(device_scale=1.6, device_per_seq_s=30e-6, cycle_s=2e-3, spec_per_seq_s=20e-6)
     sw = _sweep(load_kind)
-    truth = predict_sweep(sw, stack=calibrated_stack(load_stack("vllm"), planted))
+    priced = sweep_priced_by(sw, load_stack("vllm"))  # planted terms hold on the source that prices the sweep
+    truth = predict_sweep(sw, stack=calibrated_stack(load_stack("vllm"), planted, priced_by=priced))
     rows = []
     for r, (_, t) in zip(sw.rows, truth.iterrows()):
         rows.append(replace(r, output_tokens_per_s=t["predicted_output_tokens_per_s"],

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from specsim.calibration.load import LoadRow, LoadSweep
-from specsim.calibration.load_fit import Terms, calibrated_stack, fit_sweep, predict_sweep, stack_token_share
+from specsim.calibration.load_fit import (Terms, calibrated_stack, fit_sweep, predict_sweep, stack_token_share,
+                                         sweep_priced_by)
 from specsim.cost.deployment import Deployment
-from specsim.cost.pricing import target_step_time
+from specsim.cost.pricing import source_for, target_step_time
 from specsim.errors import SpecError
 from specsim.serving.cost import ServingCost
 from specsim.serving.mix import IterationMix
@@ -29,12 +30,28 @@ PLANTED = Terms(device_scale=1.5, device_per_seq_s=10e-6, device_per_token_s=30e
 TAU, K, B, CTX = 2.5, 3, 8, 100
 
 
-def _op(terms: Terms | None, *, stack="vllm-v0", speculative=True, tau=TAU):
+def _op(terms: Terms | None, *, stack="vllm-v0", speculative=True, tau=TAU, priced_by=None):
+    """The point with `terms` planted as a load calibration fitted through the source that prices it
+    here (priced_by: another source's name, to plant a calibration of another source)."""
     st = load_stack(stack)
-    st = calibrated_stack(st, terms) if terms is not None else st
     kw = dict(method="prompt_lookup", k=K, tau=tau) if speculative else dict(method="none", k=0)
     sc = Scenario(name="t", hardware="h100-sxm", target="llama-3.2-1b", tp=1, batch_size=B, context_len=CTX, **kw)
+    if terms is not None:
+        plain = resolve(sc, stack_profile=st)
+        kind = source_for(plain.target, plain.deployment, target=True).kind
+        st = calibrated_stack(st, terms, priced_by=priced_by or kind)
     return resolve(sc, stack_profile=st)
+
+
+def test_a_calibration_holds_on_the_source_it_was_fitted_through_only():
+    """Terms fitted through one source absorbed that source's error: planted as fitted on the other
+    source, they are left out of the deployment, and the point says so (op.sources['calibration'])."""
+    here = source_for(_op(None).target, _op(None).deployment, target=True).kind
+    other = "roofline" if here == "measured" else "measured"
+    op = _op(PLANTED, priced_by=other)
+    assert not op.deployment.calibrated
+    assert f"priced by the {other} source" in op.sources["calibration"] and "left out" in op.sources["calibration"]
+    assert _op(PLANTED).deployment.calibrated
 
 
 def _mix(speculative: bool, b: int = B) -> IterationMix:
@@ -134,7 +151,8 @@ def test_a_planted_per_token_cost_is_recovered_and_predicts_the_loads_the_fit_ne
     saw come out right; with share 0 (all of it a sequence) they do not."""
     planted = Terms(device_scale=1.6, device_per_seq_s=10e-6, device_per_token_s=20e-6, cycle_s=2e-3)
     sw = _sweep()
-    truth = predict_sweep(sw, stack=calibrated_stack(load_stack("vllm"), planted))
+    priced = sweep_priced_by(sw, load_stack("vllm"))  # planted terms hold on the source that prices the sweep
+    truth = predict_sweep(sw, stack=calibrated_stack(load_stack("vllm"), planted, priced_by=priced))
     rows = [replace(r, output_tokens_per_s=t["predicted_output_tokens_per_s"], tpot_s=t["predicted_tpot_s"],
                     role="fit" if (not r.speculative or r.load == 1) else "check")
             for r, (_, t) in zip(sw.rows, truth.iterrows())]
@@ -155,7 +173,8 @@ def test_a_planted_per_token_cost_is_recovered_and_predicts_the_loads_the_fit_ne
 def _planted_rows(name: str, terms: Terms, loads=(1, 2, 4)) -> LoadSweep:
     sw = replace(_sweep(loads), name=name)
     sw = replace(sw, rows=tuple(replace(r, sweep=name) for r in sw.rows))
-    truth = predict_sweep(sw, stack=calibrated_stack(load_stack("vllm"), terms))
+    priced = sweep_priced_by(sw, load_stack("vllm"))  # planted terms hold on the source that prices the sweep
+    truth = predict_sweep(sw, stack=calibrated_stack(load_stack("vllm"), terms, priced_by=priced))
     rows = [replace(r, output_tokens_per_s=t["predicted_output_tokens_per_s"], tpot_s=t["predicted_tpot_s"],
                     role="fit" if (not r.speculative or r.load == min(loads)) else "check")
             for r, (_, t) in zip(sw.rows, truth.iterrows())]
