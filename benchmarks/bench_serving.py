@@ -17,10 +17,13 @@ after. The first run of a case is not discarded: setup (trace read, cost tables)
 --vs REV runs every case side by side with the package as it was at git revision REV (exported to a
 temporary folder): each run is a fresh process, this tree's and REV's in turn (A B A B ...), so a
 drift of the machine's speed reaches both; the ratio is taken pair by pair and its median printed.
---at REV2 puts revision REV2 in this tree's place (both sides exported).
+--at REV2 puts revision REV2 in this tree's place (both sides exported). --vs-source SOURCE runs every case
+side by side on this tree with the passes priced by --cost-source (A, default auto) and by SOURCE (B), e.g.
+the measured operator tables against the roofline on a stack that has tables (--stack vllm).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_serving.py [--repeat 3] [--requests N] [--profile]
     OMP_NUM_THREADS=1 python benchmarks/bench_serving.py --vs REV [--repeat 5] [--cases 1,8]
+    OMP_NUM_THREADS=1 python benchmarks/bench_serving.py --stack vllm --vs-source roofline [--cases 1]
 """
 from __future__ import annotations
 
@@ -55,13 +58,19 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="print the top of a cProfile of one replica")
     ap.add_argument("--vs", metavar="REV", help="run every case side by side with the package at git revision REV")
     ap.add_argument("--at", metavar="REV", help="with --vs: this side is revision REV too, not the working tree")
+    ap.add_argument("--stack", default=None, help="serving stack instead of the scenario's (e.g. vllm: measured tables)")
+    ap.add_argument("--cost-source", default=None, choices=["auto", "measured", "roofline"],
+                    help="what prices the passes (default: the scenario's, auto)")
+    ap.add_argument("--vs-source", default=None, choices=["auto", "measured", "roofline"],
+                    help="run every case side by side on this tree: --cost-source (A) against this source (B)")
     ap.add_argument("--json-one", action="store_true", help=argparse.SUPPRESS)  # one run of one case, as JSON
     args = ap.parse_args()
-    if args.vs:
+    if args.vs or args.vs_source:
         return side_by_side(args)
 
     from dataclasses import replace
 
+    from specsim.cost.pricing import pricing_source
     from specsim.errors import SpecError
     from specsim.serving import build_serving, simulate
     from specsim.serving.fleet import FleetSpec
@@ -75,15 +84,17 @@ def main() -> int:
     scenario = replace(scenario, sections={**scenario.sections, "workload": workload_section})
     t0 = time.perf_counter()
     try:
-        setup = build_serving(resolve(scenario))
+        op = resolve(scenario, stack=args.stack, cost_source=args.cost_source)
+        setup = build_serving(op)
     except SpecError as exc:
         print(f"bench_serving: {exc}")
         return 2
     w = setup.workload if not args.requests else setup.workload.head(args.requests)
     t_setup = time.perf_counter() - t0
     policy = setup.policies[args.policy]
-    print(f"scenario {scenario.name}, policy {args.policy} (K reserved {policy.k_reserved}), {w.n_requests} requests, "
-          f"setup {t_setup:.2f} s (trace read, capacity, cost tables)")
+    if not args.json_one:
+        print(f"scenario {scenario.name}, policy {args.policy} (K reserved {policy.k_reserved}), {w.n_requests} requests, "
+              f"setup {t_setup:.2f} s (trace read, capacity, cost tables); target priced by {pricing_source(op.target, op.deployment)}")
 
     def run(workload, n_replicas: int):
         fleet = FleetSpec(n_replicas=n_replicas, router=RouterConfig(kind="least_outstanding"))
@@ -162,7 +173,6 @@ def side_by_side(args) -> int:
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"bench_serving: {flag} {name}: not a git revision of {repo} ({exc})")
             return 2
-    rev = revs["--vs"]
     print(f"before: {_load()}")
     with tempfile.TemporaryDirectory(prefix="specsim-bench-") as tmp:
         trees = {"A": (f"this tree ({repo})", str(repo))}
@@ -174,15 +184,20 @@ def side_by_side(args) -> int:
                                          capture_output=True).stdout
                 subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
                 trees[side] = (f"{revs[flag]}", str(folder))
+        extra = {"A": [], "B": []}
+        if args.vs_source:  # one tree, two cost sources
+            trees["B"] = trees["A"]
+            extra = {"A": ["--cost-source", args.cost_source or "auto"], "B": ["--cost-source", args.vs_source]}
+            trees = {side: (f"{trees[side][0]}, --cost-source {extra[side][1]}", trees[side][1]) for side in ("A", "B")}
         print(f"A: {trees['A'][0]}; B: {trees['B'][0]}")
         base = [sys.executable, str(Path(__file__).resolve()), "--json-one", "--scenario", args.scenario, "--policy",
-                args.policy, "--requests", str(args.requests)]
+                args.policy, "--requests", str(args.requests)] + (["--stack", args.stack] if args.stack else [])
         for case in args.cases.split(","):
             got = {"A": [], "B": []}
             for _ in range(args.repeat):
                 for side in ("A", "B"):
                     env = dict(os.environ, PYTHONPATH=trees[side][1])
-                    out = subprocess.run(base + ["--cases", case], env=env, capture_output=True, text=True)
+                    out = subprocess.run(base + ["--cases", case] + extra[side], env=env, capture_output=True, text=True)
                     if out.returncode:
                         print(f"bench_serving: case {case} failed on {trees[side][0]}:\n{out.stdout}{out.stderr}")
                         return 1

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..errors import InputError, SpecError
+from ..errors import InputError, SpecError, field_error
 from ..specs.scenario import Scenario
 from ..speculation.families import FAMILIES, METHODS, OPTION_KEYS
 from ..speculation.operating_point import resolve
@@ -514,8 +514,10 @@ class TermFit:
         return self.table[~self.table["fit_source"]]
 
 
-def _with_term(stack, term: str, value_us: float | None):
-    """The stack with `term` set (None: unset, for the drafting figures that may be absent)."""
+def _with_term(stack, term: str, value_us: float | None, *, cost_source: str | None = None):
+    """The stack with `term` set (None: unset, for the drafting figures that may be absent). cost_source
+    'measured' (`_term_scope`): a figure the stack keeps per source is set in its [measured] table, which
+    applies only where the tables price the target; otherwise the top-level figure."""
     from dataclasses import replace as _replace
 
     if value_us is None:
@@ -523,6 +525,8 @@ def _with_term(stack, term: str, value_us: float | None):
             raise SpecError(f"term {term!r}: cannot be unset (only a [drafting] duration can)")
         return _replace(stack, drafting=_replace(stack.drafting, **{term[len("drafting."): -len("_us")] + "_s": None}))
     if term == "cycle_overhead_us":
+        if cost_source == "measured":
+            return _replace(stack, measured={**stack.measured, "cycle_overhead_s": value_us * 1e-6})
         return _replace(stack, cycle_overhead_s=value_us * 1e-6)
     if term == "drafting.masked_score_bytes":  # a figure in bytes: 'value_us' carries it as is
         return _replace(stack, drafting=_replace(stack.drafting, masked_score_bytes=value_us))
@@ -533,15 +537,96 @@ def _with_term(stack, term: str, value_us: float | None):
     return _replace(stack, host=_replace(stack.host, **{attr: value_us * 1e-6}))
 
 
+def _fit_measured(row: dict, *, what: str) -> float:
+    """A fit row's measured speedup, which the figure is fitted to: a number > 0, else refused naming
+    the row, the column and the value (a blank or 0 would end the fit in a division)."""
+    v = row.get("measured_speedup")
+    try:
+        m = _float(row, "measured_speedup")
+    except SpecError:
+        m = None
+    if m is None or m <= 0:
+        shown = "" if _blank(v) else v
+        raise field_error(f"{what}: fit row {str(row.get('id'))!r}", "measured_speedup", shown,
+                          "a measured speedup > 0 (the figure is fitted to it)")
+    return m
+
+
+def _prepared(row: dict, stack, cost_source: str | None) -> dict:
+    """The row with replay's default context filled in where it states none: the default depends on
+    the models and the verify width, never on a stack figure, so a fit works it out once, not at every
+    value it tries. A row the probe refuses is kept as it is (predicting it refuses it again)."""
+    if _int(row, "context_len") is not None:
+        return row
+    try:
+        s, _ = row_scenario(row)
+        if cost_source is not None:
+            s = s.with_overrides(cost_source=cost_source)
+        ctx, _ = _fitted_context(s, stack)
+    except SpecError:
+        return row
+    return {**row, "context_len": ctx}
+
+
+PER_SOURCE_TERMS = ("cycle_overhead_us",)  # kept per source in a stack file (specs.stacks [measured])
+
+
+def _term_scope(rows: dict, fit_ids, stack, term: str, cost_source: str | None) -> str:
+    """Which copy of `term` a fit on rows `fit_ids` sets: 'measured' (the stack's [measured] figure) where
+    the tables price every fit row's target, 'roofline' (the top-level figure) where none; fit rows priced
+    by both are refused, since one figure cannot stand for two sources."""
+    from ..cost.pricing import source_for
+
+    if term not in PER_SOURCE_TERMS or cost_source == "roofline":
+        return "roofline"
+    kinds = {}
+    for i in fit_ids:
+        try:
+            op = predict_row_cycle(_prepared(rows[i], stack, cost_source), stack_profile=stack,
+                                   cost_source=cost_source)[0].point
+        except SpecError:
+            continue
+        kinds[i] = source_for(op.target, op.deployment, target=True).kind
+    if len(set(kinds.values())) > 1:
+        on = sorted(i for i, k in kinds.items() if k == "measured")
+        raise SpecError(f"{term}: fit rows priced by the measured tables ({', '.join(on)}) and by the roofline (the "
+                        "others): fit them apart, or with --cost-source roofline")
+    return "measured" if set(kinds.values()) == {"measured"} else "roofline"
+
+
+def _fit_term_value(rows: dict, *, stack, term: str, fit_ids: tuple, cost_source: str | None, what: str) -> float:
+    """The value of `term` (its unit) that fits the rows `fit_ids` of `rows` (id -> row): least squares
+    on log(predicted / measured) over those rows only."""
+    from scipy.optimize import minimize_scalar
+
+    measured = {i: _fit_measured(rows[i], what=what) for i in fit_ids}
+    prepared = {i: _prepared(rows[i], stack, cost_source) for i in fit_ids}
+    scope = _term_scope(rows, fit_ids, stack, term, cost_source)
+
+    def loss(value_us):
+        patched = _with_term(stack, term, value_us, cost_source=scope)
+        total = 0.0
+        for i in fit_ids:
+            try:
+                s = float(predict_row_cycle(prepared[i], stack_profile=patched,
+                                            cost_source=cost_source)[0].cycle.speedup)
+            except SpecError:
+                s = float("nan")
+            total += float(np.log(s / measured[i]) ** 2)
+        return total
+
+    res = minimize_scalar(loss, bounds=(0.0, 1e5), method="bounded", options={"xatol": 1e-3})
+    return float(res.x)
+
+
 def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, stack=None,
                    cost_source: str | None = None) -> TermFit:
     """Fit `term` of stack `stack_id` on the rows `fit_ids`, then predict every row of the table
     that uses that stack with the fitted value. The stack file is not changed: the value is
     reported, to be written into the stack's [host] table with this fit as its source. stack: the
     StackProfile to start from (default the catalog's `stack_id`). The table marks each row's source
-    (`sources.source_key`) and whether a fit row shares it: only the other rows are unseen."""
-    from scipy.optimize import minimize_scalar
-
+    (`sources.source_key`) and whether a fit row shares it: only the other rows are unseen. A fit
+    row's measured_speedup must be a number > 0; another row's may be blank (its errors are then NaN)."""
     from ..specs.stacks import load_stack
     from .sources import source_key
 
@@ -550,13 +635,16 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, st
     _check_columns(table)
     stack = load_stack(stack_id) if stack is None else stack
     rows = [r for r in table.to_dict(orient="records") if _str(r, "stack") == stack_id]
+    by_id = {str(r["id"]): r for r in rows}
     fit_ids = tuple(fit_ids)
-    missing = [i for i in fit_ids if i not in {str(r["id"]) for r in rows}]
+    missing = [i for i in fit_ids if i not in by_id]
     if missing:
         raise SpecError(f"--rows: {missing} are not rows of stack {stack_id!r} in the table")
 
+    scope = _term_scope(by_id, fit_ids, stack, term, cost_source)
+
     def speedups(value_us):
-        patched = stack if value_us is None else _with_term(stack, term, value_us)
+        patched = stack if value_us is None else _with_term(stack, term, value_us, cost_source=scope)
         out = {}
         for r in rows:
             try:
@@ -566,22 +654,24 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, st
                 out[str(r["id"])] = float("nan")
         return out
 
-    measured = {str(r["id"]): _float(r, "measured_speedup") for r in rows}
-
-    def loss(value_us):
-        s = speedups(value_us)
-        return float(sum(np.log(s[i] / measured[i]) ** 2 for i in fit_ids))
-
-    before_us = _catalog_value(stack, term)  # None: a [drafting] duration the stack leaves unset
-    res = minimize_scalar(loss, bounds=(0.0, 1e5), method="bounded", options={"xatol": 1e-3})
-    before, after = speedups(before_us), speedups(float(res.x))
-    keys = {str(r["id"]): source_key(r.get("source"), fallback=str(r["id"])) for r in rows}
+    value_us = _fit_term_value(by_id, stack=stack, term=term, fit_ids=fit_ids, cost_source=cost_source,
+                               what=f"stack {stack_id!r} {term}")
+    measured = {}
+    for i, r in by_id.items():  # a row the fit does not use may lack a measurement (or hold a refused one)
+        try:
+            m = _float(r, "measured_speedup")
+        except SpecError:
+            m = None
+        measured[i] = m if m is not None and m > 0 else float("nan")
+    before_us = _catalog_value(stack, term, scope)  # None: a [drafting] duration the stack leaves unset
+    before, after = speedups(before_us), speedups(value_us)
+    keys = {i: source_key(r.get("source"), fallback=i) for i, r in by_id.items()}
     fit_keys = {keys[i] for i in fit_ids}
     out = pd.DataFrame({"id": list(measured), "measured_speedup": list(measured.values()),
                         "predicted_before": [before[i] for i in measured], "predicted_after": [after[i] for i in measured],
                         "fitted_on": [i in fit_ids for i in measured], "source_key": [keys[i] for i in measured],
                         "fit_source": [keys[i] in fit_keys for i in measured]})
-    return TermFit(stack=stack_id, term=term, value_us=float(res.x), before_us=before_us, fit_ids=fit_ids, table=out)
+    return TermFit(stack=stack_id, term=term, value_us=value_us, before_us=before_us, fit_ids=fit_ids, table=out)
 
 
 # ---- leave one source out ------------------------------------------------------------------------
@@ -625,14 +715,16 @@ REPLAY_FITS = (
 )
 
 
-def _catalog_value(stack, term: str):
+def _catalog_value(stack, term: str, scope: str = "roofline"):
+    """The stack's figure for `term` (scope 'measured': its [measured] copy where it keeps one)."""
     if term == "drafting.masked_score_bytes":
         return stack.drafting.masked_score_bytes
     if term.startswith("drafting."):
         v = getattr(stack.drafting, term[len("drafting."): -len("_us")] + "_s")
         return None if v is None else v * 1e6
     if term == "cycle_overhead_us":
-        return stack.cycle_overhead_s * 1e6
+        return stack.measured.get("cycle_overhead_s", stack.cycle_overhead_s) * 1e6 if scope == "measured" \
+            else stack.cycle_overhead_s * 1e6
     return getattr(stack.host, term[: -len("_us")] + "_s") * 1e6
 
 
@@ -660,25 +752,43 @@ def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = 
         missing = [i for i in f.fit_ids if i not in key_of]
         if missing:
             raise SpecError(f"fitted figure {f.stack} {f.term}: fit rows {missing} are not rows of the {where}")
+    by_id = dict(zip(ids, records))
+    for f in fits:  # every figure's fit rows checked before any fit: one refusal, not a failure minutes in
+        for i in f.fit_ids:
+            _fit_measured(by_id[i], what=f"{where}: fitted figure {f.stack} {f.term}")
+    # A refit depends only on the figure, the fit rows left and the figures already set on its stack:
+    # sources that leave the same fit rows (every source but the fit rows' own, or each row its own
+    # source when the text is blank) share one fit.
+    refits: dict = {}
+    catalog: dict = {}
     plans: dict = {}
     for key in dict.fromkeys(keys):
         stacks: dict = {}
+        applied: dict = {}
         notes: list[str] = []
         for f in fits:
             inside = [i for i in f.fit_ids if key_of[i] == key]
             if not inside:
                 continue
-            base = stacks.get(f.stack) or load_stack(f.stack)
-            outside = [i for i in f.fit_ids if key_of[i] != key]
+            if f.stack not in catalog:
+                catalog[f.stack] = load_stack(f.stack)
+            base = stacks.get(f.stack) or catalog[f.stack]
+            outside = tuple(i for i in f.fit_ids if key_of[i] != key)
             if outside:
-                value = fit_stack_term(table, stack_id=f.stack, term=f.term, fit_ids=outside, stack=base,
-                                       cost_source=cost_source).value_us
+                memo = (f.stack, f.term, outside, tuple(applied.get(f.stack, ())))
+                if memo not in refits:
+                    refits[memo] = _fit_term_value(by_id, stack=base, term=f.term, fit_ids=outside,
+                                                   cost_source=cost_source,
+                                                   what=f"{where}: fitted figure {f.stack} {f.term}")
+                value = refits[memo]
                 notes.append(f"{f.stack} {f.term} refitted on the {len(outside)} fit row(s) of other sources: {value:.4g}")
             else:
                 value = f.prior
                 notes.append(f"{f.stack} {f.term} = {'unset' if value is None else f'{value:g}'} ({f.prior_source}; "
                              f"every fit row is of this source)")
-            stacks[f.stack] = _with_term(base, f.term, value)
+            scope = _term_scope(by_id, f.fit_ids, base, f.term, cost_source)
+            stacks[f.stack] = _with_term(base, f.term, value, cost_source=scope)
+            applied.setdefault(f.stack, []).append((f.term, value))
         plans[key] = (stacks, "; ".join(notes))
 
     def stack_for(pos, row):

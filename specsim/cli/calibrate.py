@@ -406,6 +406,7 @@ def _register_stack_term(sub) -> None:
     p.add_argument("--term", required=True, choices=HOST_TERMS, help="the figure to fit")
     p.add_argument("--rows", required=True, help="comma-separated row ids to fit on")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_cost_source_flag(p)
     p.set_defaults(func=_run_stack_term)
 
 
@@ -414,7 +415,8 @@ def _run_stack_term(args) -> int:
     from .common import parse_list
 
     table = read_replay_table(args.file)
-    f = fit_stack_term(table, stack_id=args.stack, term=args.term, fit_ids=parse_list(args.rows, "--rows", str))
+    f = fit_stack_term(table, stack_id=args.stack, term=args.term, fit_ids=parse_list(args.rows, "--rows", str),
+                       cost_source=args.cost_source)
     t = f.table.assign(error_before=f.table["predicted_before"] / f.table["measured_speedup"] - 1,
                        error_after=f.table["predicted_after"] / f.table["measured_speedup"] - 1)
     held = t[~t["fit_source"]]  # rows of sources no fit row comes from (a fit row's twin is not unseen)
@@ -517,6 +519,8 @@ def _run_machine(args) -> int:
           f"row tiles {k.get('gemm_row_tiles', [])} costing {[round(c, 2) for c in k.get('gemm_tile_pass_cost', [])]} "
           f"rows a pass (median |error| {s['gemm_fit_median_abs_error']:.1%}); attention overlap exponent "
           f"{k.get('attention_overlap_exponent', float('inf')):.2f}")
+    for fmt, frac in k.get("gemm_compute_frac_by_format", {}).items():
+        print(f"  {fmt} products on the same curve: compute {frac:.2f} ({frac / k['gemm_compute_frac']:.2f}x the curve's)")
     print(f"wrote {args.out}")
     return 0
 

@@ -40,6 +40,10 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   FlashInfer's kernels run them in vLLM V1 and SGLang, and vLLM V0's MQAScorer) or "batch_expansion"
   (each sequence expanded into M one-token sequences, each a decode query reading the cache up to its
   own position: vLLM V0's BatchExpansionTop1Scorer);
+- `[measured]` (optional): the fitted figures refitted with the target's passes priced by measured
+  operator tables (`cost.pricing`), `cycle_overhead_us`, `step_overhead_us` or `per_layer_overhead_us`,
+  each cited in `[sources.measured]`: a fitted figure absorbed the error of the source it was fitted
+  through, so where the tables price the target these stand in for the top-level ones;
 - `multi_gpu`: "tensor_parallel" (each layer split across devices, all-reduce per layer) or
   "layer_split" (Hugging Face `device_map="auto"`: consecutive layers on consecutive devices, run one
   after the other, so n devices add memory but not bandwidth) or "none";
@@ -143,6 +147,9 @@ MULTI_GPU_MODES = ("tensor_parallel", "layer_split", "none")
 
 
 VERIFY_SCORERS = ("multi_query", "batch_expansion")
+# [measured] keys (microseconds in the file) -> the seconds they stand in for
+MEASURED_TERMS = {"cycle_overhead_us": "cycle_overhead_s", "step_overhead_us": "step_overhead_s",
+                  "per_layer_overhead_us": "per_layer_overhead_s"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +166,7 @@ class StackProfile:
     host: HostCost = field(default_factory=HostCost)
     drafting: DraftingCost = field(default_factory=DraftingCost)
     methods: tuple[str, ...] = ()
+    measured: Mapping[str, float] = field(default_factory=dict)  # [measured]: figures fitted through the tables, s
     regimes: tuple = ()  # the [[load_regime]] entries (specs.regimes): what changes with load, by version
     sources: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
@@ -176,6 +184,10 @@ class StackProfile:
             if not (isinstance(v, (int, float)) and v >= 0 and math.isfinite(v)):
                 raise field_error(where, name, v, "a finite duration >= 0 s")
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        unknown = set(self.measured) - set(MEASURED_TERMS.values())
+        if unknown:
+            raise field_error(where, "measured", sorted(unknown), f"figures among {', '.join(MEASURED_TERMS)}")
+        object.__setattr__(self, "measured", MappingProxyType(dict(self.measured)))
 
     @property
     def supports_tree(self) -> bool:
@@ -185,7 +197,7 @@ class StackProfile:
 _US = {"step_overhead_us": "step_overhead_s", "per_layer_overhead_us": "per_layer_overhead_s"}
 _TOP = {"id", "name", "version", "notes", "bandwidth_frac", "compute_frac", "step_overhead_us",
         "per_layer_overhead_us", "cycle_overhead_us", "tree_verification", "multi_gpu", "layer_split_hop_us",
-        "verify_scorer", "methods", "host", "drafting", "sources", "load_regime"}
+        "verify_scorer", "methods", "host", "drafting", "measured", "sources", "load_regime"}
 _NEEDS_SOURCE = ("bandwidth_frac", "compute_frac", "step_overhead_us", "per_layer_overhead_us", "cycle_overhead_us",
                  "tree_verification", "multi_gpu", "layer_split_hop_us", "verify_scorer", "methods")
 
@@ -217,6 +229,18 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
             raise field_error(where, f"sources.host.{key}", None, "a citation or 'estimate: …' for each [host] figure")
         if key != "overlap" and (isinstance(host_raw[key], bool) or not isinstance(host_raw[key], (int, float))):
             raise field_error(f"{where} [host]", key, host_raw[key], "a number of microseconds")
+    measured_raw = raw.get("measured", {})
+    if not isinstance(measured_raw, dict):
+        raise field_error(where, "measured", measured_raw, "a [measured] table")
+    reject_unknown_keys(f"{where} [measured]", measured_raw, set(MEASURED_TERMS))
+    measured_sources = sources.get("measured", {})
+    if measured_raw and not isinstance(measured_sources, dict):
+        raise field_error(where, "sources.measured", measured_sources, "a [sources.measured] table citing each figure")
+    for key, value in measured_raw.items():
+        if not str(measured_sources.get(key, "")).strip():
+            raise field_error(where, f"sources.measured.{key}", None, "the fit that gave each [measured] figure")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise field_error(f"{where} [measured]", key, value, "a finite number of microseconds >= 0")
     drafting_raw = raw.get("drafting", {})
     if not isinstance(drafting_raw, dict):
         raise field_error(where, "drafting", drafting_raw, "a [drafting] table")
@@ -249,6 +273,7 @@ def stack_from_dict(raw: dict, *, where: str = "stack") -> StackProfile:
                             layer_split_hop_s=float(raw.get("layer_split_hop_us", 0.0)) * 1e-6, host=host,
                             drafting=drafting,
                             methods=tuple(methods), sources=sources, notes=raw.get("notes", ""),
+                            measured={MEASURED_TERMS[k]: float(v) * 1e-6 for k, v in measured_raw.items()},
                             regimes=parse_regimes(raw.get("load_regime"), where=where))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None

@@ -494,6 +494,18 @@ def check_context(op_or_models, context_len: int, q_len: int, *, where: str, q_f
                               f"{model.max_context} tokens and a step adds {q_len}")
 
 
+def measured_figures(target: ModelSpec, dep: Deployment, stack) -> tuple[Deployment, str]:
+    """The deployment with the stack's [measured] figures (fitted with the target priced by the tables)
+    in place of its top-level ones where the tables price the target here; and which were used."""
+    if stack is None or not stack.measured or source_for(target, dep, target=True).kind != "measured":
+        return dep, ""
+    m = stack.measured
+    eff = replace(dep.eff, **{k: v for k, v in m.items() if k in ("step_overhead_s", "per_layer_overhead_s")})
+    dep = replace(dep, efficiency=eff, cycle_overhead_s=m.get("cycle_overhead_s", dep.cycle_overhead_s))
+    used = ", ".join(f"{k[:-2]}_us = {v * 1e6:g}" for k, v in m.items())
+    return dep, f"stack {stack.id!r} [measured]: {used} (fitted with the target's passes priced by the tables)"
+
+
 def calibration_for_source(target: ModelSpec, dep: Deployment, stack) -> tuple[Deployment, str]:
     """The deployment with a load calibration's device terms where they were fitted through the source
     that prices the target here, else without them and a note saying why (`calibration_priced_by`)."""
@@ -534,6 +546,9 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         target = replace(target, kv_cache_dtype=s.kv_cache_dtype)
     dep = Deployment.from_stack(hw, stack, n_devices=s.tp, attention=s.attention, stack_version=s.stack_version,
                                 cost_source=s.cost_source)
+    dep, note = measured_figures(target, dep, stack)
+    if note:
+        loaded_as["fitted figures"] = note
     dep, note = calibration_for_source(target, dep, stack)
     if note:
         loaded_as["calibration"] = note
