@@ -71,12 +71,53 @@ def test_machine_fit_recovers_a_planted_curve(tmp_path):
         prof.gemm["format"] == "Q8_0"].max()), rel=1e-12)
     # the bandwidth is the faster of the stream (40 GB/s) and the best matrix-vector read
     assert prof.mem_bandwidth_bytes_per_s >= 40e9
-    assert prof.gemm_fit_errors["relative_error"].abs().max() < 0.05  # the planted curve is in the model's family
+    q41 = prof.gemm_fit_errors[prof.gemm_fit_errors["format"] == "Q4_1"]
+    assert q41["relative_error"].abs().max() < 0.05  # the planted curve is in the model's family
     path = tmp_path / "local.toml"
     path.write_text(prof.toml(command="test"))
     hw = load_hardware(path)  # every figure has a source, the [kernels] table is complete
     assert hw.kernels is not None and hw.kernels.n_sm == 2 and hw.kind == "cpu"
     assert "test" in hw.sources["mem_bandwidth_gb_s"]
+
+
+def test_a_block_format_s_own_compute_rate_is_fitted_and_prices_the_lm_head(tmp_path):
+    """Issue 37: on an AVX2 CPU the decoder's Q8_0 products (SmolLM2's tied LM head) multiply at a third of
+    the Q4_1 products' rate, where the memory side carries by bytes. Planted: Q8_0 rows from the same curve
+    with 8.5 bits a weight and the compute term three times slower (f_c / 3). The fit finds Q8_0's own
+    compute fraction again (its ratio to Q4_1's 1/3 within 10 %), the file carries it, and the roofline's LM
+    head of a model whose head is Q8_0 is priced with it: at M = 64, the head's compute-bound product costs
+    about 3x what the Q4_1 fraction would give."""
+    from specsim.calibration.machine import BITS, SHAPES, fit_profile
+    from specsim.cost import kernels as CK
+    from specsim.specs.hardware import load_hardware
+    from specsim.specs.models import load_model
+
+    tables = _synthetic_tables()
+    bw, peak, f_bw, f_c, floor_s = 40e9, 1.0e12, 0.7, 0.4, 5e-6
+    rows = [r for r in tables["gemm"].to_dict(orient="records") if r["format"] == "Q4_1"]
+    for name, n, k, out_bytes, _ in SHAPES:
+        for m in (1, 2, 4, 8, 16, 32, 64):
+            mem = (k * n * BITS["Q8_0"] / 8 + m * (k * 2 + n * out_bytes)) / (bw * f_bw)
+            comp = math.ceil(m * math.ceil(n / 16) / 2) * 2 * 16 * k * 2 / (peak * f_c / 3)
+            t = floor_s + mem + comp
+            rows.append(dict(format="Q8_0", shape=name, n=n, k=k, threads=2, m=m, out_bytes=out_bytes,
+                             bytes=n * k * BITS["Q8_0"] / 8, flops=2.0 * m * n * k, time_s=t, time_min_s=t, time_max_s=t))
+    prof = fit_profile(**dict(tables, gemm=pd.DataFrame(rows)), threads=2, repeats=3)
+    kp = prof.kernels
+    ratio = kp.gemm_compute_frac_by_format["gguf-q8_0"] / kp.gemm_compute_frac
+    assert ratio == pytest.approx(1 / 3, rel=0.10)
+    path = tmp_path / "local.toml"
+    path.write_text(prof.toml(command="test"))
+    hw = load_hardware(path)
+    assert hw.kernels.compute_frac_for("gguf-q8_0") == pytest.approx(kp.gemm_compute_frac_by_format["gguf-q8_0"], rel=1e-5)
+    assert hw.kernels.compute_frac_for("gguf-q4_1") == pytest.approx(kp.gemm_compute_frac, rel=1e-5)
+    model = load_model("smollm2-135m-q4_1")  # lm_head_weight_format gguf-q8_0
+    eff = hw.efficiency
+    own = float(CK.lm_head_time_s(model, hw, eff, 64, 1))
+    from dataclasses import replace
+    as_q41 = float(CK.lm_head_time_s(model, replace(hw, kernels=replace(hw.kernels, gemm_compute_frac_by_format={})),
+                                     eff, 64, 1))
+    assert 2.0 < own / as_q41 < 3.2  # compute-bound at M = 64 with p ~ 1: the compute term is the larger part
 
 
 def test_machine_quick_run_writes_a_loadable_profile(tmp_path):

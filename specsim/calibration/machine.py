@@ -39,7 +39,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,8 @@ from ..specs.machine import MachineIdentity, this_machine
 from ..specs.models import ACTIVATION_BYTES
 
 FORMATS = ("Q4_1", "Q8_0", "Q4_0", "F16")
+# the catalog's weight-format names (models.WEIGHT_FORMATS) of the block formats
+FORMAT_NAMES = {"Q4_1": "gguf-q4_1", "Q8_0": "gguf-q8_0", "Q4_0": "gguf-q4_0"}
 BITS = {"Q4_1": 5.0, "Q4_0": 4.5, "Q8_0": 8.5, "F16": 16.0, "F32": 32.0}
 # (name, N, K, output bytes per element in the cost model, the fewest copies cycled per timing)
 SHAPES = (("head", 49152, 576, 4.0, 1), ("gate_up", 3072, 576, ACTIVATION_BYTES, 30),
@@ -74,6 +76,9 @@ class MachineConfig:
     contexts: tuple = (128, 512, 2048)
     quick: bool = False  # small shapes and buffers (tests)
     clock: str = "wall"  # "thread": this thread's CPU time (a machine shared with other work; threads (1,) only)
+    # the 1 GiB streaming read beside the working set's: only a note in the profile (the bandwidth is the working
+    # set's), and 9 s of a short calibration on a busy 2-core machine
+    dram_read: bool = True
 
     def __post_init__(self) -> None:
         if self.clock not in ("wall", "thread"):
@@ -177,14 +182,17 @@ class MachineProfile:
                 "mem_bandwidth_gb_s": self.mem_bandwidth_bytes_per_s / 1e9,
                 "peak_int8_tops": self.peak_int8_ops_per_s / 1e12, "peak_fp32_tflops": self.peak_fp32_flops_per_s / 1e12,
                 "formats": per_fmt, "attention_s_per_cached_token_per_layer": per_token, "floors_s": dict(self.floors),
-                "gemm_fit_median_abs_error": float(self.gemm_fit_errors["relative_error"].abs().median()),
+                "gemm_fit_median_abs_error": float(self._fit_errors("Q4_1").abs().median()),
+                "format_fit_median_abs_error": {f: float(self._fit_errors(f).abs().median())
+                                                for f in FORMAT_NAMES if f != "Q4_1" and len(self._fit_errors(f))},
                 "kernels": {"gemm_bandwidth_frac": self.kernels.gemm_bandwidth_frac,
                             "gemm_compute_frac": self.kernels.gemm_compute_frac,
                             "gemm_overlap_exponent": self.kernels.gemm_overlap_exponent,
                             "gemm_floor_s": self.kernels.gemm_floor_s,
                             "gemm_row_tiles": list(self.kernels.gemm_row_tiles),
                             "gemm_tile_pass_cost": list(self.kernels.gemm_tile_pass_cost),
-                            "attention_overlap_exponent": self.kernels.attention_overlap_exponent}}
+                            "attention_overlap_exponent": self.kernels.attention_overlap_exponent,
+                            "gemm_compute_frac_by_format": dict(self.kernels.gemm_compute_frac_by_format)}}
 
     def toml(self, *, hw_id: str = "local", command: str = "specsim calibrate machine") -> str:
         """The hardware file: every figure with the command that measured it, the measured tables as
@@ -220,6 +228,9 @@ class MachineProfile:
                   f"gemm_row_tiles = [{', '.join(str(x) for x in k.gemm_row_tiles)}]",
                   f"gemm_tile_pass_cost = [{', '.join(f'{c:.6f}' for c in k.gemm_tile_pass_cost)}]",
                   f"attention_overlap_exponent = {k.attention_overlap_exponent:.6f}",
+                  *([("gemm_compute_frac_by_format = { " + ", ".join(f'"{f}" = {v:.6f}' for f, v in
+                                                                     k.gemm_compute_frac_by_format.items()) + " }")]
+                    if k.gemm_compute_frac_by_format else []),
                   f"elementwise_floor_us = {k.elementwise_floor_s * 1e6:.4f}",
                   f"elementwise_rows_per_sm = {k.elementwise_rows_per_sm}"]
         machine = ["", self.identity.toml().rstrip("\n")] if self.identity is not None else []
@@ -248,7 +259,8 @@ class MachineProfile:
                   '"efficiency.compute_frac" = "1: the peaks above are measured, as bandwidth_frac"',
                   f'kernels = "{src}: GEMM curve fitted (least squares on log time) to the decoder\'s Q4_1 matrix products '
                   f'(row tiles {list(k.gemm_row_tiles)}: decoder.kernels.ROW_TILES, each tile\'s pass its own cost in rows) '
-                  f'at {k.n_sm} threads on the model\'s shapes, M = 1..64 (median |error| {err:.1%}); attention\'s '
+                  f'at {k.n_sm} threads on the model\'s shapes, M = 1..64, each other block format measured (Q8_0, Q4_0) on the '
+                  f'same curve with its own compute fraction (gemm_compute_frac_by_format; median |error| {err:.1%}); attention\'s '
                   f'overlap exponent fitted to the attention table below; floors from the '
                   f'smallest product and element-wise call; element-wise rates from the decoder\'s RMSNorm, rotary, SwiGLU, '
                   f'residual add and embedding kernels ({rep})"', ""]
@@ -275,6 +287,11 @@ class MachineProfile:
             lines.append(f"#   M = 1: {s['attention_s_per_cached_token_per_layer'] * 1e9:.2f} ns per cached token per layer")
         lines.append("# floors (us): " + ", ".join(f"{k2} {v * 1e6:.2f}" for k2, v in self.floors.items()))
         return "\n".join(lines) + "\n"
+
+    def _fit_errors(self, fmt: str) -> pd.Series:
+        """The GEMM curve's relative errors on one format's products (Q4_1: the curve's own fit)."""
+        e = self.gemm_fit_errors
+        return e.loc[e["format"] == fmt, "relative_error"]
 
     def _disturbed_note(self) -> str:
         return D.disturbed_note(list(self.disturbed))
@@ -342,7 +359,8 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
         for t in threads:
             K.set_threads(t)
             say(f"read bandwidth, {t} thread(s)")
-            for size in ((2 ** 20, 4 * 2 ** 20) if config.quick else (WORKING_SET_BYTES, DRAM_BYTES)):
+            sizes = (2 ** 20, 4 * 2 ** 20) if config.quick else (WORKING_SET_BYTES, DRAM_BYTES)
+            for size in sizes if config.dram_read else sizes[:1]:
                 a = np.ones(size // 4, np.float32)
                 bw_rows.append(_row(size_bytes=size, threads=t, t=_time(lambda: K.stream_sum(a), reps, 0.05)))
                 del a
@@ -420,7 +438,6 @@ def measure_machine(config: MachineConfig, *, progress=None) -> MachineProfile:
     attention, elementwise, fma = pd.DataFrame(att_rows), pd.DataFrame(ew_rows), pd.DataFrame(fma_rows)
     prof = fit_profile(bandwidth=bandwidth, gemm=gemm, attention=attention, elementwise=elementwise, fma=fma,
                        threads=threads[-1], repeats=reps, quick=config.quick)
-    from dataclasses import replace
 
     here = this_machine(threads=threads[-1], clock=config.clock)
     paths = K.kernel_paths()
@@ -500,10 +517,12 @@ def check_profile(prof: MachineProfile) -> list[str]:
     if len(q41) and prof.kernels.gemm_floor_s > float(q41["time_s"].min()):
         out.append(f"the fitted GEMM floor {prof.kernels.gemm_floor_s * 1e6:.3g} us exceeds the fastest product it explains "
                    f"({float(q41['time_s'].min()) * 1e6:.3g} us)")
-    err = float(prof.gemm_fit_errors["relative_error"].abs().median()) if len(prof.gemm_fit_errors) else 0.0
-    if err > GEMM_FIT_ERROR_LIMIT_FRAC:
-        out.append(f"the GEMM curve misses its own Q4_1 products by {err:.0%} at the median (expected within "
-                   f"{GEMM_FIT_ERROR_LIMIT_FRAC:.0%})")
+    for fmt in FORMAT_NAMES:
+        e = prof._fit_errors(fmt)
+        err = float(e.abs().median()) if len(e) else 0.0
+        if err > GEMM_FIT_ERROR_LIMIT_FRAC:
+            out.append(f"the GEMM curve misses the {fmt} products by {err:.0%} at the median (expected within "
+                       f"{GEMM_FIT_ERROR_LIMIT_FRAC:.0%})")
     return out
 
 
@@ -512,8 +531,6 @@ def measure_machine_checked(config: MachineConfig, *, attempts: int = 2, force: 
     """measure_machine, checked (check_profile and the numba threads' share of the CPUs) and measured
     again while its figures disagree, `attempts` times in all; then refused (DisturbedError) unless
     `force`, which returns the profile with `disturbed` set (its file then says so)."""
-    from dataclasses import replace
-
     most = max(config.threads or (D.n_cpus(),))
     prof, problems = D.measure_checked(lambda: measure_machine(config, progress=progress), check_profile,
                                        what="calibrate machine", threads=most, clock=config.clock, attempts=attempts,
@@ -618,12 +635,12 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
                              gemm_tile_pass_cost=(float(ROW_TILES[0]),) + tuple(float(x) for x in theta[4:4 + n_free]),
                              attention_overlap_exponent=att_q, **base)
 
-    def predict(theta) -> np.ndarray:
+    def predict(theta, rows=None, fmt: str = "Q4_1") -> np.ndarray:
         kp = profile(theta)
         return np.array([float(gemm_time_s(kp, n_tokens=r.m, k=r.k, n=r.n, bandwidth_bytes_per_s=bw * kp.gemm_bandwidth_frac,
                                            flops_per_s=peak_int8 * kp.gemm_compute_frac,
-                                           weight_bytes_per_elem=BITS["Q4_1"] / 8.0, out_bytes_per_elem=r.out_bytes))
-                         for r in g.itertuples()])
+                                           weight_bytes_per_elem=BITS[fmt] / 8.0, out_bytes_per_elem=r.out_bytes))
+                         for r in (g if rows is None else rows).itertuples()])
 
     measured = g["time_s"].to_numpy(float)
     floor0 = max(floors["gemm_floor"] * 1e6, 0.0)
@@ -636,6 +653,29 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
     kp = profile(res.x)
     errors = g[["format", "shape", "m", "time_s"]].assign(predicted_s=predict(res.x))
     errors["relative_error"] = errors["predicted_s"] / errors["time_s"] - 1.0
+    # every other block format on the same curve, its compute fraction its own: the memory side carries by bytes
+    # (Q8_0 reads 8.5 bits a weight where Q4_1 reads 5), the arithmetic does not always (on an AVX2 CPU the
+    # decoder's Q8_0 products multiply at a third of Q4_1's rate at M >= 4; with VNNI alike)
+    by_format = {}
+    for fmt in ("Q8_0", "Q4_0"):
+        gf = gemm[(gemm["threads"] == t) & (gemm["format"] == fmt)].reset_index(drop=True)
+        if not len(gf):
+            continue
+        i_c = 1  # theta[1] is gemm_compute_frac
+
+        def resid(c, gf=gf, fmt=fmt):
+            th = np.array(res.x, float)
+            th[i_c] = c[0]
+            return np.log(predict(th, gf, fmt) / gf["time_s"].to_numpy(float))
+
+        rf = least_squares(resid, x0=[float(res.x[i_c])], bounds=([0.01], [1.0]), loss="soft_l1", f_scale=0.1)
+        by_format[FORMAT_NAMES[fmt]] = float(rf.x[0])
+        th = np.array(res.x, float)
+        th[i_c] = rf.x[0]
+        more = gf[["format", "shape", "m", "time_s"]].assign(predicted_s=predict(th, gf, fmt))
+        more["relative_error"] = more["predicted_s"] / more["time_s"] - 1.0
+        errors = pd.concat([errors, more], ignore_index=True)
+    kp = replace(kp, gemm_compute_frac_by_format=by_format)
     notes = [f"measured with {repeats} repeats per figure on a shared machine; spread in the comments below",
              f"streaming read {stream / 1e9:.2f} GB/s over the working set"]
     dram = big[big["size_bytes"] == big["size_bytes"].max()]

@@ -126,7 +126,8 @@ def grouped_gemm_time_s(kernels: KernelProfile, *, n_groups, n_rows, k, n, bandw
     return _overlap(mem, comp, kernels.gemm_overlap_exponent)
 
 
-def gemm_rates(hw: HardwareProfile, dtype: str, eff: Efficiency | None = None) -> tuple[float, float]:
+def gemm_rates(hw: HardwareProfile, dtype: str, eff: Efficiency | None = None,
+               weight_format: str = "") -> tuple[float, float]:
     """(bytes/s, FLOP/s) a GEMM reaches on `hw` in compute dtype `dtype`. With a fitted curve: peak ×
     the curve's measured GEMM fractions, whatever `eff` says (a stack's fractions are whole-step
     roofline judgements that the measured curve replaces); without: peak × eff's fractions."""
@@ -134,7 +135,8 @@ def gemm_rates(hw: HardwareProfile, dtype: str, eff: Efficiency | None = None) -
     if hw.kernels is None:
         eff = eff or hw.efficiency
         return bw * eff.bandwidth_frac, peak * eff.compute_frac
-    return bw * hw.kernels.gemm_bandwidth_frac, peak * hw.kernels.gemm_compute_frac
+    # a format whose kernel was measured apart multiplies at its own fraction (KernelProfile.compute_frac_for)
+    return bw * hw.kernels.gemm_bandwidth_frac, peak * hw.kernels.compute_frac_for(weight_format)
 
 
 def row_tile_work(n_tokens, row_tiles: tuple[int, ...], pass_rows: float, pass_cost: tuple[float, ...] = ()) -> np.ndarray:
@@ -267,8 +269,9 @@ def operator_time_s(op: Operator, model: ModelSpec, hw: HardwareProfile, eff: Ef
                               peak_bandwidth_bytes_per_s=hw.mem_bandwidth_bytes_per_s)
 
 
-def _rates(model: ModelSpec, hw: HardwareProfile, eff: Efficiency) -> dict:
-    bw, flops = gemm_rates(hw, hw.compute_dtype_for(model.compute_dtype), eff)
+def _rates(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, weight_format: str | None = None) -> dict:
+    fmt = model.weight_format if weight_format is None else weight_format
+    bw, flops = gemm_rates(hw, hw.compute_dtype_for(model.compute_dtype), eff, fmt)
     return {"bandwidth_bytes_per_s": bw, "flops_per_s": flops, "weight_bytes_per_elem": model.weight_bytes_per_param}
 
 
@@ -298,7 +301,8 @@ def weights_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tok
 
 def lm_head_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_logit_tokens, tp: int) -> np.ndarray:
     """The vocabulary projection for the positions that need logits (fp32 output)."""
-    rates = dict(_rates(model, hw, eff), weight_bytes_per_elem=model.lm_head_bytes_per_param)
+    rates = dict(_rates(model, hw, eff, model.lm_head_weight_format or model.weight_format),
+                 weight_bytes_per_elem=model.lm_head_bytes_per_param)
     return gemm_time_s(hw.kernels, n_tokens=n_logit_tokens, k=model.hidden_size, n=model.vocab_size / tp,
                        out_bytes_per_elem=LOGIT_BYTES, **rates)
 

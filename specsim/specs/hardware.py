@@ -27,6 +27,7 @@ from typing import Mapping
 from .catalog import catalog_ids, read_toml, resolve
 from ..errors import SpecError, field_error, reject_unknown_keys
 from .machine import MachineIdentity, machine_from_dict
+from .models import WEIGHT_FORMATS
 from .operator_tables import check_system
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
@@ -119,9 +120,24 @@ class KernelProfile:
     gemm_tile_pass_cost: tuple[float, ...] = ()
     attention_overlap_exponent: float = math.inf
     transferred_from: str = ""
+    # weight format (models.WEIGHT_FORMATS) -> the GEMM compute fraction of that format's kernel, where it is not
+    # the curve's own: on an AVX2 CPU the decoder's Q8_0 product (the tied LM head) multiplies at a third of the
+    # Q4_1 products' rate (signed bytes: no vpmaddubsw), where VNNI runs both alike
+    gemm_compute_frac_by_format: Mapping[str, float] = field(default_factory=dict)
+
+    def compute_frac_for(self, weight_format: str) -> float:
+        """The GEMM compute fraction for weights of `weight_format` (the curve's own where not measured apart)."""
+        return self.gemm_compute_frac_by_format.get(weight_format, self.gemm_compute_frac)
 
     def __post_init__(self) -> None:
         where = "kernels"
+        by_format = dict(self.gemm_compute_frac_by_format)
+        for fmt, v in by_format.items():
+            if fmt not in WEIGHT_FORMATS:
+                raise field_error(where, "gemm_compute_frac_by_format", fmt, f"weight formats among {', '.join(WEIGHT_FORMATS)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+                raise field_error(where, f"gemm_compute_frac_by_format.{fmt}", v, "a fraction in (0, 1]")
+        object.__setattr__(self, "gemm_compute_frac_by_format", MappingProxyType(by_format))
         row_tiles = tuple(self.gemm_row_tiles)
         if row_tiles and (not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in row_tiles)
                           or list(row_tiles) != sorted(set(row_tiles), reverse=True) or row_tiles[-1] != 1):
@@ -332,7 +348,7 @@ _KERNEL_SCALARS = {
 _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
                 *(f"{k}_bandwidth_frac" for k in ELEMENTWISE_KINDS), *(f"{k}_row_ns_per_elem" for k in ROW_BLOCKED_KINDS)}
 _KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows", "gemm_tile_pass_cost",  # CPU row-tiled kernels only
-                    "attention_overlap_exponent"}
+                    "attention_overlap_exponent", "gemm_compute_frac_by_format"}
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
 _TOP_KEYS = {"id", "name", "kind", "notes", "operator_tables", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as", "machine",
              *_SCALARS}
@@ -470,6 +486,13 @@ def _kernels_from_dict(where: str, raw, own_id: str) -> KernelProfile:
     if "attention_overlap_exponent" in raw:
         kw["attention_overlap_exponent"] = _number(where, "kernels.attention_overlap_exponent",
                                                    raw["attention_overlap_exponent"])
+    if "gemm_compute_frac_by_format" in raw:
+        table = raw["gemm_compute_frac_by_format"]
+        if not isinstance(table, dict):
+            raise field_error(where, "kernels.gemm_compute_frac_by_format", table,
+                              'a table of weight format -> fraction, e.g. { "gguf-q8_0" = 0.3 }')
+        kw["gemm_compute_frac_by_format"] = {k: _number(where, f"kernels.gemm_compute_frac_by_format.{k}", v)
+                                             for k, v in table.items()}
     kw["elementwise_bandwidth_frac"] = {k: _number(where, f"kernels.{k}_bandwidth_frac", raw[f"{k}_bandwidth_frac"])
                                         for k in ELEMENTWISE_KINDS}
     kw["elementwise_row_s_per_elem"] = {k: _number(where, f"kernels.{k}_row_ns_per_elem", raw[f"{k}_row_ns_per_elem"]) * 1e-9
