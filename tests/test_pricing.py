@@ -177,3 +177,50 @@ def test_an_expanded_verify_on_the_roofline_reads_every_query_s_cache():
     p_shared = price_pass(target, shared, batch_size=2, q_len=1, context_len=1020, target=True)
     p_exp = price_pass(target, expanded, batch_size=2, q_len=1, context_len=1020, target=True)
     assert float(p_exp.attention.time_s) == pytest.approx(float(p_shared.attention.time_s), rel=1e-12)
+
+
+def _vllm_raw() -> dict:
+    from specsim.specs.catalog import read_toml, resolve
+
+    return read_toml(resolve("stacks", "vllm"))
+
+
+def _stack_with_measured(cycle_us: float):
+    from specsim.specs.stacks import stack_from_dict
+
+    raw = _vllm_raw()
+    raw["measured"] = {"cycle_overhead_us": cycle_us}
+    raw["sources"]["measured"] = {"cycle_overhead_us": "a test: fitted with the tables pricing the target"}
+    return stack_from_dict(raw, where="test stack")
+
+
+def test_a_stack_s_measured_figures_apply_where_the_tables_price_the_target_only():
+    """[measured] cycle_overhead_us = 123 replaces the top-level 991 where the tables price the target
+    (Llama-3.1-8B on the H100 with auto) and nowhere else (the same point on the roofline, or a part
+    without tables); the point says which figures it used."""
+    from specsim.specs.scenario import Scenario
+    from specsim.speculation.operating_point import resolve
+
+    stack = _stack_with_measured(123.0)
+    sc = Scenario(hardware="h100-sxm", target="llama-3.1-8b", drafter="llama-3.2-1b", stack="vllm", alpha=0.7)
+    on = resolve(sc, stack_profile=stack)
+    off = resolve(sc, stack_profile=stack, cost_source="roofline")
+    if package_root() is not None:
+        assert on.deployment.cycle_overhead_s == pytest.approx(123e-6) and "[measured]" in on.sources["fitted figures"]
+    assert off.deployment.cycle_overhead_s == pytest.approx(991e-6) and "fitted figures" not in off.sources
+
+
+def test_unknown_or_uncited_measured_figures_are_refused():
+    from specsim.specs.stacks import stack_from_dict
+
+    raw = _vllm_raw()
+    raw["measured"] = {"cycle_overhead_us": 100.0}
+    with pytest.raises(SpecError, match="sources.measured.cycle_overhead_us"):
+        stack_from_dict(raw, where="t")
+    raw["sources"]["measured"] = {"cycle_overhead_us": "x"}
+    raw["measured"] = {"host_step_us": 1.0}
+    with pytest.raises(SpecError, match="host_step_us"):
+        stack_from_dict(raw, where="t")
+    raw["measured"] = {"cycle_overhead_us": -1.0}
+    with pytest.raises(SpecError, match="cycle_overhead_us"):
+        stack_from_dict(raw, where="t")
