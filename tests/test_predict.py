@@ -250,3 +250,54 @@ def test_predict_prices_each_distinct_pass_once(monkeypatch):
     assert len(set(calls)) == 5
     head = [c for c in calls if c[0] != op.target.id]
     assert sorted(c[2] for c in head) == [512.0, 513.0, 514.0]
+
+
+def test_predict_prints_every_iteration_as_device_and_host_on_one_basis():
+    """Llama-3.1-8B + a 1B drafter on an H100 with vLLM (host after the device, stacks/vllm.toml overlap
+    'none'): the plain iteration is its device pass plus the host's work, the cycle its device work plus
+    its host work, and the verify pass is a device time like the plain pass. By hand from the stack file:
+    plain host = step_us 350 + per_seq_us 10 = 360 µs; a cycle's host = 350 + 10 + cycle_overhead_us
+    (991 µs, or the [measured] figure where the tables price the target) + spec_per_seq_us 10 +
+    spec_per_draft_token_us 2 × 4 drafted tokens."""
+    from specsim.specs.scenario import Scenario
+    from specsim.speculation.operating_point import resolve
+
+    for source in ("roofline", "auto"):
+        op = resolve(Scenario(hardware="h100-sxm", target="llama-3.1-8b", drafter="llama-3.2-1b", stack="vllm",
+                              alpha=0.7, cost_source=source))
+        r = predict(op).to_dict()
+        assert r["plain_host_s"] == pytest.approx(360e-6, rel=1e-9)
+        assert r["plain_device_s"] == pytest.approx(r["plain_step"]["time_s"], rel=1e-12)
+        assert r["target_step_time_s"] == pytest.approx(r["plain_device_s"] + r["plain_host_s"], rel=1e-12)
+        cycle_us = op.deployment.cycle_overhead_s * 1e6
+        assert r["cycle_host_s"] == pytest.approx((350 + 10 + cycle_us + 10 + 2 * 4) * 1e-6, rel=1e-9)
+        assert r["cycle_time_s"] == pytest.approx(r["cycle_device_s"] + r["cycle_host_s"], rel=1e-12)
+        assert r["verify_time_s"] == pytest.approx(r["verify_step"]["time_s"], rel=1e-12)  # a device time
+        assert r["cycle_device_s"] >= r["draft_time_s"] + r["verify_time_s"]
+        assert r["priced_by"]["target"].startswith("roofline" if source == "roofline" else "aiconfigurator-core")
+
+
+def test_the_roofline_source_gives_the_roofline_s_figures():
+    """--cost-source roofline prices the target's passes exactly as cost.roofline.step_cost does at the
+    stack's efficiency (the figures specsim gave before the measured tables), and the drafter's likewise;
+    with auto on the same H100 + vLLM point, the tables price both and the figures differ."""
+    from specsim.cost.roofline import step_cost
+    from specsim.specs.scenario import Scenario
+    from specsim.speculation.operating_point import resolve
+
+    sc = Scenario(hardware="h100-sxm", target="llama-3.1-8b", drafter="llama-3.2-1b", stack="vllm", alpha=0.7)
+    op = resolve(sc, cost_source="roofline")
+    p = predict(op)
+    kw = dict(context_len=op.context_len, tp=1, attention="fused", efficiency=op.deployment.eff)
+    assert float(p.plain_step.time_s) == pytest.approx(float(step_cost(op.target, op.hardware, batch_size=1, q_len=1,
+                                                                       **kw).time_s), rel=1e-12)
+    assert float(p.verify_step.time_s) == pytest.approx(float(step_cost(op.target, op.hardware, batch_size=1,
+                                                                        q_len=op.k + 1, **kw).time_s), rel=1e-12)
+    assert float(p.draft_step.time_s) == pytest.approx(float(step_cost(op.drafter.drafter, op.hardware, batch_size=1,
+                                                                       q_len=1, **kw).time_s), rel=1e-12)
+    from specsim.specs.operator_tables import package_root
+    if package_root() is None:
+        pytest.skip("aiconfigurator-core's tables are not installed: auto is the roofline here")
+    m = predict(resolve(sc))
+    assert m.plain_step.source.startswith("aiconfigurator-core") and m.draft_step.source.startswith("aiconfigurator-core")
+    assert float(m.plain_step.time_s) != pytest.approx(float(p.plain_step.time_s), rel=1e-3)
