@@ -508,6 +508,13 @@ class TermFit:
     fit_ids: tuple
     table: pd.DataFrame  # id, measured, predicted before, predicted after, fitted?, source_key, fit_source?
 
+    def with_errors(self) -> pd.DataFrame:
+        """The table with error_before and error_after (predicted / measured - 1; NaN where the row
+        has no measured speedup)."""
+        t = self.table
+        return t.assign(error_before=t["predicted_before"] / t["measured_speedup"] - 1,
+                        error_after=t["predicted_after"] / t["measured_speedup"] - 1)
+
     def unseen(self) -> pd.DataFrame:
         """The rows of sources no fit row comes from (`sources.source_key`): a row of a fit row's
         source (a twin, a sibling setting of one thread) is not unseen though it was not fitted."""

@@ -412,32 +412,17 @@ def _register_stack_term(sub) -> None:
 
 def _run_stack_term(args) -> int:
     from ..calibration.replay import fit_stack_term, read_replay_table
+    from ..presentation.calibration_text import format_stack_term
     from .common import parse_list
 
     table = read_replay_table(args.file)
     f = fit_stack_term(table, stack_id=args.stack, term=args.term, fit_ids=parse_list(args.rows, "--rows", str),
                        cost_source=args.cost_source)
-    t = f.table.assign(error_before=f.table["predicted_before"] / f.table["measured_speedup"] - 1,
-                       error_after=f.table["predicted_after"] / f.table["measured_speedup"] - 1)
-    held = t[~t["fit_source"]]  # rows of sources no fit row comes from (a fit row's twin is not unseen)
     if args.json:
         print_json({"stack": f.stack, "term": f.term, "value_us": f.value_us, "before_us": f.before_us,
-                    "fit_ids": list(f.fit_ids), "rows": t.to_dict(orient="records")})
+                    "fit_ids": list(f.fit_ids), "rows": f.with_errors().to_dict(orient="records")})
         return 0
-    before = "unset" if f.before_us is None else f"{f.before_us:g}"
-    print(f"{f.stack} {f.term}: {before} -> {f.value_us:.1f} (fitted on {len(f.fit_ids)} row(s))")
-    for r in t.to_dict(orient="records"):
-        mark = "fit" if r["fitted_on"] else ("src" if r["fit_source"] else "   ")
-        print(f"  {mark} {r['id']:<48} measured {r['measured_speedup']:.2f}  before {r['predicted_before']:.2f} "
-              f"({r['error_before']:+.0%})  after {r['predicted_after']:.2f} ({r['error_after']:+.0%})")
-    if len(held):
-        print(f"rows of sources the fit never saw: median |error| {held['error_before'].abs().median():.1%} -> "
-              f"{held['error_after'].abs().median():.1%}")
-    same = t[t["fit_source"] & ~t["fitted_on"]]
-    if len(same):
-        print(f"rows not fitted but of a fit row's source ({', '.join(sorted(set(same['source_key'])))}; not unseen): "
-              f"{len(same)}, median |error| {same['error_before'].abs().median():.1%} -> "
-              f"{same['error_after'].abs().median():.1%}")
+    print(format_stack_term(f))
     return 0
 
 

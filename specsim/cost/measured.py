@@ -374,7 +374,10 @@ _BUILT: dict = {}
 
 
 def _key(tables, model, tp, kv):
-    return (id(tables), id(model), tp, kv)
+    # by the model's id and fields, not the object: every resolve loads its models afresh and derives a
+    # drafter's head model anew, and tabulating one costs tens of ms (issue 37: replay's fits rebuilt the
+    # same passes hundreds of times)
+    return (id(tables), model.id, tp, kv)
 
 
 def build(tables: OperatorTables, model: ModelSpec, tp: int, *, kv_cache_dtype: str | None = None) -> MeasuredPass | None:
@@ -383,7 +386,7 @@ def build(tables: OperatorTables, model: ModelSpec, tp: int, *, kv_cache_dtype: 
     kv = kv_cache_dtype or model.kv_cache_dtype
     key = _key(tables, model, tp, kv)
     hit = _BUILT.get(key)
-    if hit is None or hit[0] is not tables or hit[1] is not model:
+    if hit is None or hit[0] is not tables or (hit[1] is not model and hit[1] != model):
         why = _model_reason(model, kv)
         got = _tabulate(tables, model, tp, kv) if not why else why
         hit = _BUILT[key] = (tables, model, got)

@@ -6,6 +6,9 @@ or editable install reads the root folders.
 """
 from __future__ import annotations
 
+import copy
+import fnmatch
+import os
 import sys
 from pathlib import Path
 
@@ -33,13 +36,30 @@ def catalog_dir(kind: str) -> Path:
 
 
 def catalog_ids(kind: str) -> list[str]:
-    return sorted(p.stem for p in catalog_dir(kind).glob("*.toml"))
+    # one listing, not pathlib's glob: resolving an operating point asks this a dozen times
+    return sorted(Path(n).stem for n in os.listdir(catalog_dir(kind)) if fnmatch.fnmatchcase(n, "*.toml"))
+
+
+# Parsed files keyed by path, size and modification time; a copy is handed out, so a caller that edits
+# its dict (a calibration writing a stack) never changes what the next reader gets. Resolving one
+# operating point reads a dozen catalog files, and replay and calibration resolve one per row and
+# fitting step (issue 37: a leave-one-source-out replay spent a third of its minutes parsing TOML).
+_PARSED: dict = {}
 
 
 def read_toml(path: Path) -> dict:
     try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+        hit = _PARSED.get(key)
+        if hit is not None:
+            return copy.deepcopy(hit)
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            raw = tomllib.load(f)
+        if len(_PARSED) > 4096:  # a bound, not a policy: a session reads a few hundred catalog files
+            _PARSED.clear()
+        _PARSED[key] = raw
+        return copy.deepcopy(raw)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except IsADirectoryError:
