@@ -195,3 +195,85 @@ def test_leave_one_out_mha_along_group_size_one(table, median_bound, worst_bound
     print(f"{table} MHA: {err.size} cells, median {med:.4f}, worst {worst:.4f}")
     assert med < median_bound, med
     assert worst < worst_bound, worst
+
+
+# ---- KV heads the tables did not collect ------------------------------------------------------------------
+
+def test_smollm2_135m_bilinear_in_heads_and_kv_heads_on_trtllm():
+    """SmolLM2-135M: 9 heads over 3 KV heads, head_dim 64. TensorRT-LLM on H100 collected no 3 KV heads
+    and no 27/9 or 6/2 at group size 3, so: in num_heads at 2 and 4 KV heads (9 between 8 and 16: weight
+    1/8 on 16), then linear in KV heads (3 half-way between 2 and 4):
+    T = 1/2·(7/8·T(8/2) + 1/8·T(16/2)) + 1/2·(7/8·T(8/4) + 1/8·T(16/4)), × 30 layers."""
+    model = load_model("smollm2-135m")
+    assert (model.n_heads, model.n_kv_heads, model.head_dim, model.n_layers) == (9, 3, 64, 30)
+    tables = ot.load_tables("h100_sxm", "trtllm")
+    gen = tables.frames[GEN]
+    assert not ((gen.num_key_value_heads == 3) & (gen.head_dim == 64)).any()
+    mp = measured.build(tables, model, 1)
+    assert mp is not None
+    r = {(h, g): _rows(gen, GEN, h, g, "torch_flow", hd=64) for h, g in ((8, 2), (16, 2), (8, 4), (16, 4))}
+    for b, s in ((1, 1023), (32, 4095)):
+        want = 30 * (0.5 * (7 / 8 * r[8, 2].loc[b, s] + 1 / 8 * r[16, 2].loc[b, s])
+                     + 0.5 * (7 / 8 * r[8, 4].loc[b, s] + 1 / 8 * r[16, 4].loc[b, s]))
+        assert mp.attention_time_s(b, s) == pytest.approx(want, rel=1e-12)
+    assert any(n.startswith(GEN) and "bilinear" in n and "8/2, 16/2, 8/4, 16/4" in n for n in mp.notes), mp.notes
+
+
+def _without_kv_level(tables, kv_heads, hd=128):
+    frames = dict(tables.frames.items())
+    for t in (GEN, CTX):
+        f = frames[t]
+        frames[t] = f[~((f.num_key_value_heads == kv_heads) & (f.head_dim == hd))]
+    return dataclasses.replace(tables, frames=frames)
+
+
+def _kv_errors(framework, kernel, heads, table):
+    """As _errors, with every 4-KV-head row at head_dim 128 dropped: the pass comes from other KV heads.
+    Returns (errors, the path its note names) or None where 4 KV heads never measured `heads`."""
+    tables = ot.load_tables("h100_sxm", framework)
+    truth = _rows(tables.frames[table], table, heads, 4, kernel)
+    if truth.empty:
+        return None
+    mp = measured.build(_without_kv_level(tables, 4), _shard(heads, 4), 1)
+    assert mp is not None
+    note = [n for n in mp.notes if n.startswith(f"{table}: {heads}/4/128")]
+    assert len(note) == 1, mp.notes
+    path = "bilinear" if "bilinear" in note[0] else "group size" if "group size" in note[0] else note[0]
+    gb, gc, cells, filled = ((mp.attn_batch, mp.attn_step, mp.attn_s / 2, mp.attn_filled) if table == GEN
+                             else (mp.ctx_batch, mp.ctx_isl, mp.ctx_s / 2, mp.ctx_filled))
+    err = []
+    for b in truth.index:
+        for c in truth.columns:
+            i, j = np.flatnonzero(gb == b), np.flatnonzero(gc == c)
+            if np.isnan(truth.loc[b, c]) or not i.size or not j.size or filled[i[0], j[0]]:
+                continue
+            err.append(abs(cells[i[0], j[0]] / truth.loc[b, c] - 1))
+    return np.asarray(err), path
+
+
+@pytest.mark.parametrize("table, median_bound, worst_bound", [
+    # measured, 4 KV heads at head_dim 128 left out on H100 (bf16 KV; 12, 24, 32 and 40 heads where the
+    # framework measured them at 4 KV heads; vLLM, SGLang, TensorRT-LLM):
+        # generation, 1,132 cells: median 2.06 %, worst 57.0 % (vLLM 12/4 along group size 3 from 3/1 and 24/8);
+    # context, 1,428 cells: median 2.84 %, worst 36.7 % (SGLang 24/4 from 12/2 and 48/8). Per shape the
+    # median is 1.7-2.5 % (generation) and 1.0-6.1 % (context); 40/4 goes bilinear (no 10/1 or 20/2):
+    # 2.1 % / 34.7 % (generation, vLLM), 1.0-3.7 % / 11-16 % (context). The gap is 2 -> 8 KV heads, a factor
+    # 4; the shipped models need at most a factor 2 (2 -> 4, 4 -> 8, 16/16 -> 24/24...).
+    (GEN, 0.03, 0.65),
+    (CTX, 0.04, 0.45),
+])
+def test_leave_one_out_four_kv_heads(table, median_bound, worst_bound):
+    errs, paths = [], set()
+    for fw, k in (("vllm", "vllm_flash_attn_fa3"), ("sglang", "fa3"), ("trtllm", "torch_flow")):
+        for h in (12, 24, 32, 40):
+            got = _kv_errors(fw, k, h, table)
+            if got is not None:
+                errs.append(got[0])
+                paths.add(got[1])
+    assert paths == {"bilinear", "group size"}, paths  # both KV-head paths are checked
+    err = np.concatenate(errs)
+    med, worst = float(np.median(err)), float(err.max())
+    print(f"{table} KV heads: {err.size} cells, median {med:.4f}, worst {worst:.4f}")
+    assert err.size > 900
+    assert med < median_bound, med
+    assert worst < worst_bound, worst

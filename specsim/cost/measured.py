@@ -45,11 +45,12 @@ Interpolation, and why it fits the data:
 - Attention at a (heads, KV heads) per GPU the tables did not collect (Qwen2.5-7B's 28/4; the tables
   hold num_heads 1..96 on a grid with gaps): linear between the two nearest collected shapes at the
   same head_dim, KV dtype and kernel, cell by cell; at the same KV heads in num_heads, else (MHA at
-  KV heads not collected) along the same group size in KV heads (`_interpolated_rows` says why the
-  form is linear). Never past the collected shapes: `covered` then names what was collected. Left
-  out in turn on H100 (24 heads at 4 and 8 KV heads; MHA 24/24 and 40/40), the collected rows come
-  back within 0.8-1.3 % (generation) and 1.6-2.2 % (context) at the median, 54 % at worst (a
-  launch-bound TensorRT-LLM cell whose neighbour is the outlier): tests/test_measured_heads.py.
+  KV heads not collected) along the same group size in KV heads, else bilinear in (heads, KV heads)
+  (`_interpolated_rows` says why the form is linear). Never past the collected shapes: `covered`
+  then names what was collected. Left out in turn on H100 (24 heads at 4 and 8 KV heads; MHA 24/24
+  and 40/40; the whole 4-KV-head level), the collected rows come back within 0.8-2.1 % (generation)
+  and 1.6-2.8 % (context) at the median, 57 % at worst (launch-bound cells of a few µs where a
+  neighbour is the outlier): tests/test_measured_heads.py.
 - Context attention (per layer, by batch and prompt length isl): bilinear in (batch, isl), 0 at
   isl = 0. The tables measure fresh prompts only (`step` is 0 in every 0.12.0 collection), so a
   chunk of c tokens after p cached ones is priced as the difference of two fresh prompts,
@@ -454,51 +455,79 @@ def _attention_rows(frame, table: str, tables: OperatorTables, heads: int, kv_he
 
 def _interpolated_rows(full, table: str, tables: OperatorTables, heads: int, kv_heads: int, hd: int, kv: str,
                        notes: list[str]):
-    """Rows for a (heads, KV heads) the table did not collect, linear between the two nearest collected
-    shapes at the same head_dim, KV dtype and kernel, cell by cell ((batch, step) or (batch, isl) both
-    measured); nothing past the collected shapes (the reason then names what was collected).
+    """Rows for a (heads, KV heads) the table did not collect, linear between the nearest collected
+    shapes at the same head_dim, KV dtype and kernel, cell by cell ((batch, step) or (batch, isl) every
+    end measured); nothing past the collected shapes (the reason then names what was collected).
 
     First at the same KV heads, linear in num_heads: decode attention reads each KV head's cache once
     for the query heads of its group (bytes fixed by KV heads and the KV length) and spends score and
     value FLOPs linear in the query heads; prefill is compute-bound with FLOPs linear in the query
     heads. Either way latency ≈ a + b·num_heads at fixed KV heads. Where the KV heads were not
-    collected at all (MHA 20/20 on SGLang; 15/5 on 64-dim heads), along the same group size (query
-    heads per KV head): bytes and FLOPs then both grow with the KV heads, so latency ≈ a + b·KV heads.
-    Left out in turn, the collected 24 heads at 4 and 8 KV heads on H100 come back within 0.83 %
-    (generation) and 2.2 % (context) at the median; the figures: tests/test_measured_heads.py."""
+    collected at all: along the same group size (query heads per KV head; MHA 20/20 on SGLang between
+    16/16 and 24/24), where bytes and FLOPs both grow with the KV heads, so latency ≈ a + b·KV heads;
+    else bilinear, in num_heads at the two nearest collected KV heads and then linear in KV heads
+    (at fixed query heads the KV read, the memory-bound part, is linear in the KV heads: SmolLM2-135M's
+    9/3 from 8 and 12 heads at 2 and 4 KV heads). Left out in turn, the collected 24 heads at 4 and 8
+    KV heads on H100 come back within 0.83 % (generation) and 2.2 % (context) at the median; the
+    figures: tests/test_measured_heads.py."""
     col = "isl" if table.startswith("context") else "step"
     where = f"{table} ({tables.system} {tables.framework} {tables.versions[table]})"
     at = full[full["kv_cache_dtype"] == kv]
     pairs = set(zip(at["num_heads"].astype(int), at["num_key_value_heads"].astype(int)))
+    group = heads // kv_heads
+
+    def around(values, x):  # the nearest collected value on each side, or None
+        lo, hi = [v for v in values if v < x], [v for v in values if v > x]
+        return (lo[-1], hi[0]) if lo and hi else None
+
+    def in_heads(g):  # [((h, g), weight)] for `heads` at g KV heads, or None
+        hs = sorted(h for h, gg in pairs if gg == g)
+        if heads in hs:
+            return [((heads, g), 1.0)]
+        br = around(hs, heads)
+        if br is None:
+            return None
+        w = (heads - br[0]) / (br[1] - br[0])
+        return [((br[0], g), 1 - w), ((br[1], g), w)]
+
     hs = sorted(h for h, g in pairs if g == kv_heads)
-    gs = sorted(g for h, g in pairs if h * kv_heads == heads * g)  # the same query heads per KV head
-    lo_h, hi_h = [h for h in hs if h < heads], [h for h in hs if h > heads]
-    lo_g, hi_g = [g for g in gs if g < kv_heads], [g for g in gs if g > kv_heads]
-    if lo_h and hi_h:
-        ends = ((lo_h[-1], kv_heads), (hi_h[0], kv_heads))
-        w = (heads - lo_h[-1]) / (hi_h[0] - lo_h[-1])
-        how = f"linear in num_heads between the collected {lo_h[-1]} and {hi_h[0]} heads at {kv_heads} KV heads"
-    elif lo_g and hi_g:
-        ends = ((lo_g[-1] * heads // kv_heads, lo_g[-1]), (hi_g[0] * heads // kv_heads, hi_g[0]))
-        w = (kv_heads - lo_g[-1]) / (hi_g[0] - lo_g[-1])
-        how = (f"linear in KV heads at group size {heads // kv_heads} (query heads per KV head) between the collected "
-               f"{ends[0][0]}/{ends[0][1]} and {ends[1][0]}/{ends[1][1]} (heads/KV heads)")
+    gs = sorted(g for h, g in pairs if h * kv_heads == heads * g)  # the same group size
+    kvs = sorted({g for _, g in pairs})
+    ends = in_heads(kv_heads)
+    if ends is not None:
+        how = f"linear in num_heads between the collected {ends[0][0][0]} and {ends[1][0][0]} heads at {kv_heads} KV heads"
+    elif around(gs, kv_heads) is not None:
+        g0, g1 = around(gs, kv_heads)
+        w = (kv_heads - g0) / (g1 - g0)
+        ends = [((g0 * group, g0), 1 - w), ((g1 * group, g1), w)]
+        how = (f"linear in KV heads at group size {group} (query heads per KV head) between the collected "
+               f"{g0 * group}/{g0} and {g1 * group}/{g1} (heads/KV heads)")
+    elif around(kvs, kv_heads) is not None and all(in_heads(g) for g in around(kvs, kv_heads)):
+        g0, g1 = around(kvs, kv_heads)
+        v = (kv_heads - g0) / (g1 - g0)
+        ends = [(hg, w * (1 - v)) for hg, w in in_heads(g0)] + [(hg, w * v) for hg, w in in_heads(g1)]
+        how = (f"bilinear: in num_heads at the collected {g0} and {g1} KV heads, then linear in KV heads, from "
+               f"{', '.join(f'{h}/{g}' for (h, g), _ in ends)} (heads/KV heads)")
     else:
+        side = around(kvs, kv_heads) or ()
         return None, "", (f"{where} has no row for {heads} heads, {kv_heads} KV heads, head_dim {hd} per GPU (full "
                           f"attention, kv {kv}) and none on both sides to interpolate from (not extrapolated): at "
-                          f"{kv_heads} KV heads it collected num_heads {_listed(hs)}; at group size {heads // kv_heads} (query "
-                          f"heads per KV head), KV heads {_listed(gs)}")
-    rows = [at[(at["num_heads"] == h) & (at["num_key_value_heads"] == g)] for h, g in ends]
-    both = sorted(set(rows[0]["kernel_source"]) & set(rows[1]["kernel_source"]))
-    if not both:
-        return None, "", (f"{where}: {heads}/{kv_heads}/{hd} lies between the collected {ends[0][0]}/{ends[0][1]} and "
-                          f"{ends[1][0]}/{ends[1][1]}, measured with no kernel in common")
-    shape = f"{ends[0][0]}/{ends[0][1]}/{hd} and {ends[1][0]}/{ends[1][1]}/{hd}"
-    kernel = _pick_kernel(both, table, tables, shape, notes)
-    lo, hi = (_kernel_rows(r, kernel, kv).pivot_table(index="batch_size", columns=col, values="latency_s",
-                                                       aggfunc="median") for r in rows)
-    idx, cols = lo.index.intersection(hi.index), lo.columns.intersection(hi.columns)
-    mix = (1 - w) * lo.reindex(index=idx, columns=cols) + w * hi.reindex(index=idx, columns=cols)
+                          f"{kv_heads} KV heads it collected num_heads {_listed(hs)}; at group size {group} (query "
+                          f"heads per KV head), KV heads {_listed(gs)}; KV heads collected: {_listed(kvs)}"
+                          + "".join(f"; num_heads at {g} KV heads: {_listed(sorted(h for h, gg in pairs if gg == g))}"
+                                    for g in side))
+    rows = [at[(at["num_heads"] == h) & (at["num_key_value_heads"] == g)] for (h, g), _ in ends]
+    shape = " and ".join(f"{h}/{g}/{hd}" for (h, g), _ in ends)
+    common = sorted(set.intersection(*(set(r["kernel_source"]) for r in rows)))
+    if not common:
+        return None, "", f"{where}: {heads}/{kv_heads}/{hd} lies between the collected {shape}, with no kernel in common"
+    kernel = _pick_kernel(common, table, tables, shape, notes)
+    grids = [_kernel_rows(r, kernel, kv).pivot_table(index="batch_size", columns=col, values="latency_s",
+                                                    aggfunc="median") for r in rows]
+    idx, cols = grids[0].index, grids[0].columns
+    for g in grids[1:]:
+        idx, cols = idx.intersection(g.index), cols.intersection(g.columns)
+    mix = sum(w * g.reindex(index=idx, columns=cols) for g, (_, w) in zip(grids, ends))
     cells = mix.stack().dropna().rename("latency_s").reset_index()
     if cells.empty:
         return None, "", f"{where}: the collected {shape} share no measured cell"
