@@ -13,9 +13,13 @@ under test.
 """
 from __future__ import annotations
 
+import re
 import time
+
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim.cli import main
 
@@ -142,3 +146,39 @@ def test_leave_source_out_with_alternating_sources_finishes_and_uses_the_other_h
     assert 0 < len(others) < len(VLLM_FIT)
     alone = fit_stack_term(t, stack_id="vllm", term="cycle_overhead_us", fit_ids=others).table.set_index("id")
     assert r.loc[row, "predicted_speedup"] == pytest.approx(alone.loc[row, "predicted_after"], rel=1e-9)
+
+
+# ---- a long citation: the source key is linear in the text's length --------------------------------
+
+# The previous pattern (sources.py before issue 37), kept here as the slow, obviously correct twin: the
+# scanner must find the same `owner/name` matches, in the same order, on every short text.
+_OLD_REPO = re.compile(r"(?:https?://)?(?:www\.)?(?:github\.com/)?\b([A-Za-z0-9][A-Za-z0-9_.-]*)/"
+                       r"([A-Za-z0-9_.-]*[A-Za-z0-9_-])")
+
+
+@pytest.mark.parametrize("unit", ["a.", "a-", "a._", "x" * 7 + ".", "tok/s ", "https://github.com/a.", "é."])
+def test_a_100_kb_citation_is_keyed_in_under_a_second(unit):
+    """A 100 kB citation (the issue's 60-100 kB) of runs that made the previous pattern rescan each run
+    from every start (20 kB of 'a.' took 1.9 s, so 100 kB about 46 s: quadratic)."""
+    from specsim.calibration.sources import source_key
+
+    text = unit * (100_000 // len(unit))
+    t0 = time.process_time()
+    key = source_key(text + " foo/bar, more", fallback="row")
+    took = time.process_time() - t0
+    assert took < 1.0, f"{took:.2f} s of CPU for {len(text)} characters"
+    # the rule: the first repository named. No unit names one: a run without '/' names none, 'tok/s' is a
+    # rate, 'github.com/a.https' is the host, not an owner; so the key is the repository after them
+    assert key == "foo/bar"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["a", "B", "7", ".", "-", "_", "/", " ", ",", "#", "(", "é", "tok", "s",
+                                 "https://", "http://", "www.", "github.com/", "issue #1", "/issues/2", "foo"]),
+                max_size=14).map("".join))
+def test_the_scanner_finds_what_the_previous_pattern_found(text):
+    from specsim.calibration.sources import _repository_matches
+
+    old = [(m.group(1), m.group(2), m.end()) for m in _OLD_REPO.finditer(text)]
+    new = [(m.owner, m.name, m.end) for m in _repository_matches(text)]
+    assert new == old

@@ -28,17 +28,84 @@ What the rule cannot see: two threads by one reporter on one harness (AngelSlim 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-_REPO = re.compile(r"(?:https?://)?(?:www\.)?(?:github\.com/)?\b([A-Za-z0-9][A-Za-z0-9_.-]*)/([A-Za-z0-9_.-]*[A-Za-z0-9_-])")
 _THREAD_AFTER = re.compile(r"^(?:/(?:issues|pull)/(\d+)|\s+(?:issue|PR|pull request)\s+#(\d+))", re.IGNORECASE)
 _NOT_OWNER = {"tok", "token", "tokens", "req", "ms", "us", "s", "and", "or", "bs", "tp", "ep"}
+
+# `owner/name` as the pattern
+#     (?:https?://)?(?:www\.)?(?:github\.com/)?\b([A-Za-z0-9][A-Za-z0-9_.-]*)/([A-Za-z0-9_.-]*[A-Za-z0-9_-])
+# reads it, found without a regular expression: that pattern tries every start inside a run of
+# owner characters and rescans the run to its end from each, so a 100 kB citation of 'a.a.a...' took
+# minutes (issue 37). The owner runs to the end of its run of owner characters (no '/' inside it), so
+# the run's end is looked up once (`_run_ends`) and every start costs the same few steps.
+_OWNER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_NAME_LAST = _ALNUM | {"_", "-"}
+# the optional prefixes in the order the pattern tries them (each group taken before it is skipped)
+_PREFIXES = tuple(a + b + c for a in ("https://", "http://", "") for b in ("www.", "") for c in ("github.com/", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    owner: str
+    name: str
+    end: int  # where the name ends in the text
+
+
+def _run_ends(text: str) -> list[int]:
+    """For each position, where its run of owner characters ends (the position itself outside one)."""
+    ends = [0] * (len(text) + 1)
+    ends[len(text)] = len(text)
+    for i in range(len(text) - 1, -1, -1):
+        ends[i] = ends[i + 1] if text[i] in _OWNER_CHARS else i
+    return ends
+
+
+def _repository_matches(text: str):
+    """Every `owner/name` of the text, left to right, each search resuming where the last match ended
+    (the pattern's `finditer`)."""
+    n = len(text)
+    ends = _run_ends(text)
+    names: dict[int, int | None] = {}  # where a name starting at q ends (None: no name there)
+
+    def name_end(q: int):
+        if q not in names:
+            j = ends[q] if q < n else q
+            while j > q and text[j - 1] not in _NAME_LAST:  # trailing dots are not part of a name
+                j -= 1
+            names[q] = j if j > q else None
+        return names[q]
+
+    def at(p: int):
+        for prefix in _PREFIXES if text[p] in "hwg" else ("",):
+            if prefix and not text.startswith(prefix, p):
+                continue
+            o = p + len(prefix)
+            if o >= n or text[o] not in _ALNUM or (o > 0 and (text[o - 1].isalnum() or text[o - 1] == "_")):
+                continue  # \b and an owner's first character
+            slash = ends[o]
+            if slash < n and text[slash] == "/":
+                e = name_end(slash + 1)
+                if e is not None:
+                    return _Match(text[o:slash], text[slash + 1:e], e)
+        return None
+
+    p = 0
+    while p < n:
+        m = at(p)
+        if m is None:
+            p += 1
+            continue
+        yield m
+        p = m.end
 
 
 def _repository(text: str):
     """The first `owner/name` match that reads as a repository (not 'tok/s', not a path's
     'results/x.json' after the repository: only the first match counts)."""
-    for m in _REPO.finditer(text):
-        owner, name = m.group(1), m.group(2)
+    for m in _repository_matches(text):
+        owner, name = m.owner, m.name
         if owner.lower() in _NOT_OWNER or name.lower() in _NOT_OWNER or owner.replace(".", "").isdigit():
             continue
         if owner.lower() in ("github.com", "www.github.com"):
@@ -59,9 +126,9 @@ def source_key(text, *, fallback: str = "") -> str:
     if m is None:
         head = re.split(r"[,(]", s, maxsplit=1)[0]
         return " ".join(head.split()).lower() or str(fallback)
-    owner, name = m.group(1).lower(), m.group(2).lower()
+    owner, name = m.owner.lower(), m.name.lower()
     repo = f"{owner}/{name}"
-    t = _THREAD_AFTER.match(s[m.end():])
+    t = _THREAD_AFTER.match(s[m.end:])
     number = (t.group(1) or t.group(2)) if t else None
     if number is None:
         url = re.search(rf"github\.com/{re.escape(owner)}/{re.escape(name)}/(?:issues|pull)/(\d+)", s, re.IGNORECASE)
