@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, SpecError
@@ -38,10 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every expected failure is one line on stderr and a distinct exit status
     (see specsim.errors). SPECSIM_DEBUG=1 shows the traceback of an internal error."""
-    import warnings
-
-    # numpy's overflow warnings would print beside the one-line error that the finite-result checks give
-    warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -52,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"specsim: error: {exc}", file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:
-        print("specsim: interrupted; outputs of this run were not kept", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # an output folder completed as it came says so (presentation.output)
+        print(f"specsim: interrupted; {str(exc) or 'outputs of this run were not kept'}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `specsim models list | head`
         _silence_stdout()
@@ -80,4 +77,8 @@ def _silence_stdout() -> None:
 
 
 def run() -> None:
-    sys.exit(main())
+    status = main()
+    # the command is over, its outputs whole or never kept: a Ctrl-C during the interpreter's shutdown
+    # (a second or so after a large sweep) would kill it by the signal, with no word, after a complete run
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)

@@ -33,7 +33,7 @@ def _run(args) -> int:
     from ..presentation.figures import SWEEP_PLOTS
     from ..presentation.output import OutputDir
     from ..presentation.parallel import check_workers
-    from ..presentation.sweep import n_points, sweep_axes, write_sweep_outputs
+    from ..presentation.sweep import sweep_axes, write_sweep_outputs
     from ..speculation.operating_point import resolve_id
 
     out = OutputDir(args.out, force=args.force)
@@ -52,19 +52,27 @@ def _run(args) -> int:
             why = (f"every combination was skipped ({len(skipped)}), e.g. {skipped[0]['reason']}" if skipped
                    else "an axis of its [sweep] table is empty")
             raise EmptyResultError(f"sweep of {op.name!r}: no point of the grid could be evaluated: {why}")
-    print(f"{len(df)} points ({n_points(axes)} in the grid) → {paths['csv']}, {paths['parquet']}")
-    for s in skipped:
-        print(f"skipped {s['method']} on {s['target']} / {s['hardware']} ({s['drafter']}): {s['reason']}")
-    for path in figures:
-        print(f"wrote {path}")
+        # every line is worked out before the folder is committed: once it is, only printing is left, so
+        # an interrupt either finds the folder as it was or whole
+        lines = _summary(op, df, axes, paths, figures, skipped)
+    print("\n".join(lines))
+    return 0
+
+
+def _summary(op, df, axes, paths, figures, skipped) -> list[str]:
+    from ..presentation.sweep import n_points
+
+    lines = [f"{len(df)} points ({n_points(axes)} in the grid) → {paths['csv']}, {paths['parquet']}"]
+    lines += [f"skipped {s['method']} on {s['target']} / {s['hardware']} ({s['drafter']}): {s['reason']}"
+              for s in skipped]
+    lines += [f"wrote {path}" for path in figures]
     if len(df) and df["speedup_low"].notna().any():
         from ..speculation.predict import acceptance_band
 
         b = acceptance_band(op)
-        print(f"acceptance from calibration {b['calibration']}: speedup_low / speedup_high columns hold every point at "
-              f"the ends of its {b['level']:.0%} interval (α {b['alpha_low']:.3f}–{b['alpha_high']:.3f} at the scenario's "
-              f"point, where the speedup lies in "
-              f"{b['speedup_low']:.2f}–{b['speedup_high']:.2f}×)")
-        for w in b["calibration_warnings"]:
-            print(f"warning: outside the calibration: {w}")
-    return 0
+        lines.append(f"acceptance from calibration {b['calibration']}: speedup_low / speedup_high columns hold every "
+                     f"point at the ends of its {b['level']:.0%} interval (α {b['alpha_low']:.3f}–{b['alpha_high']:.3f} "
+                     f"at the scenario's point, where the speedup lies in "
+                     f"{b['speedup_low']:.2f}–{b['speedup_high']:.2f}×)")
+        lines += [f"warning: outside the calibration: {w}" for w in b["calibration_warnings"]]
+    return lines

@@ -6,7 +6,9 @@ into place (one `os.replace` each) only when the run completes, followed by `man
 the command and every file of the run. A folder that already holds files is refused unless
 `force=True`; with force, the files an earlier specsim run listed in its manifest and this run did not
 write are removed (files specsim did not write are never touched). On an exception or Ctrl-C the
-staging folder is deleted and the folder is left as it was.
+staging folder is deleted and the folder is left as it was. The commit itself (the renames and the
+manifest) is not cut short by Ctrl-C: an interrupt that arrives during it is raised once the folder is
+whole, saying so, so the folder is either as it was or complete, never between.
 
 `write_file_atomically(path, text_or_bytes)`: one file, written beside itself and renamed.
 """
@@ -15,8 +17,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import OutputError
@@ -88,21 +93,25 @@ class OutputDir:
         if exc_type is not None:
             shutil.rmtree(stage, ignore_errors=True)
             return False
-        try:
-            old = self._previous_manifest()
-            for name in self._written:
-                if (stage / name).exists():
-                    os.replace(stage / name, self.path / name)
-            for name in old:
-                if name not in self._written and (self.path / name).is_file():
-                    (self.path / name).unlink()
-            manifest = {"command": self.command, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "files": sorted(n for n in self._written if (self.path / n).exists())}
-            write_file_atomically(self.path / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-        except OSError as exc:
-            raise OutputError(f"{self.flag} {str(self.path)!r}: cannot write ({exc.strerror})") from None
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+        with _interrupts_held() as held:
+            try:
+                old = self._previous_manifest()
+                for name in self._written:
+                    if (stage / name).exists():
+                        os.replace(stage / name, self.path / name)
+                for name in old:
+                    if name not in self._written and (self.path / name).is_file():
+                        (self.path / name).unlink()
+                manifest = {"command": self.command, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "files": sorted(n for n in self._written if (self.path / n).exists())}
+                write_file_atomically(self.path / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+            except OSError as exc:
+                raise OutputError(f"{self.flag} {str(self.path)!r}: cannot write ({exc.strerror})") from None
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
+        if held:
+            raise KeyboardInterrupt(f"the interrupt came as {self.path} was being completed: it is whole "
+                                    f"({len(manifest['files'])} files and {MANIFEST})")
         return False
 
     def _previous_manifest(self) -> list[str]:
@@ -114,6 +123,22 @@ class OutputDir:
         except (OSError, ValueError, AttributeError):
             return []
         return [f for f in files if isinstance(f, str) and "/" not in f]
+
+
+@contextmanager
+def _interrupts_held():
+    """SIGINT held off while a folder is committed (yields the list of signals that came meanwhile).
+    Only the main thread can set a handler; where SIGINT is ignored (a background job) it stays so."""
+    held: list = []
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield held
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def write_file_atomically(path, data, *, flag: str = "output") -> Path:
