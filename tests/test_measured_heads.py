@@ -68,6 +68,26 @@ def test_qwen25_7b_on_h100_is_the_mean_of_the_24_and_32_head_rows(framework, ker
         assert mp.context_attention_time_s(b, x, 0) == pytest.approx(want, rel=1e-12)
 
 
+def test_qwen25_7b_fp8_kv_from_the_fp8_rows_and_refused_on_a100():
+    """An fp8 KV cache interpolates the fp8 rows (SGLang fa3 on H100: the mean of 24/4 and 32/4, weight
+    1/2); A100 collected no fp8 KV rows at all (Ampere has no fp8), so the dtype is named, not the shape."""
+    model = load_model("qwen2.5-7b")
+    tables = ot.load_tables("h100_sxm", "sglang")
+    mp = measured.build(tables, model, 1, kv_cache_dtype="fp8")
+    assert mp is not None
+    gen, ctx = tables.frames[GEN], tables.frames[CTX]
+    lo, hi = _rows(gen, GEN, 24, 4, "fa3", kv="fp8"), _rows(gen, GEN, 32, 4, "fa3", kv="fp8")
+    assert mp.attention_time_s(16, 8191) == pytest.approx(28 * (lo.loc[16, 8191] + hi.loc[16, 8191]) / 2, rel=1e-12)
+    lo, hi = _rows(ctx, CTX, 24, 4, "fa3", kv="fp8"), _rows(ctx, CTX, 32, 4, "fa3", kv="fp8")
+    assert mp.context_attention_time_s(2, 2048, 0) == pytest.approx(28 * (lo.loc[2, 2048] + hi.loc[2, 2048]) / 2,
+                                                                    rel=1e-12)
+    assert any("kv fp8" in n and "between the collected 24 and 32" in n for n in mp.notes)
+    a100 = ot.load_tables("a100_sxm", "vllm")
+    assert not (a100.frames[GEN].kv_cache_dtype == "fp8").any()
+    why = measured.covered(model, a100, kv_cache_dtype="fp8")
+    assert why.startswith("fp8 KV cache: generation_attention_perf (a100_sxm vllm") and "bfloat16 only" in why, why
+
+
 def test_qwen25_7b_tp2_interpolates_14_heads_between_12_and_16_at_two_kv_heads():
     """tp 2 leaves 14 heads over 2 KV heads per GPU: weight (14 - 12) / (16 - 12) = 1/2 on vLLM's rows."""
     model = load_model("qwen2.5-7b")

@@ -473,6 +473,9 @@ def _interpolated_rows(full, table: str, tables: OperatorTables, heads: int, kv_
     col = "isl" if table.startswith("context") else "step"
     where = f"{table} ({tables.system} {tables.framework} {tables.versions[table]})"
     at = full[full["kv_cache_dtype"] == kv]
+    if at.empty and not full.empty:  # the dtype, not the shape (A100: no fp8 KV rows at all)
+        have = ", ".join(sorted(map(str, full["kv_cache_dtype"].unique())))
+        return None, "", f"{kv} KV cache: {where} collected kv_cache_dtype {have} only at head_dim {hd}"
     pairs = set(zip(at["num_heads"].astype(int), at["num_key_value_heads"].astype(int)))
     group = heads // kv_heads
 
