@@ -274,7 +274,7 @@ def test_the_verdicts_k_and_the_bands_k_agree_or_one_line_says_where_they_differ
 
 def test_no_note_prints_none():
     from specsim.presentation.text import format_advice, format_policy
-    from specsim.speculation.switch_off import switch_off_point
+    from specsim.analyses.switch_off import switch_off_point
 
     so = switch_off_point(resolve_id("seed-70b-hbm"), batch_limit=16)  # pays at every batch to 16
     assert so.batch_off is None and off_words(so) == "it pays at every batch to 16"

@@ -24,7 +24,7 @@ from specsim.specs.scenario import Scenario
 from specsim.specs.stacks import load_stack
 from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import grid
-from specsim.speculation.switch_off import switch_off_point
+from specsim.analyses.switch_off import switch_off_point
 
 PLANTED = Terms(device_scale=1.5, device_per_seq_s=10e-6, device_per_token_s=30e-6)
 TAU, K, B, CTX = 2.5, 3, 8, 100

@@ -26,7 +26,7 @@ from specsim.specs.stacks import list_stacks
 from specsim.speculation.families import FAMILIES
 from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
-from specsim.speculation.switch_off import _mixed_iteration_s, switch_off_point
+from specsim.analyses.switch_off import iteration_mix, switch_off_point
 
 REL = 1e-9
 STACKS = [None] + sorted(s.id for s in list_stacks())
@@ -133,42 +133,17 @@ def test_every_entry_point_prices_the_point_the_same(name, over, cost_source):
                    "speedup": (op.batch_size * float(p.tokens_per_cycle) / cost(spec)) / (op.batch_size / cost(plain))}
             assert got == pytest.approx(ref, rel=REL), f"serving (exact={exact})"
 
-    # the switch-off's workload view with no prompt beside the decoding rows: the same plain iteration and cycle
+    # the switch-off's workload view with no prompt beside the decoding rows: the same plain iteration and
+    # cycle (its iterations are the serving simulator's, built by analyses.switch_off.iteration_mix)
     if op.drafter.family.serving and op.drafter.family.uses_k:
+        cost = ServingCost(op)
         q = op.verify_q_len
-        plain = _mixed_iteration_s(op, b=op.batch_size, q=1, ctx=op.context_len, prefill_tokens=0, prompt_len=1,
-                                   k=0, draft=False)
-        cyc = _mixed_iteration_s(op, b=op.batch_size, q=q, ctx=op.context_len, prefill_tokens=0, prompt_len=1,
-                                 k=op.k, draft=True)
+        plain = cost(iteration_mix(op, b=op.batch_size, q=1, ctx=op.context_len, prefill_tokens=0, prompt_len=1,
+                                   k=0, draft=False))
+        cyc = cost(iteration_mix(op, b=op.batch_size, q=q, ctx=op.context_len, prefill_tokens=0, prompt_len=1,
+                                 k=op.k, draft=True))
         assert {"plain": plain, "cycle": cyc} == pytest.approx({"plain": ref["plain"], "cycle": ref["cycle"]},
                                                               rel=REL), "workload view"
-
-
-@pytest.mark.parametrize("name, over, cost_source",
-                         [p for p in _points() if p.values[0] == "llama-70b-h100-chat" and "tp4-tree" not in p.id])
-def test_the_workload_view_and_the_simulator_price_a_mixed_iteration_the_same(name, over, cost_source):
-    """An iteration of B decoding rows beside two prompt chunks (the switch-off's workload view places
-    P prompt tokens as chunks of the mean prompt at the context that gives each its causal pairs): the
-    switch-off's `_mixed_iteration_s` and the serving simulator's cost of the same rows agree to 1e-9,
-    plain and speculating, wherever the stack has no load regime (the view does not read regimes)."""
-    op = _resolve_or_skip(name, {**over, "cost_source": cost_source})
-    if not (op.drafter.family.serving and op.drafter.family.uses_k):
-        pytest.skip(f"{op.method}: not a family the serving simulator drafts with K")
-    cost = ServingCost(op)
-    if cost._device_regimes or cost._calibrated is not None or cost.regimes.overlap is not None:
-        pytest.skip("load regimes in force: the workload view does not read them")
-    b, ctx, prompt = op.batch_size, op.context_len, 1000.0
-    for k, draft in ((0, False), (op.k, True)):
-        q = op.verify_q_len if draft else 1
-        tokens = 2 * prompt  # two chunks of the mean prompt, each at context (p̄ − chunk)/2 = 0
-        want = _mixed_iteration_s(op, b=b, q=q, ctx=ctx, prefill_tokens=tokens, prompt_len=prompt, k=k, draft=draft)
-        n = b + 2
-        mix = IterationMix(np.r_[np.full(b, q), [1000, 1000]].astype(np.int64), np.r_[np.full(b, ctx), [0, 0]].astype(np.int64),
-                           np.r_[np.full(b, q), [1, 1]].astype(np.int64), np.r_[np.full(b, k), [0, 0]].astype(np.int64),
-                           np.r_[np.zeros(b, dtype=bool), [True, True]], op.tree_size if (draft and op.is_tree) else 0,
-                           drafter_on=draft)
-        assert mix.n_seqs == n
-        assert cost(mix) == pytest.approx(want, rel=REL), f"draft={draft}"
 
 
 def test_the_grid_covers_layer_split_and_tensor_parallel_stacks_and_trees():

@@ -37,7 +37,7 @@ def test_speedup_vs_batch_marks_the_threshold_and_shades_the_regression(df):
     assert "batch size" in ax.get_xlabel() and "speedup" in ax.get_ylabel()
     plt.close(fig)
     # given the operating point's switch-off, the plot marks that batch and says what it assumes
-    from specsim.speculation.switch_off import switch_off_point
+    from specsim.analyses.switch_off import switch_off_point
     so = switch_off_point(SEED70.with_overrides(alpha=0.8), retune_k=True)
     fig, ax = plt.subplots()
     artists = plots.speedup_vs_batch(ax, d, threshold=so)

@@ -12,7 +12,8 @@ from specsim.analyses.threshold import threshold_policy
 from specsim.specs.scenario import load_scenario
 from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
-from specsim.speculation.switch_off import WorkloadMix, switch_off_point, workload_speedup
+from specsim.analyses.switch_off import switch_off_point, workload_speedup
+from specsim.speculation.switch_off import WorkloadMix
 
 SEED70 = resolve(load_scenario("seed-70b-hbm"))
 

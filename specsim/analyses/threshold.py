@@ -1,6 +1,6 @@
 """The production on/off policy for an operating point, and the config lines that apply it.
 
-The switch-off batch comes from one function, `speculation.switch_off.switch_off_point`, under
+The switch-off batch comes from one function, `analyses.switch_off.switch_off_point`, under
 each assumption it can make; the policy prints them side by side and recommends one:
 - under the scenario's workload (the serving view: prefill shares the iterations) when the scenario
   has a `[workload]`, else decode only;
@@ -61,7 +61,9 @@ from ..speculation.cycle import acceptance_threshold
 from ..speculation.families import FAMILIES
 from ..speculation.operating_point import OperatingPoint
 from ..speculation.predict import grid
-from ..speculation.switch_off import SwitchOff, WorkloadMix, switch_off_point, workload_speedup
+from ..speculation.switch_off import SwitchOff, WorkloadMix
+from ..serving.cost import ServingCost
+from .switch_off import switch_off_point, workload_speedup
 
 
 
@@ -171,14 +173,15 @@ class ThresholdPolicy:
 def batch_rows(op: OperatingPoint, batch_sizes, *, ks, workload: WorkloadMix | None = None,
                max_batch: int | None = None) -> list[dict]:
     """At each batch size (sorted, each once): the best K among `ks` and its speedup, evaluated at that
-    batch (decode only: `predict.grid`; under a workload: `switch_off.workload_speedup`, the same
+    batch (decode only: `predict.grid`; under a workload: `analyses.switch_off.workload_speedup`, the same
     function the switch-off search uses), and whether speculation fits there (max_batch)."""
     bs = np.asarray(sorted({int(b) for b in batch_sizes}), dtype=np.int64)
     ks = [int(k) for k in ks]
     if workload is None:
         s = grid(op, k=ks, batch_size=[int(b) for b in bs]).speedup[:, 0, :, 0, 0]  # (nK, nB)
     else:
-        s = np.array([[workload_speedup(op, workload, b=int(b), k=k) for b in bs] for k in ks])
+        cost = ServingCost(op)  # built once: its tables serve every batch and K
+        s = np.array([[workload_speedup(op, workload, b=int(b), k=k, cost=cost) for b in bs] for k in ks])
     best = np.argmax(s, axis=0)
     return [{"batch_size": int(b), "best_k": ks[int(best[j])], "best_speedup": float(s[best[j], j]),
              "fits": bool(max_batch is None or b <= max_batch)} for j, b in enumerate(bs)]

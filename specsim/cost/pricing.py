@@ -128,9 +128,9 @@ class MeasuredSource:
         self.model, self.hw, self.mp, self.tp, self.efficiency = model, hw, mp, tp, efficiency
         self.hop_s = float(hop_s)
         self.expanded = bool(expanded)
-        self.label = (mp.label + "; element-wise ops, KV write and fixed overhead on the roofline; a verify's queries "
-                      + ("expanded into one-token sequences (each a decode query)" if expanded else
-                         "share one KV read a sequence (the extra queries' score FLOPs at the attention peak)"))
+        self.label = (mp.label + "; element-wise ops, KV write and fixed overhead on the roofline"
+                      + ("; a verify expanded into one-token sequences (the stack's batch-expansion scorer)"
+                         if expanded else ""))
         eff = efficiency or hw.efficiency
         self._bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
         # seconds per query-key pair of score FLOPs (all layers, one device) at the achievable attention peak

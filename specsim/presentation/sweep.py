@@ -34,7 +34,8 @@ COLUMNS = ("hardware", "target", "drafter", "method", "stack", "tp", "attention"
            "is_tree", "batch_size", "context_len", "alpha", "tokens_per_cycle", "draft_time_s", "verify_time_s",
            "cycle_overhead_s", "cycle_time_s", "target_step_time_s", "verify_q_len", "tokens_per_s",
            "baseline_tokens_per_s", "speedup", "regression", "memory_per_device_bytes", "fits", "alpha_effective",
-           "speedup_low", "speedup_high")  # the last two: a calibrated acceptance's interval carried through (else NaN)
+           "speedup_low", "speedup_high",  # a calibrated acceptance's interval carried through (else NaN)
+           "priced_by")  # what priced the passes (cost.pricing: the measured tables or the roofline), in words
 
 
 def sweep_axes(op: OperatingPoint) -> dict:
@@ -201,6 +202,7 @@ def _evaluate_combo(shared, combo):
                      context_len=contexts) if alphas is None else None
     cols["speedup_low"] = ends[0].speedup.ravel() if ends else np.full(n, np.nan)
     cols["speedup_high"] = ends[1].speedup.ravel() if ends else np.full(n, np.nan)
+    cols["priced_by"] = point.pricing_label()
     cols["_n"] = n
     return cols, skips, first[0] if first else None
 

@@ -210,6 +210,16 @@ class OperatingPoint:
             "anchor": None if self.anchor is None else dict(self.anchor),
         }
 
+    def pricing_label(self) -> str:
+        """What prices each kind of pass at this point (cost.pricing.source_for), in words."""
+        dep = self.deployment
+        out = f"target: {pricing_source(self.target, dep)}"
+        w = self.work if self.speculative else None
+        if w is not None and w.pass_model is not None:
+            label = source_for(w.pass_model, dep, tp=w.pass_tp).label
+            out += f"; drafting passes ({w.pass_model.id}): {label}"
+        return out
+
     def describe(self) -> str:
         """The configuration and its sources, as a user reads it."""
         s = self.sources
@@ -224,7 +234,7 @@ class OperatingPoint:
                            f"{dep.eff.bandwidth_frac:.2f} and compute {dep.eff.compute_frac:.2f} of peak, "
                            f"{dep.eff.step_overhead_s * 1e6:.0f} µs a step + {dep.eff.per_layer_overhead_s * 1e6:.1f} µs "
                            f"a layer, {dep.cycle_overhead_s * 1e6:.0f} µs a cycle", s.get("stack", "")),
-            ("priced by", pricing_source(self.target, dep),
+            ("priced by", self.pricing_label(),
              self.hardware.sources.get("operator_tables", "") if dep.operator_tables is not None else ""),
             ("method", self.method, s.get("method", "")),
         ]
