@@ -13,6 +13,7 @@ under test.
 """
 from __future__ import annotations
 
+import csv
 import re
 import time
 
@@ -182,3 +183,96 @@ def test_the_scanner_finds_what_the_previous_pattern_found(text):
     old = [(m.group(1), m.group(2), m.end()) for m in _OLD_REPO.finditer(text)]
     new = [(m.owner, m.name, m.end) for m in _repository_matches(text)]
     assert new == old
+
+
+# ---- calibrate load: a small load sweep, as tests/test_calibration_load_hostile.py writes them -------
+
+LOAD_BASE = dict(stack="vllm", hardware="h100-sxm", n_devices=1, target="llama-3.2-1b", target_dtype="", method="none",
+                 drafter="", k="", tree_size="", drafter_options="", load_kind="concurrency", prompt_tokens=16,
+                 output_tokens=16, context_len="", tpot_s="", e2e_latency_s="", output_tokens_per_s="",
+                 measured_speedup="", tau="", alpha="", source="by hand")
+
+
+def write_sweeps(path, rows):
+    from specsim.calibration.load import COLUMNS
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        w.writeheader()
+        for r in rows:
+            w.writerow({**LOAD_BASE, **r})
+    return path
+
+
+def sweep_rows(name="s", *, check=True, **over):
+    """Two plain loads and two speculative (prompt lookup, K = 3); the last a check row unless check=False."""
+    rows = [dict(sweep=name, load=1, speculative=0, output_tokens_per_s=100.0, role="fit"),
+            dict(sweep=name, load=4, speculative=0, output_tokens_per_s=360.0, role="fit"),
+            dict(sweep=name, method="prompt_lookup", k=3, load=1, speculative=1, output_tokens_per_s=200.0, tau=2.5,
+                 role="fit"),
+            dict(sweep=name, method="prompt_lookup", k=3, load=4, speculative=1, output_tokens_per_s=500.0, tau=2.5,
+                 role="check" if check else "fit")]
+    for r in rows:
+        r.update(over)
+    return rows
+
+
+# ---- --token-share-loo: 1,000 candidates; sweeps without check rows ---------------------------------
+
+def test_a_thousand_candidate_shares_are_refused_with_their_count(tmp_path, capsys):
+    """Each candidate share calibrates every sweep once (the shipped ten sweeps take minutes a share), so
+    1,000 of them would run for days: refused before any calibration, naming the count and the bound."""
+    from specsim.calibration.load_share import MAX_SHARES
+
+    f = write_sweeps(tmp_path / "t.csv", sweep_rows("a", source="one/x") + sweep_rows("b", source="two/y"))
+    shares = ",".join(f"{i / 999:.6f}" for i in range(1000))
+    rc, _, err = run(["calibrate", "load", f, "--token-share-loo", shares], capsys, limit_s=10)
+    refused(rc, err, 2, "--token-share-loo", "1000 shares", f"at most {MAX_SHARES}")
+    assert len(err) < 400  # the count, not the list
+
+
+def test_token_share_loo_on_sweeps_without_check_rows_says_no_share_can_be_chosen(tmp_path, capsys):
+    """A share is chosen on the other sources' check rows; with none anywhere there is nothing to choose
+    on (the rule in load_share's docstring): refused in one line saying so, not 'chosen 0'."""
+    f = write_sweeps(tmp_path / "t.csv", sweep_rows("a", check=False, source="one/x")
+                     + sweep_rows("b", check=False, source="two/y"))
+    rc, out, err = run(["calibrate", "load", f, "--token-share-loo", "0,1"], capsys, limit_s=10)
+    refused(rc, err, 2, "--token-share-loo", "no check row", "2 sweeps")
+    assert "chosen" not in out
+
+
+def test_a_sweep_whose_other_sources_have_no_check_row_has_no_chosen_share(tmp_path, capsys):
+    """Sweep a has a check row, b none. b's share is chosen on a's check row; a's could only be chosen on
+    b's, which has none: a is 'none' (JSON null), said with the reason, and predicted at the stack's own
+    share, as `calibrate_load` without a share predicts it (expected from that call, run alone)."""
+    import json
+
+    from specsim.calibration.load import read_load_sweeps
+    from specsim.calibration.load_fit import calibrate_load
+
+    f = write_sweeps(tmp_path / "t.csv", sweep_rows("a", source="one/x") + sweep_rows("b", check=False, source="two/y"))
+    rc, out, err = run(["calibrate", "load", f, "--roles", "table", "--token-share-loo", "0,1", "--json"], capsys,
+                       limit_s=20)
+    assert rc == 0, err
+    d = json.loads(out)
+    loo = d["token_share_loo"]
+    assert loo["chosen"]["a"] is None and loo["chosen"]["b"] in (0.0, 1.0)
+    alone = calibrate_load([s for s in read_load_sweeps(f) if s.name == "a"], roles="table")
+    [fa] = [s for s in d["sweeps"] if s["sweep"] == "a"]
+    assert fa["token_share"] == pytest.approx(alone.fits[0].token_share, abs=0)
+    rc, out, err = run(["calibrate", "load", f, "--roles", "table", "--token-share-loo", "0,1"], capsys, limit_s=20)
+    assert rc == 0, err
+    [line] = [ln for ln in out.splitlines() if ln.strip().startswith("a ")]
+    assert "none" in line and "no check row" in line
+
+
+# ---- --target-dtype '' ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--target-dtype", "--stack", "--target", "--drafter", "--stack-version"])
+def test_an_empty_import_flag_is_refused_not_read_as_absent(tmp_path, capsys, flag):
+    """'' given for an override is not 'no override': refused naming the flag (the files are never read)."""
+    f = tmp_path / "base-c1.json"
+    f.write_text("{}")
+    rc, _, err = run(["calibrate", "load", f, "--format", "vllm", "--stack", "vllm", "--hardware", "h100-sxm",
+                      "--n-devices", "1", "--target", "llama-3.2-1b", "--method", "none", flag, ""], capsys, limit_s=10)
+    refused(rc, err, 2, f"{flag} ''")

@@ -731,13 +731,25 @@ def _register_load(sub) -> None:
     p.set_defaults(func=_run_load)
 
 
+# the flags that describe imported result files (`--format vllm|sglang|guidellm`)
+_LOAD_IMPORT_FLAGS = ("--stack", "--stack-version", "--hardware", "--target", "--target-dtype", "--method", "--drafter",
+                      "--drafter-options")
+
+
 def _run_load(args) -> int:
     import sys
 
     from ..calibration.load import read_load_sweeps, sweeps_from_table
     from ..calibration.load_fit import calibrate_load, write_scenarios
+    from ..presentation.calibration_text import format_load_calibration, format_token_share_loo
     from ..presentation.output import write_file_atomically
 
+    for flag in _LOAD_IMPORT_FLAGS:  # '' is not 'no override': refused, never read as absent
+        v = getattr(args, flag[2:].replace("-", "_"))
+        if isinstance(v, str) and not v.strip():
+            raise SpecError(f"{flag} {v!r}: expected a value, or leave the flag out")
+    if args.sweep and any(not s.strip() for s in args.sweep):
+        raise SpecError("--sweep '': expected a sweep name")
     if args.format == "table":
         if len(args.files) != 1:
             raise SpecError(f"FILE: one load-sweep CSV, got {len(args.files)} (give --format for result files)")
@@ -772,7 +784,7 @@ def _run_load(args) -> int:
             raise SpecError("--token-share and --token-share-loo: give one (the second fits the first)")
         shares = parse_list(args.token_share_loo, "--token-share-loo", float, minimum=0.0, maximum=1.0)
         loo = leave_one_source_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress,
-                                   cost_source=args.cost_source)
+                                   cost_source=args.cost_source, where="--token-share-loo")
         cal = loo.loo
     else:
         cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share,
@@ -797,64 +809,6 @@ def _run_load(args) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
-
-
-def format_token_share_loo(loo) -> str:
-    """The leave-one-source-out scan: each sweep's check error at each share, and the share the others chose."""
-    g = loo.grid()
-    names = list(dict.fromkeys(r["sweep"] for r in g))
-    lines = ["per-token share, leave one source out: median |error| over each sweep's check rows at each share "
-             "(a sweep's source: the group it is left out with)",
-             "  " + f"{'sweep':<60}" + "".join(f"{s:>8g}" for s in loo.shares) + "  chosen by the others"]
-    for n in names:
-        cells = {r["share"]: r["median_abs_error"] for r in g if r["sweep"] == n}
-        lines.append("  " + f"{n[:60]:<60}" + "".join(f"{cells[s]:>8.1%}" if cells[s] is not None else f"{'-':>8}"
-                                                      for s in loo.shares) + f"  {loo.chosen[n]:g}"
-                     + f"  [{loo.groups[n]}] {loo.sources[n]}")
-    lines.append(f"  share over all sweeps: {loo.overall:g}; the tables below predict each sweep at its chosen share")
-    return "\n".join(lines) + "\n"
-
-
-def format_load_calibration(cal) -> str:
-    """The calibration as text: a table per sweep, then the summary."""
-    lines = []
-    for f in cal.fits:
-        sw = f.sweep
-        t = f.terms
-        lines.append(f"{sw.name}: {sw.target} on {sw.n_devices} x {sw.hardware}, {sw.stack}"
-                     f"{' ' + sw.stack_version if sw.stack_version else ''}, {sw.method}"
-                     + (f" K = {sw.k}" if sw.method != "none" else "") + (f", tree {sw.tree_size}" if sw.tree_size else "")
-                     + f" ({sw.load_kind})")
-        fitted = ", ".join(f.fitted) or "nothing"
-        lines.append(f"  fitted {fitted}: device x{t.device_scale:.3f} + {t.device_per_seq_s * 1e6:.1f} µs a sequence"
-                     f" + {t.device_per_token_s * 1e6:.1f} µs an emitted token (share {f.token_share:g}); "
-                     f"cycle {t.cycle_s * 1e6:+.0f} µs, per speculating sequence {t.spec_per_seq_s * 1e6:+.1f} µs"
-                     + (f"; α = {f.alpha:.3f}" if f.alpha is not None else ""))
-        lines.append(f"  {'load':>8}  {'role':<5} {'mode':<5} {'measured':>10} {'predicted':>10} {'error':>8}  metric")
-        for r in f.rows.itertuples():
-            mode = "spec" if r.speculative else "plain"
-            if r.relative_error is None or r.relative_error != r.relative_error:
-                lines.append(f"  {r.load:>8g}  {r.role:<5} {mode:<5} {'':>10} {'':>10} {'':>8}  not predicted: {r.reason}")
-                continue
-            lines.append(f"  {r.load:>8g}  {r.role:<5} {mode:<5} {r.measured:>10.4g} {r.predicted:>10.4g} "
-                         f"{r.relative_error:>+8.1%}  {r.metric}")
-        err = (f"fit median |error| {f.fit_error:.1%}" if f.fit_error is not None else "no fit rows")
-        chk = (f", check {f.check_error:.1%}" if f.check_error is not None else "")
-        lines.append(f"  {err}{chk}")
-        for n in f.notes:
-            lines.append(f"  note: {n}")
-        lines.append("")
-    s = cal.summary()
-    med = s["median_relative_error"]
-    lines.append(f"{s['n_sweeps']} sweeps, {s['n_rows']} rows, {s['n_check_rows']} check rows: median |error| "
-                 + (f"{med:.1%}" if med is not None else "n/a") + f"; measured slowdowns (< {s['slowdown_below']:g}): "
-                 f"{s['n_slowdowns']}, predicted at or above {s['slowdown_bar']:g}: {s['n_slowdowns_missed']}"
-                 + (f" ({', '.join(s['slowdowns_missed'])})" if s["slowdowns_missed"] else ""))
-    for key in ("stack", "method"):
-        for g in cal.by(key):
-            lines.append(f"  {key} {g[key]}: {g['n_rows']} check rows, median |error| {g['median_abs_error']:.1%}, "
-                         f"worst {g['worst_abs_error']:.1%}")
-    return "\n".join(lines)
 
 
 SUBCOMMANDS = {
