@@ -276,3 +276,89 @@ def test_an_empty_import_flag_is_refused_not_read_as_absent(tmp_path, capsys, fl
     rc, _, err = run(["calibrate", "load", f, "--format", "vllm", "--stack", "vllm", "--hardware", "h100-sxm",
                       "--n-devices", "1", "--target", "llama-3.2-1b", "--method", "none", flag, ""], capsys, limit_s=10)
     refused(rc, err, 2, f"{flag} ''")
+
+
+# ---- --write-scenario DIR: links, modes, the recorded command ---------------------------------------
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_link_in_the_folder_to_a_file_outside_is_refused_and_the_file_kept(tmp_path, capsys, force):
+    """specsim writes only inside DIR: a link there is refused naming it and where it points (chosen over
+    replacing the link: the user put it there, and --force promises to replace files, not redirect
+    links), with or without --force; the file it points to is untouched and nothing is written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.toml"
+    victim.write_text("my stack\n")
+    (out / "s.stack.toml").symlink_to(victim)
+    f = write_sweeps(tmp_path / "t.csv", sweep_rows())
+    rc, _, err = run(["calibrate", "load", f, "--write-scenario", out] + (["--force"] if force else []), capsys,
+                     limit_s=10)
+    refused(rc, err, 5, "s.stack.toml", "symbolic link", str(victim))
+    assert victim.read_text() == "my stack\n"
+    assert sorted(p.name for p in out.iterdir()) == ["s.stack.toml"]
+
+
+def test_a_dangling_link_in_the_folder_creates_nothing_outside(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    target = tmp_path / "elsewhere" / "s.toml"
+    (out / "s.toml").symlink_to(target)
+    f = write_sweeps(tmp_path / "t.csv", sweep_rows())
+    for extra in ([], ["--force"]):
+        rc, _, err = run(["calibrate", "load", f, "--write-scenario", out, *extra], capsys, limit_s=10)
+        refused(rc, err, 5, "s.toml", "symbolic link")
+        assert not target.exists() and not target.parent.exists()
+
+
+def test_written_files_have_the_usual_mode(tmp_path, capsys):
+    """Written as any file the user creates: 0666 less the umask (0644 under umask 022), as
+    write_file_atomically's --out is, not a temporary file's 0600."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        f = write_sweeps(tmp_path / "t.csv", sweep_rows())
+        rc, _, err = run(["calibrate", "load", f, "--write-scenario", tmp_path / "w", "--out", tmp_path / "rows.csv"],
+                         capsys, limit_s=20)
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "w").iterdir()}
+    assert modes == {"s.stack.toml": 0o644, "s.toml": 0o644}
+    assert stat.S_IMODE((tmp_path / "rows.csv").stat().st_mode) == 0o644
+
+
+def test_the_recorded_command_reproduces_the_written_figures(tmp_path, capsys):
+    """The written stack records the command that made it; run again as recorded, it writes the same
+    figures. The run uses every flag that moves them: --token-share-loo (shares 0 and 0.5, neither the
+    stack's own 1), --seed 3, --roles, --cost-source."""
+    import shlex
+    import tomllib
+
+    f = write_sweeps(tmp_path / "t.csv", sweep_rows("a", source="one/x") + sweep_rows("b", source="two/y"))
+    w = tmp_path / "w"
+    argv = ["calibrate", "load", str(f), "--token-share-loo", "0,0.5", "--seed", "3", "--roles", "table",
+            "--cost-source", "roofline", "--write-scenario", str(w)]
+    rc, _, err = run(argv, capsys, limit_s=30)
+    assert rc == 0, err
+
+    def figures():
+        out = {}
+        for name in ("a", "b"):
+            raw = tomllib.loads((w / f"{name}.stack.toml").read_text())
+            [cal] = [r for r in raw["load_regime"] if r["property"] == "calibration"]
+            out[name] = {k: cal[k] for k in ("device_scale", "device_per_seq_us", "device_per_token_us",
+                                             "fit_error_frac", "command")}
+        return out
+
+    first = figures()
+    command = first["a"]["command"]
+    assert command == first["b"]["command"]
+    words = shlex.split(command)
+    assert words[:3] == ["specsim", "calibrate", "load"]
+    for flag in ("--token-share-loo", "--seed", "--cost-source", "--write-scenario"):
+        assert flag in words, (flag, command)
+    rc, _, err = run(words[1:], capsys, limit_s=30)
+    assert rc == 0, err
+    assert figures() == first

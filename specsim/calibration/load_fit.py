@@ -905,7 +905,14 @@ def scenario_paths(sweeps, folder, *, force: bool = False) -> list[tuple[Path, P
     """Where `write_scenarios` puts each sweep's (stack, scenario) files in `folder`, refused before any
     fit runs: an empty path, a path that is a file, two sweeps whose names give one file name (the
     file name keeps letters, digits, - and _; compared without case, as a macOS or Windows disk
-    does), and, without `force`, a file already there (never replaced unasked)."""
+    does), a symbolic link where a file goes (with or without `force`), and, without `force`, a file
+    already there (never replaced unasked).
+
+    A link is refused rather than followed or replaced: following it would write outside the folder
+    (over the file it points to, or creating one where a dangling link points), and replacing it would
+    silently undo a link the user made; `force` replaces files specsim writes, not links."""
+    import os
+
     from ..errors import OutputError
 
     text = str(folder)
@@ -930,6 +937,10 @@ def scenario_paths(sweeps, folder, *, force: bool = False) -> list[tuple[Path, P
         out.append((d / f"{slug}.stack.toml", d / f"{slug}.toml"))
     for pair in out:
         for path in pair:
+            if path.is_symlink():
+                raise OutputError(f"--write-scenario {text!r}: {path.name} is a symbolic link (to "
+                                  f"{os.readlink(path)}); files are written only inside the folder and no link is "
+                                  f"replaced: remove the link or choose another folder")
             if path.is_dir():
                 raise OutputError(f"--write-scenario {text!r}: {path.name} is a folder; expected a file name free for "
                                   f"the calibrated {'stack' if path.name.endswith('.stack.toml') else 'scenario'}")
@@ -945,7 +956,7 @@ def write_scenarios(cal: LoadCalibration, folder, *, command: str, force: bool =
     failure leaves the folder as it was; an existing file is replaced only with `force`
     (`scenario_paths`)."""
     import os
-    import tempfile
+    import secrets
 
     from ..errors import OutputError
 
@@ -953,7 +964,7 @@ def write_scenarios(cal: LoadCalibration, folder, *, command: str, force: bool =
     d = Path(str(folder)).expanduser()
     files = []
     for fit, (stack_path, scen_path) in zip(cal.fits, plan):
-        stack_abs = stack_path.resolve()
+        stack_abs = d.resolve() / stack_path.name  # the folder resolved, never the file (a link's target)
         files.append((stack_abs, to_toml(_stack_table(fit, command=command))))
         files.append((scen_path, to_toml(scenario_table(fit, stack_path=str(stack_abs)))))
     try:
@@ -963,12 +974,15 @@ def write_scenarios(cal: LoadCalibration, folder, *, command: str, force: bool =
     temps: list[tuple[str, Path]] = []
     try:
         for path, text in files:
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{path.name}.", suffix=".partial")
+            # mode 0666 less the umask, as every other specsim output (mkstemp's 0600 hid them from a group);
+            # O_EXCL and O_NOFOLLOW: a name that appeared meanwhile is never written through
+            tmp = str(d / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
             temps.append((tmp, path))
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
         for tmp, path in temps:
-            os.replace(tmp, path)
+            os.replace(tmp, path)  # a rename replaces the name in the folder; it never writes through a link
     except OSError as exc:
         raise OutputError(f"--write-scenario {folder}: cannot write ({exc.strerror or exc})") from None
     finally:

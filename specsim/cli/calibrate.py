@@ -736,6 +736,37 @@ _LOAD_IMPORT_FLAGS = ("--stack", "--stack-version", "--hardware", "--target", "-
                       "--drafter-options")
 
 
+def _load_command(args) -> str:
+    """The command line a written stack records: every flag that moves a figure (the input's format and
+    import flags, the sweeps, roles, shares, seed, pricing) and the folder with --force (run again, it
+    replaces what this run wrote), each word quoted for a shell. Not --json or --out: they move nothing."""
+    import shlex
+
+    words = ["specsim", "calibrate", "load", *args.files]
+    if args.format != "table":
+        words += ["--format", args.format]
+    for name in args.sweep or ():
+        words += ["--sweep", name]
+    for flag in _LOAD_IMPORT_FLAGS:
+        v = getattr(args, flag[2:].replace("-", "_"))
+        if v is not None:
+            words += [flag, v]
+    for flag, v in (("--n-devices", args.n_devices), ("--k", args.k), ("--tree-size", args.tree_size)):
+        if v is not None:
+            words += [flag, str(v)]
+    words += ["--roles", args.roles]
+    if args.token_share is not None:
+        words += ["--token-share", repr(args.token_share)]  # repr: the float read back exactly
+    if args.token_share_loo is not None:
+        words += ["--token-share-loo", args.token_share_loo]
+    words += ["--seed", str(args.seed)]
+    if args.cost_source is not None:
+        words += ["--cost-source", args.cost_source]
+    if args.write_scenario is not None:
+        words += ["--write-scenario", args.write_scenario, "--force"]
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
 def _run_load(args) -> int:
     import sys
 
@@ -789,8 +820,7 @@ def _run_load(args) -> int:
     else:
         cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share,
                              cost_source=args.cost_source)
-    command = ("specsim calibrate load " + " ".join(args.files) + (f" --roles {args.roles}" if args.roles != "table" else "")
-               + (f" --token-share {args.token_share:g}" if args.token_share is not None else ""))
+    command = _load_command(args)
     written = []
     if args.write_scenario is not None:
         written = write_scenarios(cal, args.write_scenario, command=command, force=args.force)
