@@ -233,7 +233,8 @@ class OperatingPoint:
             ("deployment", f"{dep.multi_gpu.replace('_', ' ')}, tp {dep.tp}, {dep.attention} attention, bandwidth "
                            f"{dep.eff.bandwidth_frac:.2f} and compute {dep.eff.compute_frac:.2f} of peak, "
                            f"{dep.eff.step_overhead_s * 1e6:.0f} µs a step + {dep.eff.per_layer_overhead_s * 1e6:.1f} µs "
-                           f"a layer, {dep.cycle_overhead_s * 1e6:.0f} µs a cycle", s.get("stack", "")),
+                           f"a layer, {dep.cycle_overhead_s * 1e6:.0f} µs a cycle",
+             "; ".join(x for x in (s.get("stack", ""), s.get("fitted figures", ""), s.get("calibration", "")) if x)),
             ("priced by", self.pricing_label(),
              self.hardware.sources.get("operator_tables", "") if dep.operator_tables is not None else ""),
             ("method", self.method, s.get("method", "")),
