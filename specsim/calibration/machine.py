@@ -56,8 +56,12 @@ FORMATS = ("Q4_1", "Q8_0", "Q4_0", "F16")
 FORMAT_NAMES = {"Q4_1": "gguf-q4_1", "Q8_0": "gguf-q8_0", "Q4_0": "gguf-q4_0"}
 BITS = {"Q4_1": 5.0, "Q4_0": 4.5, "Q8_0": 8.5, "F16": 16.0, "F32": 32.0}
 # (name, N, K, output bytes per element in the cost model, the fewest copies cycled per timing)
+# every matrix shape a SmolLM2-135M pass runs: the fused q, k, v (960 x 576) and the attention output (576 x 576)
+# beside the three largest; without the two small ones the curve's floor is fitted where nothing tells it from
+# the read (21 us a product, where the smallest product takes 2), and a pass's 120 layer products carried it
 SHAPES = (("head", 49152, 576, 4.0, 1), ("gate_up", 3072, 576, ACTIVATION_BYTES, 30),
-          ("down", 576, 1536, ACTIVATION_BYTES, 30))
+          ("down", 576, 1536, ACTIVATION_BYTES, 30), ("qkv", 960, 576, ACTIVATION_BYTES, 30),
+          ("o", 576, 576, ACTIVATION_BYTES, 30))
 QUICK_SHAPES = (("head", 2048, 64, 4.0, 1), ("gate_up", 256, 64, ACTIVATION_BYTES, 4))
 TILE = (1, 16)
 # attention query rows: to the largest verify pass validate checks (the rate still grows past M = 8), and
@@ -517,12 +521,13 @@ def check_profile(prof: MachineProfile) -> list[str]:
     if len(q41) and prof.kernels.gemm_floor_s > float(q41["time_s"].min()):
         out.append(f"the fitted GEMM floor {prof.kernels.gemm_floor_s * 1e6:.3g} us exceeds the fastest product it explains "
                    f"({float(q41['time_s'].min()) * 1e6:.3g} us)")
-    for fmt in FORMAT_NAMES:
-        e = prof._fit_errors(fmt)
-        err = float(e.abs().median()) if len(e) else 0.0
-        if err > GEMM_FIT_ERROR_LIMIT_FRAC:
-            out.append(f"the GEMM curve misses the {fmt} products by {err:.0%} at the median (expected within "
-                       f"{GEMM_FIT_ERROR_LIMIT_FRAC:.0%})")
+    # the curve's own format only: another format shares its memory side and tiles (only the compute fraction
+    # is its own), which fits within 7-8 % at the median on an AVX2 EPYC but need not everywhere
+    e = prof._fit_errors("Q4_1")
+    err = float(e.abs().median()) if len(e) else 0.0
+    if err > GEMM_FIT_ERROR_LIMIT_FRAC:
+        out.append(f"the GEMM curve misses its own Q4_1 products by {err:.0%} at the median (expected within "
+                   f"{GEMM_FIT_ERROR_LIMIT_FRAC:.0%})")
     return out
 
 

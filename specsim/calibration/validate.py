@@ -259,6 +259,32 @@ def validate_verify(model, op, config: ValidateConfig, *, say=None) -> pd.DataFr
     return df
 
 
+def error_by_class(df: pd.DataFrame) -> list[dict]:
+    """The verify passes' error split by operator class (CLASSES: the matrix products, attention, and the
+    rest: element-wise kernels, the KV write and the host's fixed costs) and by where the pass sits: for
+    each context and each M band (1, 2-5, 8-16, 32+), the median predicted/measured - 1 of each class
+    (the measured split times each class's kernels apart on the pass's own shapes) and of the whole pass.
+    Where the classes err in opposite directions the whole pass can look right for the wrong reason."""
+    if "measured_matrix_products_s" not in df:
+        return []
+    bands = ((1, 1), (2, 5), (6, 16), (17, 10 ** 9))
+    out = []
+    for ctx, d in df.groupby("context_len"):
+        for lo, hi in bands:
+            b = d[(d["m"] >= lo) & (d["m"] <= hi)]
+            if not len(b):
+                continue
+            row = {"context_len": int(ctx), "m": f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 10 ** 9 else f"{lo}+",
+                   "pass": float(b["relative_error"].median())}
+            for cls in CLASSES:
+                k = cls.replace(" ", "_")
+                meas = b[f"measured_{k}_s"]
+                ok = meas > 0
+                row[cls] = float((b.loc[ok, f"predicted_{k}_s"] / meas[ok] - 1.0).median()) if ok.any() else None
+            out.append(row)
+    return out
+
+
 def check_verify(df: pd.DataFrame) -> list[str]:
     """What in the measured verify passes contradicts itself (see decoder.disturbance): repeats that
     spread too far, a pass that does not grow with M or context, or the reference step timed beside them
@@ -620,6 +646,7 @@ def validate(config: ValidateConfig, *, progress=None) -> ValidateResult:
         summary["verify_worst_abs_ratio_error"] = float(verify["ratio_error"].abs().max())
         summary["verify_reference_drift_range"] = [float(verify["reference_drift"].min()),
                                                    float(verify["reference_drift"].max())]
+        summary["verify_error_by_class"] = error_by_class(verify)
         v8 = verify[verify["m"] == 8].set_index("context_len")["measured_ratio_to_m1"].to_dict()
         summary["verify_m8_ratio_to_m1_by_context"] = {int(k): float(v) for k, v in v8.items()}
     if len(spec) and "relative_error" in spec:
@@ -685,6 +712,14 @@ def format_report(res: ValidateResult) -> str:
                      f"{s['verify_median_abs_ratio_error']:.1%} (worst {s['verify_worst_abs_ratio_error']:.1%}); the "
                      f"reference step itself {s['verify_reference_drift_range'][0]:+.0%} to "
                      f"{s['verify_reference_drift_range'][1]:+.0%} against the calibrated model")
+    by_class = s.get("verify_error_by_class") or []
+    if by_class:
+        lines += ["", "the verify passes' error by operator class (median predicted/measured - 1; each class's kernels "
+                      "timed apart on the pass's shapes; 'other': element-wise kernels, the KV write and the host)",
+                  f"  {'L':>5} {'M':>6} {'pass':>7} " + " ".join(f"{c:>16}" for c in CLASSES)]
+        for r in by_class:
+            cells = " ".join(f"{'—' if r[c] is None else format(r[c], '+.1%'):>16}" for c in CLASSES)
+            lines.append(f"  {r['context_len']:>5} {r['m']:>6} {r['pass']:>+7.1%} {cells}")
     p = res.spec
     if len(p):
         lines += ["", "speculative decoding: tokens/s predicted [band from the calibration's interval] vs measured "
@@ -723,5 +758,5 @@ def format_report(res: ValidateResult) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["reference_pass_s", "predicted_reference_s", "ValidateConfig", "ValidateResult", "validate", "format_report", "predict_decoder", "measure_run",
+__all__ = ["error_by_class", "check_verify", "check_spec", "reference_pass_s", "predicted_reference_s", "ValidateConfig", "ValidateResult", "validate", "format_report", "predict_decoder", "measure_run",
            "break_even", "model_break_even", "validate_verify", "validate_spec", "load_1min"]
