@@ -186,22 +186,10 @@ def _run_steps(args) -> int:
     if problems:
         print(f"warning: calibrate steps: written with --force although its figures disagree: {problems[0]}",
               file=sys.stderr)
-    print(f"specsim calibrate steps: {args.file} ({cal.n_rows} rows on {rows['hardware'].iloc[0]})")
-    for line in skipped:
-        print(f"  skipped: {line}")
-    print(f"  bandwidth_frac {summary['bandwidth_frac']:.3f}   compute_frac {summary['compute_frac']:.3f}")
-    print(f"  step overhead {summary['step_overhead_s'] * 1e6:.1f} µs   per layer {summary['per_layer_overhead_s'] * 1e6:.2f} µs"
-          f"   all-reduce latency {summary['interconnect_latency_s'] * 1e6:.2f} µs")
-    print(f"  |relative error| median: {summary['median_relative_error_before']:.1%} with the catalog's defaults -> "
-          f"{summary['median_relative_error_after']:.1%} fitted (p90 {summary['p90_relative_error_after']:.1%}, "
-          f"worst {summary['worst_relative_error_after']:.1%})")
-    if not cal.success:
-        print(f"  warning: the solver did not converge: {cal.message}")
-    if args.write_stack:
-        h = summary["host"]
-        print(f"  host work: {h['step_s'] * 1e6:.1f} µs a plain step, {h['cycle_s'] * 1e6:.1f} µs a speculative cycle; "
-              f"prompt lookup {summary['prompt_lookup']['s_per_ktoken'] * 1e6:.1f} µs per 1000 context tokens")
-        print(f"wrote {args.write_stack}")
+    from ..presentation.calibration_text import format_steps
+
+    print(format_steps(cal, summary, file=args.file, hardware=rows["hardware"].iloc[0], skipped=skipped,
+                       wrote=args.write_stack))
     return 0
 
 
@@ -237,6 +225,7 @@ def _run_operators(args) -> int:
     from ..calibration.fit import SPLITWISE_HARDWARE
     from ..calibration.profiles import (VIDUR_COMMIT, VIDUR_NETWORKS, fit_all_reduce, fit_operator_profiles,
                                         load_all_reduce, load_operator_profiles, splitwise_decode_breakdown)
+    from ..presentation.calibration_text import format_operator_report, operator_toml
     from ..presentation.output import OutputDir
     from ..specs.data import data_path
     from ..specs.hardware import load_hardware
@@ -269,13 +258,13 @@ def _run_operators(args) -> int:
                      f"bandwidth per group size, one median per half-octave of message size")
         report[hw_id] = {"fit": fit, "source": source, "all_reduce": ar, "all_reduce_source": ar_source, "splitwise": sw}
     if args.json:
-        print_json({hw: {"errors": r["fit"].errors.to_dict(orient="records"), "toml": _toml(r),
+        print_json({hw: {"errors": r["fit"].errors.to_dict(orient="records"), "toml": operator_toml(r),
                          "all_reduce": None if r["all_reduce"] is None else r["all_reduce"].table.to_dict(orient="records"),
                          "splitwise_decode": None if r["splitwise"] is None else r["splitwise"].to_dict(orient="records")}
                     for hw, r in report.items()})
     else:
         for hw_id, r in report.items():
-            _print_operator_report(hw_id, r)
+            print(format_operator_report(hw_id, r, shipped_difference=_shipped_difference(hw_id, r["fit"].kernels)))
     if out is not None:
         from ..presentation.cost_plots import close, operator_fit_figure
 
@@ -288,7 +277,7 @@ def _run_operators(args) -> int:
             if splitwise:
                 out.write_text("splitwise_decode.csv", pd.concat(splitwise).to_csv(index=False))
             for hw_id, r in report.items():
-                out.write_text(f"kernels-{hw_id}.toml", _toml(r))
+                out.write_text(f"kernels-{hw_id}.toml", operator_toml(r))
             fig = operator_fit_figure(sums)
             fig.savefig(out.file("operator_fit.png"), dpi=130, bbox_inches="tight")
             close(fig)
@@ -298,49 +287,10 @@ def _run_operators(args) -> int:
     return 0
 
 
-def _print_operator_report(hw_id: str, r: dict) -> None:
-    fit = r["fit"]
-    print(f"specsim calibrate operators: {hw_id} (trained on {', '.join(fit.train_models)}; tile "
-          f"{fit.kernels.gemm_tile[0]}x{fit.kernels.gemm_tile[1]}{'' if fit.success else '; solver did not converge: ' + fit.message})")
-    print("  |relative error| of the layer operator sum (10 operators, every tp and 1..4096 tokens): median with the")
-    print("  pure roofline, then with the fitted curve (median, p90, worst), the four GEMMs alone, and past 4096 tokens")
-    print(f"  {'model':<28}{'split':<10}{'rows':>6}{'roofline':>10}{'fitted':>9}{'p90':>8}{'worst':>8}{'GEMMs':>8}"
-          f"{'>4096':>8}")
-    for e in fit.errors.itertuples(index=False):
-        beyond = f"{e.median_after_beyond:>8.1%}" if e.n_rows_beyond else f"{'-':>8}"
-        print(f"  {e.model:<28}{e.split:<10}{e.n_rows:>6}{e.median_before:>10.1%}{e.median_after:>9.1%}"
-              f"{e.p90_after:>8.1%}{e.worst_after:>8.1%}{e.gemm_median_after:>8.1%}{beyond}")
-    print(f"  largest held-out median: {fit.held_out_median():.1%}")
+def _shipped_difference(hw_id: str, kernels) -> float | None:
+    """How far the part's shipped [kernels] table is from a refit (None: none shipped, or transferred)."""
     shipped = load_shipped(hw_id)
-    if shipped is not None:
-        print(f"  the shipped [kernels] table differs from this refit by at most {_largest_difference(shipped, fit.kernels):.1%}")
-    print("  TOML for the hardware file:")
-    print("    " + _toml(r).replace("\n", "\n    ").rstrip())
-    ar = r["all_reduce"]
-    if ar is not None:
-        print(f"  all-reduce ({ar.network}): latency + 2(n-1)/n bytes / bus bandwidth")
-        for a in ar.table.itertuples(index=False):
-            print(f"    n = {a.group_size}: latency {a.latency_s * 1e6:6.1f} µs, bus {a.bus_bandwidth_bytes_per_s / 1e9:6.1f} GB/s"
-                  f"  (|error| median {a.median_abs_error:.1%}, p90 {a.p90_abs_error:.1%}, {a.n_rows} rows)")
-    sw = r["splitwise"]
-    if sw is not None:
-        print("  Splitwise Llama-2-70B decode step (prompt 512, 128 output tokens) against the device-time model, "
-              "no fixed overheads:")
-        print(f"    {'tp':>3}{'batch':>6}{'measured':>10}{'GEMMs':>8}{'elemw':>7}{'attn':>7}{'allred':>8}{'device':>8}"
-              f"{'explained':>10}{'left':>8}  (ms)")
-        for s in sw.itertuples(index=False):
-            print(f"    {s.tp:>3}{s.batch_size:>6}{s.measured_s * 1e3:>10.1f}{s.gemm_s * 1e3:>8.1f}{s.elementwise_s * 1e3:>7.1f}"
-                  f"{s.attention_s * 1e3:>7.1f}{s.all_reduce_s * 1e3:>8.1f}{s.device_s * 1e3:>8.1f}{s.explained_frac:>10.0%}"
-                  f"{s.unexplained_s * 1e3:>8.1f}")
-
-
-def _toml(r: dict) -> str:
-    """The [kernels] and [all_reduce] tables of one part and their [sources] lines."""
-    text, sources = r["fit"].toml(), [f'kernels = "{r["source"]}"']
-    if r["all_reduce"] is not None:
-        text += "\n" + r["all_reduce"].toml()
-        sources.append(f'all_reduce = "{r["all_reduce_source"]}"')
-    return text + "\n[sources]\n" + "\n".join(sources) + "\n"
+    return None if shipped is None else _largest_difference(shipped, kernels)
 
 
 def load_shipped(hw_id: str):
@@ -376,6 +326,7 @@ def _register_host(sub) -> None:
 
 def _run_host(args) -> int:
     from ..calibration.host import fit_host_overheads
+    from ..presentation.calibration_text import format_host
 
     f = fit_host_overheads(args.file)
     out = {"step_us": f.step_s * 1e6, "per_seq_us": f.per_seq_s * 1e6, "multi_gpu_step_us": f.multi_gpu_step_s * 1e6,
@@ -383,12 +334,7 @@ def _run_host(args) -> int:
     if args.json:
         print_json(out)
         return 0
-    print(f"host work per iteration (fitted to {f.n_rows} rows: {f.source})")
-    print(f"  step_us           = {out['step_us']:.0f}")
-    print(f"  per_seq_us        = {out['per_seq_us']:.1f}")
-    print(f"  multi_gpu_step_us = {out['multi_gpu_step_us']:.0f}   (tp > 1: Ray broadcast of each step and its setup)")
-    for model, err in f.max_relative_error.items():
-        print(f"  {model:<40} worst |error| {err:.1%}")
+    print(format_host(f))
     return 0
 
 
@@ -485,27 +431,9 @@ def _run_machine(args) -> int:
     if args.json:
         print_json(prof.to_dict())
         return 0
-    s = prof.summary()
-    print(f"specsim calibrate machine: {s['cpu']}, {s['threads']} threads (median of {cfg.repeats} repeats)")
-    if s["machine"] is not None:
-        m = s["machine"]
-        print(f"  instruction sets {', '.join(m['instruction_sets'] or ['unknown'])}; the decoder ran {m['block_matmul']} "
-              f"matmul tiles and {m['attention']} attention; threads {m['threads_measured']}, {m['clock']} clock")
-    print(f"  memory bandwidth {s['mem_bandwidth_gb_s']:.2f} GB/s ({prof.bandwidth_source})")
-    print(f"  int8 peak {s['peak_int8_tops']:.3f} TOP/s (best block-quantized product), fp32 peak {s['peak_fp32_tflops']:.3f} TFLOP/s")
-    for fmt, v in s["formats"].items():
-        print(f"  {fmt:<5} matrix-vector {v['matvec_gb_s']:.2f} GB/s, matrix-matrix {v['matmat_tops']:.3f} TOP/s")
-    if s["attention_s_per_cached_token_per_layer"] is not None:
-        print(f"  attention {s['attention_s_per_cached_token_per_layer'] * 1e9:.2f} ns per cached token per layer (M = 1)")
-    print("  floors: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in s["floors_s"].items()))
-    k = s["kernels"]
-    print(f"  [kernels] GEMM curve: bandwidth {k['gemm_bandwidth_frac']:.2f}, compute {k['gemm_compute_frac']:.2f}, "
-          f"overlap p {k['gemm_overlap_exponent']:.2f}, floor {k['gemm_floor_s'] * 1e6:.1f} µs, "
-          f"row tiles {k.get('gemm_row_tiles', [])} costing {[round(c, 2) for c in k.get('gemm_tile_pass_cost', [])]} "
-          f"rows a pass (median |error| {s['gemm_fit_median_abs_error']:.1%}); attention overlap exponent "
-          f"{k.get('attention_overlap_exponent', float('inf')):.2f}")
-    for fmt, frac in k.get("gemm_compute_frac_by_format", {}).items():
-        print(f"  {fmt} products on the same curve: compute {frac:.2f} ({frac / k['gemm_compute_frac']:.2f}x the curve's)")
+    from ..presentation.calibration_text import format_machine
+
+    print(format_machine(prof, repeats=cfg.repeats))
     print(f"wrote {args.out}")
     return 0
 
@@ -562,6 +490,7 @@ def _run_acceptance(args) -> int:
     import sys
 
     from ..calibration.acceptance_runs import AcceptanceRunConfig, calibrate_acceptance, prompt_index
+    from ..presentation.calibration_text import format_acceptance
     from ..presentation.output import OutputDir
     from ..specs.calibrations import calibration_file_name
     from ..specs.catalog import to_toml
@@ -593,7 +522,7 @@ def _run_acceptance(args) -> int:
                      "temperature_slope": dep["temperature_slope"],
                      **{f"alpha_T{r['temperature']:g}": r.get("alpha") for r in t["runs"]}})
     summary = pd.DataFrame(rows)
-    report = _acceptance_report(res, summary)
+    report = format_acceptance(res)
     if out is not None:
         with out:
             for name, t in res.tables.items():
@@ -614,32 +543,6 @@ def _run_acceptance(args) -> int:
     if out is not None:
         print(f"wrote {out.path}/")
     return 0
-
-
-def _acceptance_report(res, summary) -> str:
-    lines = ["specsim calibrate acceptance: i.i.d. alpha [95 % interval] at the reference (temperature 0, the runs' "
-             "median context); per temperature; dependence on context (1/token) and temperature"]
-    for name, t in res.tables.items():
-        a, dep = t["iid"], t["dependence"]
-        per_t = ", ".join(f"T {r['temperature']:g}: {r['alpha']:.3f}" for r in t["runs"] if "alpha" in r)
-        lines.append(f"  {name:<40} alpha {a['alpha']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}] ({a['n_cycles']} cycles, "
-                     f"context {t['reference']['context_len']:.0f})  {per_t}")
-        if "within_prompt_context_slope" in dep:
-            ci = dep["within_prompt_context_slope_ci"]
-            ctx_text = (f"context: not identified (held; within each response {dep['within_prompt_context_slope']:.2e} "
-                        f"[{ci[0]:.1e}, {ci[1]:.1e}]/token, reported only)")
-        else:
-            ctx_text = (f"context decay {dep['context_decay_per_token']:.2e} [{dep['context_decay_ci'][0]:.1e}, "
-                        f"{dep['context_decay_ci'][1]:.1e}]/token")
-        lines.append(f"  {'':<40} {ctx_text}, temperature slope {dep['temperature_slope']:.3f} "
-                     f"[{dep['temperature_slope_ci'][0]:.3f}, {dep['temperature_slope_ci'][1]:.3f}]")
-        if "conditional" in t:
-            lines.append(f"  {'':<40} per position " + ", ".join(f"{c:.3f}" for c in t["conditional"]["rates"]))
-        if "rank" in t:
-            lines.append(f"  {'':<40} per rank " + ", ".join(f"{c:.3f}" for c in t["rank"]["rank_acceptance"]))
-    for s in res.skipped:
-        lines.append(f"  skipped {s}")
-    return "\n".join(lines)
 
 
 def _run_acceptance_import(args) -> int:
@@ -670,16 +573,9 @@ def _run_acceptance_import(args) -> int:
     if args.json:
         print_json(imp.to_dict())
         return 0
-    f = imp.iid
-    print(f"{args.import_file}: {imp.format}, {imp.n_lines} line(s); K = {imp.k}")
-    print(f"  tokens per cycle τ = {imp.tau:.3f}" + (f" over {imp.n_drafts:.0f} drafts" if imp.n_drafts == imp.n_drafts else ""))
-    band = f" [{f.ci_low:.4f}, {f.ci_high:.4f}]" if f.ci_low == f.ci_low else " (no interval)"
-    print(f"  i.i.d. α = {f.estimate:.4f}{band}: {f.method}")
-    if imp.conditional is not None:
-        c = imp.conditional
-        print("  per position " + ", ".join(f"{e:.3f} [{lo:.3f}, {hi:.3f}]" for e, lo, hi in zip(c.estimate, c.ci_low, c.ci_high)))
-    for n in imp.notes:
-        print(f"  note: {n}")
+    from ..presentation.calibration_text import format_acceptance_import
+
+    print(format_acceptance_import(imp, file=args.import_file))
     if args.out:
         print(f"wrote {args.out}")
     return 0
