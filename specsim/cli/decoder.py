@@ -144,12 +144,13 @@ def _given(args, config_cls) -> dict:
     return {k: v for k, v in vars(args).items() if k in names}
 
 
-def _outputs(args):
-    """Check --out and --json before any work (a long run never ends in an unwritable output)."""
+def _outputs(args, *, force_with_json: bool = False):
+    """Check --out and --json before any work (a long run never ends in an unwritable output).
+    force_with_json: --force also means something to --json alone (bench: write disturbed figures)."""
     from ..presentation.output import OutputDir
 
     out = OutputDir(args.out, force=args.force) if args.out is not None else None
-    if args.force and args.out is None:
+    if args.force and args.out is None and not (force_with_json and args.json is not None):
         raise SpecError("--force: applies to --out only; give --out FOLDER or leave --force out")
     if args.json is not None:
         _check_file_path(args.json, "--json")
@@ -238,7 +239,7 @@ def _bench(args) -> int:
     config = BenchConfig(**_given(args, BenchConfig))
     if isinstance(args.attempts, bool) or args.attempts < 1:
         raise SpecError(f"--attempts {args.attempts!r}: expected an integer >= 1")
-    out = _outputs(args)
+    out = _outputs(args, force_with_json=True)
     # checked before anything is written: measured again while the rows contradict themselves, then refused
     # (or, with --force, written with the problems in the file)
     result, problems = measure_checked(lambda: bench(config), lambda r: check_bench(list(r.rows)),
