@@ -40,26 +40,35 @@ def catalog_ids(kind: str) -> list[str]:
     return sorted(Path(n).stem for n in os.listdir(catalog_dir(kind)) if fnmatch.fnmatchcase(n, "*.toml"))
 
 
-# Parsed files keyed by path, size and modification time; a copy is handed out, so a caller that edits
-# its dict (a calibration writing a stack) never changes what the next reader gets. Resolving one
-# operating point reads a dozen catalog files, and replay and calibration resolve one per row and
-# fitting step (issue 37: a leave-one-source-out replay spent a third of its minutes parsing TOML).
+# The catalogs' own files, parsed once, keyed by path, size and modification time; a copy is handed
+# out, so a caller that edits its dict (a calibration writing a stack) never changes what the next
+# reader gets. Resolving one operating point reads a dozen catalog files, and replay and calibration
+# resolve one per row and fitting step (issue 37: a leave-one-source-out replay spent a third of its
+# minutes parsing TOML). A user's file is read afresh every time: a file rewritten at the same size
+# within the file system's timestamp tick (a few ms) would otherwise read as the old one.
 _PARSED: dict = {}
+_CATALOG_ROOTS = (str(_PACKAGE_DIR / "catalog"), str(_PACKAGE_DIR.parent))
+
+
+def _in_catalog(path: str) -> bool:
+    folder, _ = os.path.split(path)
+    root, kind = os.path.split(folder)
+    return kind in KINDS and root in _CATALOG_ROOTS
 
 
 def read_toml(path: Path) -> dict:
     try:
-        st = os.stat(path)
-        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+        full = os.path.abspath(path)
+        if not _in_catalog(full):
+            with open(path, "rb") as f:
+                return tomllib.load(f)
+        st = os.stat(full)
+        key = (full, st.st_size, st.st_mtime_ns)
         hit = _PARSED.get(key)
-        if hit is not None:
-            return copy.deepcopy(hit)
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-        if len(_PARSED) > 4096:  # a bound, not a policy: a session reads a few hundred catalog files
-            _PARSED.clear()
-        _PARSED[key] = raw
-        return copy.deepcopy(raw)
+        if hit is None:
+            with open(full, "rb") as f:
+                hit = _PARSED[key] = tomllib.load(f)
+        return copy.deepcopy(hit)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except IsADirectoryError:
