@@ -1,46 +1,102 @@
-"""Side by side with NVIDIA's AIConfigurator (issue 32, item 3): the same load-sweep rows, the same protocol.
+"""Side by side with NVIDIA's AIConfigurator (issue 32 item 3, issue 36 item 6): every load sweep and replay row.
 
-    .venv/bin/python benchmarks/peer_aiconfigurator.py [--only SWEEP,...] [--json]
+    .venv/bin/python benchmarks/peer_aiconfigurator.py [--only-sweeps NAME,...] [--only-rows ID,...]
+                                                       [--no-sweeps] [--no-replay] [--json]
 
 AIConfigurator 0.12.0 runs as its own CLI (`aiconfigurator cli estimate --estimate-mode static_gen`) from
 its own virtualenv, ~/.cache/specsim/peer-aic-0.12.0, created on first use with
 `pip install aiconfigurator==0.12.0` (by name from the registry; offline afterwards). Each command's
 output is cached per command line under ~/.cache/specsim/peer-aic/.
 
-Protocol: the plain curve and the lowest-load speculative row are the fit rows for both. AIC's one
-knob, accepted draft tokens a step (`--nextn-accepted`), is chosen so that its speedup at the
-lowest-load speculative row equals the measured one. AIC divides its iteration time by 1 + accepted
-(aiconfigurator/sdk/speculative.py), so the knob follows in closed form from one run; every row,
-the fit row included, is then run at that value. A concurrency row's users are AIC's static batch;
-isl/osl are the row's prompt and output tokens; the speedup is AIC's generation latency plain over
-speculative at the same batch. specsim's side is `specsim calibrate load --roles plain+lowest`
-(calibration.load_fit.calibrate_load). Rows AIC cannot express are listed with the reason.
+What AIC can express (read in the installed package: `cli estimate --help`, aiconfigurator/sdk/speculative.py,
+aiconfigurator_core/sdk/models/helpers.py `mtp_scale_factor`, aiconfigurator_core/systems/). Its one speculative
+knob pair is `--nextn` (a chain of nextn MTP draft steps: the decode ops queried at batch x (nextn + 1), scaled by
+(layers + nextn) / layers, i.e. nextn target-shaped layers) and `--nextn-accepted` (average accepted draft tokens
+a decode step; the iteration is divided by 1 + accepted). So it expresses a chain of MTP/EAGLE-like one-layer draft
+steps, top-k 1, on its silicon tables: systems h100_sxm, h200_sxm, a100_sxm (the 80 GB part; its l4 folder holds no
+data), backends trtllm, sglang, vllm at one queryable version each (systems/query_versions.yaml 'current'), model
+configs it ships (Llama 3.1 8B/70B/405B, Qwen3 8B/30B-A3B here), weight formats bf16/fp16 (its bfloat16 GEMMs), fp8.
+It does not model a separate draft model, n-gram / prompt lookup (no drafting pass: nextn would add nextn layers),
+Medusa/Hydra heads, Lookahead, sparse-KV self-speculation, token trees, an HF-eager or research code base, vLLM's
+V0 engine (its tables are V1 releases), or a request-rate (open-loop) load. Every such row is printed with why.
+
+Protocol, load sweeps (data/published/load_sweeps.csv): the plain curve and the lowest-load speculative row are
+the fit rows for both. AIC's knob `--nextn-accepted` is chosen so that its speedup at the lowest-load speculative
+row equals the measured one (AIC divides its iteration by 1 + accepted, so the knob follows in closed form from one
+run at 0 accepted); every row is then run at that value. A concurrency row's users are AIC's static batch; isl/osl
+are the row's prompt and output tokens; AIC's speedup is its generation latency plain over speculative at the same
+batch. specsim's side is `specsim calibrate load --roles plain+lowest` (calibration.load_fit.calibrate_load),
+under `--cost-source roofline` and the default `auto`. Errors and slowdowns are counted on the check rows (the fit
+rows are matched by construction on both sides); a slowdown is a measured speedup < 0.95.
+
+Protocol, replay rows (data/published/speculative_decoding.csv): AIC static_gen at the row's batch, isl = the row's
+context_len (replay's default 512 where blank), osl = 2 (one generation step at that context: the point specsim
+prices); `--nextn` = the row's K and `--nextn-accepted` = tau - 1 from the row's own tau (mean tokens a verify step,
+the bonus token included, so tau - 1 accepted draft tokens), or alpha (1 - alpha^K) / (1 - alpha) from its alpha
+where it gives only alpha (a chain's expected accepted drafts at a per-token rate alpha). That is the fair protocol:
+specsim's replay is given the same tau/alpha, so neither side fits anything to the row's speedup and both are
+judged on pricing the iteration. specsim's side is `specsim replay --leave-source-out`
+(calibration.replay.leave_one_source_out: every fitted figure fitted on no row of the row's source), under both
+cost sources. A slowdown is a measured speedup < 1. On both sets a slowdown is missed when predicted >= 1.05, and
+a false slowdown is a prediction < 1 where the measured speedup is > 1.05.
+
+Figures from one complete run (2026-12-07, HEAD ca56b9b + this script; `.venv/bin/python
+benchmarks/peer_aiconfigurator.py`): see data/published/README.md, section "Peer: AIConfigurator".
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import math
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from specsim.calibration.load import read_load_sweeps
+from specsim.calibration.load_fit import SLOWDOWN as SWEEP_SLOWDOWN, SLOWDOWN_BAR as BAR, calibrate_load
+from specsim.calibration.replay import DEFAULT_CONTEXT_LEN, leave_one_source_out, read_replay_table
+from specsim.errors import SpecError
+from specsim.specs.data import data_path
+from specsim.specs.models import load_model
+
 AIC_VERSION = "0.12.0"
 VENV = Path.home() / ".cache" / "specsim" / f"peer-aic-{AIC_VERSION}"
 CACHE = Path.home() / ".cache" / "specsim" / "peer-aic"
-SLOWDOWN, BAR = 0.95, 1.05
+REPLAY_SLOWDOWN = 1.0  # replay's rows: a measured speedup below 1 (calibration.replay.ReplayResult.slowdowns)
+FALSE_MEASURED = 1.05  # a prediction < 1 where the measured speedup is above this is a false slowdown
+COST_SOURCES = ("roofline", "auto")
 
-# specsim catalog id -> AIC model config (aiconfigurator_core/model_configs); Llama 3.3 70B shares 3.1 70B's shape
+# specsim catalog id (after aliases) -> AIC model config (aiconfigurator_core/model_configs); Llama 3.3 70B
+# resolves to llama-3.1-70b in the catalog (same shape)
 MODELS = {"qwen3-8b": "Qwen/Qwen3-8B", "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
-          "llama-3.1-8b-instruct": "meta-llama/Meta-Llama-3.1-8B", "llama-3.3-70b-instruct": "meta-llama/Meta-Llama-3.1-70B",
+          "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
           "llama-3.1-405b": "meta-llama/Meta-Llama-3.1-405B"}
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm", "a100-sxm-80gb": "a100_sxm"}
+# hardware with AIC silicon tables (aiconfigurator_core/systems/data/<system>/ non-empty)
+SYSTEMS = {"h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "a100-sxm-80gb": "a100_sxm"}
+NO_TABLES = {"l4": "AIC 0.12.0 ships l4.yaml but systems/data/l4 holds no tables",
+             "a100-sxm-40gb": "AIC's a100_sxm is the 80 GB part (2.039 TB/s in a100_sxm.yaml), not the 40 GB one (1.555 TB/s)"}
 BACKENDS = {"vllm": "vllm", "sglang": "sglang", "sglang-specforge": "sglang", "trtllm": "trtllm"}
-# the queryable version AIC 0.12.0 accepts for each backend on these systems (systems/query_versions.yaml 'current')
+# the one queryable version AIC 0.12.0 accepts for each backend (systems/query_versions.yaml 'current')
 VERSIONS = {("h100_sxm", "sglang"): "0.5.14", ("h100_sxm", "vllm"): "0.24.0", ("h100_sxm", "trtllm"): "1.3.0rc20",
-            ("h200_sxm", "sglang"): "0.5.14", ("h200_sxm", "vllm"): "0.24.0", ("h200_sxm", "trtllm"): "1.3.0rc20"}
+            ("h200_sxm", "sglang"): "0.5.14", ("h200_sxm", "vllm"): "0.24.0", ("h200_sxm", "trtllm"): "1.3.0rc20",
+            ("a100_sxm", "sglang"): "0.5.10", ("a100_sxm", "vllm"): "0.14.0", ("a100_sxm", "trtllm"): "1.0.0"}
+# specsim weight format / KV-cache dtype -> AIC --gemm-quant-mode / --kvcache-quant-mode (None: AIC's inferred bfloat16)
+GEMM_MODES = {"bf16": None, "fp16": None, "fp8": "fp8"}
+KV_MODES = {"bf16": None, "fp16": None, "fp8": "fp8"}
+NOT_MODELLED = {
+    "draft_model": "a separate draft model: AIC's nextn prices nextn target-shaped MTP layers, not another model's passes",
+    "prompt_lookup": "n-gram / prompt lookup has no drafting pass; AIC's nextn adds nextn target-shaped layers",
+    "medusa": "Medusa heads verified as a token tree: AIC's nextn is a chain of MTP steps",
+    "hydra": "Hydra heads verified as a token tree: AIC's nextn is a chain of MTP steps",
+    "lookahead": "Lookahead (Jacobi n-gram pool) verifies a window: AIC models MTP chains only",
+    "sparse_kv": "self-speculation with a sparse KV cache (MagicDec): AIC models MTP chains only",
+    "none": "no speculation",
+}
 
 
 class PeerError(Exception):
@@ -106,44 +162,91 @@ def run_aic(exe: Path, argv: list[str]) -> dict:
     return parse_estimate(rec["stdout"])
 
 
-def aic_inputs(sw) -> dict | str:
-    """AIC's inputs for a sweep, or why AIC cannot express it."""
-    top_k = sw.drafter_options.get("eagle_top_k", 1)
-    if sw.method not in ("eagle", "mtp"):
-        return f"method {sw.method}: AIC's nextn prices a chain of MTP/EAGLE-like draft steps only"
-    if sw.tree_size or (top_k and int(top_k) > 1):
-        return f"tree ({sw.tree_size} nodes): AIC's nextn is a chain, top-k 1"
-    if sw.load_kind != "concurrency":
-        return f"load_kind {sw.load_kind}: AIC's static batch has no queueing under a rate"
-    if sw.hardware not in SYSTEMS:
-        return f"hardware {sw.hardware}: no AIC tables"
-    if sw.target not in MODELS:
-        return f"target {sw.target}: AIC ships no model config"
-    system, backend = SYSTEMS[sw.hardware], BACKENDS.get(sw.stack)
-    if backend is None or (system, backend) not in VERSIONS:
-        return f"stack {sw.stack} on {system}: no queryable AIC version"
-    return {"model": MODELS[sw.target], "system": system, "backend": backend, "version": VERSIONS[(system, backend)],
-            "tp": sw.n_devices, "k": sw.k}
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == ""
 
 
-def _argv(inp: dict, row, *, nextn: int, accepted: float) -> list[str]:
-    batch = row.n_users or int(row.load)
+def weight_format(target: str, target_dtype) -> str:
+    """The target's weight format: the row's target_dtype, else the catalog model's."""
+    return str(target_dtype).strip() if not _blank(target_dtype) else load_model(target).weight_format
+
+
+def aic_config(*, stack, hardware: str, n_devices: int, target: str, target_dtype, kv_cache_dtype, method: str,
+               k, tree_size, top_k) -> dict | str:
+    """AIC's inputs for one configuration, or why AIC cannot express it (the first reason found, in the order
+    method, tree, hardware, stack, model, weight format)."""
+    if method not in ("eagle", "mtp"):
+        return f"method {method}: " + NOT_MODELLED.get(method, "AIC models MTP chains only")
+    wide = not _blank(top_k) and int(top_k) > 1
+    if wide or (not _blank(tree_size) and (_blank(k) or int(tree_size) != int(k) + 1)):  # K + 1 nodes: a chain
+        shape = ", ".join(x for x in ("" if _blank(tree_size) else f"{int(tree_size)} nodes",
+                                       f"top-k {top_k}" if wide else "") if x)
+        return f"tree ({shape}): AIC's nextn is a chain of K steps, top-k 1, verifying K + 1 tokens"
+    if hardware in NO_TABLES:
+        return f"hardware {hardware}: {NO_TABLES[hardware]}"
+    if hardware not in SYSTEMS:
+        return f"hardware {hardware}: AIC 0.12.0 has no tables for it"
+    system = SYSTEMS[hardware]
+    if _blank(stack):
+        return "no stack (a research code base): AIC's backends are trtllm, sglang, vllm"
+    if stack == "vllm-v0":
+        return "stack vllm-v0 (V0 engine, batch-expansion scorer): AIC's vllm tables are V1 releases"
+    backend = BACKENDS.get(stack)
+    if backend is None:
+        return f"stack {stack}: AIC's backends are trtllm, sglang, vllm"
+    if (system, backend) not in VERSIONS:
+        return f"stack {stack} on {system}: no queryable AIC version"
+    canon = load_model(target).id
+    if canon not in MODELS:
+        return f"target {target} ({canon}): AIC ships no model config"
+    fmt = weight_format(target, target_dtype)
+    if fmt not in GEMM_MODES:
+        return f"weight format {fmt}: no AIC GEMM mode mapped"
+    kv = None if _blank(kv_cache_dtype) else str(kv_cache_dtype).strip()
+    if kv is not None and kv not in KV_MODES:
+        return f"KV-cache dtype {kv}: no AIC KV-cache mode mapped"
+    if _blank(k) or int(k) < 1:
+        return "no draft length K"
+    return {"model": MODELS[canon], "system": system, "backend": backend, "version": VERSIONS[(system, backend)],
+            "tp": int(n_devices), "k": int(k), "gemm": GEMM_MODES[fmt], "kv": None if kv is None else KV_MODES[kv]}
+
+
+def _argv(inp: dict, *, isl: int, osl: int, batch: int, nextn: int, accepted: float) -> list[str]:
     a = ["--model", inp["model"], "--system", inp["system"], "--backend", inp["backend"], "--backend-version",
-         inp["version"], "--estimate-mode", "static_gen", "--isl", str(row.prompt_tokens), "--osl",
-         str(row.output_tokens), "--batch-size", str(batch), "--tp", str(inp["tp"])]
+         inp["version"], "--estimate-mode", "static_gen", "--isl", str(isl), "--osl", str(osl), "--batch-size",
+         str(batch), "--tp", str(inp["tp"])]
     if "A3B" in inp["model"]:  # AIC refuses an MoE model without its MoE split: experts tensor-parallel like the rest
         a += ["--moe-tp-size", str(inp["tp"])]
+    if inp.get("gemm"):
+        a += ["--gemm-quant-mode", inp["gemm"]]
+    if inp.get("kv"):
+        a += ["--kvcache-quant-mode", inp["kv"]]
     if nextn:
         a += ["--nextn", str(nextn), "--nextn-accepted", f"{accepted:.4f}"]
     return a
+
+
+# ---- load sweeps ------------------------------------------------------------------------------------------
+
+def sweep_config(sw) -> dict | str:
+    if sw.load_kind != "concurrency":
+        return f"load_kind {sw.load_kind}: AIC's static batch has no queueing under a rate"
+    return aic_config(stack=sw.stack, hardware=sw.hardware, n_devices=sw.n_devices, target=sw.target,
+                      target_dtype=sw.target_dtype, kv_cache_dtype=sw.kv_cache_dtype, method=sw.method, k=sw.k,
+                      tree_size=sw.tree_size, top_k=sw.drafter_options.get("eagle_top_k"))
 
 
 def aic_sweep(exe, sw, inp) -> dict:
     spec = sorted(sw.speculative(), key=lambda r: r.load)
     lo = spec[0]
     s_lo, _ = sw.measured_speedup(lo)
-    plain = run_aic(exe, _argv(inp, lo, nextn=0, accepted=0))["generation_latency_ms"]
-    probe = run_aic(exe, _argv(inp, lo, nextn=inp["k"], accepted=0.0))["generation_latency_ms"]  # iteration at 0 accepted
+
+    def argv(r, nextn, accepted):
+        return _argv(inp, isl=r.prompt_tokens, osl=r.output_tokens, batch=r.n_users or int(r.load), nextn=nextn,
+                     accepted=accepted)
+
+    plain = run_aic(exe, argv(lo, 0, 0))["generation_latency_ms"]
+    probe = run_aic(exe, argv(lo, inp["k"], 0.0))["generation_latency_ms"]  # iteration at 0 accepted
     accepted = s_lo * probe / plain - 1.0  # speedup = plain / (iteration / (1 + accepted))
     note = ""
     if not 0.0 <= accepted <= inp["k"]:
@@ -151,74 +254,239 @@ def aic_sweep(exe, sw, inp) -> dict:
         accepted = min(max(accepted, 0.0), float(inp["k"]))
     out = {}
     for r in spec:
-        p = run_aic(exe, _argv(inp, r, nextn=0, accepted=0))["generation_latency_ms"]
-        s = run_aic(exe, _argv(inp, r, nextn=inp["k"], accepted=round(accepted, 4)))["generation_latency_ms"]
+        p = run_aic(exe, argv(r, 0, 0))["generation_latency_ms"]
+        s = run_aic(exe, argv(r, inp["k"], round(accepted, 4)))["generation_latency_ms"]
         out[r.load] = p / s
     return {"accepted": accepted, "speedups": out, "note": note}
 
 
+def sweep_records(exe, sweeps, cals: dict) -> tuple[list[dict], list[dict]]:
+    """One record per speculative sweep row (measured, AIC, specsim under each source) and one per sweep."""
+    records: dict = {}
+    heads = []
+    for sw in sweeps:
+        inp = sweep_config(sw)
+        aic, reason = None, None if isinstance(inp, dict) else inp
+        if reason is None:
+            try:
+                aic = aic_sweep(exe, sw, inp)
+            except PeerError as exc:
+                reason = f"AIC refused: {exc}"
+        fmt = weight_format(sw.target, sw.target_dtype)
+        heads.append({"sweep": sw.name, "stack": sw.stack, "method": sw.method, "weight_format": fmt,
+                      "aic_inputs": inp if isinstance(inp, dict) else None, "aic_reason": reason,
+                      "aic_accepted": None if aic is None else aic["accepted"], "aic_note": "" if aic is None else aic["note"]})
+        for cs, t in cals.items():
+            for r in t[(t["sweep"] == sw.name) & (t["speculative"] == 1)].to_dict(orient="records"):
+                rec = records.setdefault((sw.name, float(r["load"])), {
+                    "set": "sweep", "id": sw.name, "load": float(r["load"]), "stack": sw.stack, "method": sw.method,
+                    "weight_format": fmt, "role": str(r["role"]), "measured": _num(r["measured_speedup"]),
+                    "aic": None if aic is None else aic["speedups"].get(r["load"]), "aic_reason": reason,
+                    "priced_by": {}})
+                rec[cs] = _num(r["predicted_speedup"])
+                rec["priced_by"][cs] = str(r.get("priced_by", ""))
+    return list(records.values()), heads
+
+
+# ---- replay rows ------------------------------------------------------------------------------------------
+
+def replay_accepted(row: dict) -> tuple[float, str]:
+    """AIC's --nextn-accepted from the row's own acceptance figure, and which figure it came from."""
+    k = int(row["k"])
+    if not _blank(row.get("tau")):
+        return float(row["tau"]) - 1.0, "tau - 1"
+    a = float(row["alpha"])
+    return (float(k) if a >= 1.0 else a * (1.0 - a ** k) / (1.0 - a)), "alpha (1 - alpha^K) / (1 - alpha)"
+
+
+def _opt(text, key):
+    if _blank(text):
+        return None
+    for part in str(text).split(";"):
+        if "=" in part and part.split("=", 1)[0].strip() == key:
+            return part.split("=", 1)[1].strip()
+    return None
+
+
+def aic_replay_row(exe, row: dict) -> dict | str:
+    """AIC's speedup for one replay row, or why it cannot express the row."""
+    inp = aic_config(stack=row.get("stack"), hardware=str(row["hardware"]), n_devices=int(row.get("n_devices") or 1),
+                     target=str(row["target"]), target_dtype=row.get("target_dtype"),
+                     kv_cache_dtype=row.get("kv_cache_dtype"), method=str(row["method"]), k=row.get("k"),
+                     tree_size=row.get("tree_size"), top_k=_opt(row.get("drafter_options"), "eagle_top_k"))
+    if isinstance(inp, str):
+        return inp
+    accepted, basis = replay_accepted(row)
+    if not 0.0 <= accepted <= inp["k"]:
+        return f"accepted {accepted:.3f} ({basis}) outside AIC's [0, K = {inp['k']}]"
+    isl = DEFAULT_CONTEXT_LEN if _blank(row.get("context_len")) else int(row["context_len"])
+    batch = int(row["batch_size"])
+    try:
+        plain = run_aic(exe, _argv(inp, isl=isl, osl=2, batch=batch, nextn=0, accepted=0))["generation_latency_ms"]
+        spec = run_aic(exe, _argv(inp, isl=isl, osl=2, batch=batch, nextn=inp["k"],
+                                  accepted=round(accepted, 4)))["generation_latency_ms"]
+    except PeerError as exc:
+        return f"AIC refused: {exc}"
+    return {"speedup": plain / spec, "accepted": accepted, "basis": basis, "isl": isl, "inputs": inp}
+
+
+def replay_records(exe, table: pd.DataFrame, results: dict) -> list[dict]:
+    out = []
+    for i, row in enumerate(table.to_dict(orient="records")):
+        a = aic_replay_row(exe, row)
+        fmt = weight_format(str(row["target"]), row.get("target_dtype"))
+        rec = {"set": "replay", "id": str(row["id"]), "load": float(row["batch_size"]),
+               "stack": "(none)" if _blank(row.get("stack")) else str(row["stack"]), "method": str(row["method"]),
+               "weight_format": fmt, "role": "check", "measured": _num(row.get("measured_speedup")),
+               "aic": a["speedup"] if isinstance(a, dict) else None, "aic_reason": a if isinstance(a, str) else None,
+               "aic_accepted": a["accepted"] if isinstance(a, dict) else None,
+               "aic_basis": a["basis"] if isinstance(a, dict) else None, "priced_by": {}}
+        for cs, t in results.items():
+            r = t.iloc[i]
+            assert str(r["id"]) == rec["id"]
+            rec[cs] = _num(r["predicted_speedup"])
+            rec["priced_by"][cs] = str(r.get("priced_by", ""))
+        out.append(rec)
+    return out
+
+
+# ---- roll-up ----------------------------------------------------------------------------------------------
+
+def _num(v):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def slowdown_below(rec: dict) -> float:
+    return SWEEP_SLOWDOWN if rec["set"] == "sweep" else REPLAY_SLOWDOWN
+
+
+def counts(recs: list[dict], key: str) -> dict:
+    """Median |error|, measured slowdowns missed (predicted >= 1.05) and false slowdowns (predicted < 1 where
+    measured > 1.05) of one predictor over the records where it and the measurement both have a value."""
+    ok = [r for r in recs if r.get(key) is not None and r["measured"] is not None]
+    err = [abs(r[key] / r["measured"] - 1.0) for r in ok]
+    slow = [r for r in ok if r["measured"] < slowdown_below(r)]
+    return {"n": len(ok), "median_abs_error": statistics.median(err) if err else None, "n_slowdowns": len(slow),
+            "missed": sum(r[key] >= BAR for r in slow),
+            "false_slowdowns": sum(r[key] < 1.0 and r["measured"] > FALSE_MEASURED for r in ok)}
+
+
+def rollup(records: list[dict]) -> dict:
+    """By (set, stack, method, weight format): on the rows AIC expresses, AIC and specsim under both sources on
+    the same rows; on every row, specsim under both sources. Sweeps count their check rows only."""
+    counted = [r for r in records if r["set"] == "replay" or r["role"] == "check"]
+    groups: dict = {}
+    for r in counted:
+        groups.setdefault((r["set"], r["stack"], r["method"], r["weight_format"]), []).append(r)
+    for s in ("sweep", "replay"):
+        groups[(s, "all", "", "")] = [r for r in counted if r["set"] == s]
+    groups[("all", "", "", "")] = counted
+    out = []
+    for key, recs in groups.items():
+        same = [r for r in recs if r["aic"] is not None]
+        out.append({"set": key[0], "stack": key[1], "method": key[2], "weight_format": key[3], "n_rows": len(recs),
+                    "aic_rows": {k: counts(same, k) for k in ("aic",) + COST_SOURCES},
+                    "every_row": {k: counts(recs, k) for k in COST_SOURCES}})
+    return {"groups": out}
+
+
+# ---- output -----------------------------------------------------------------------------------------------
+
+def _pct(v):
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _sp(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def format_report(heads, records, roll) -> str:
+    lines = []
+    if heads:
+        lines.append("== Load sweeps (AIC's accepted fitted at the lowest-load speculative row; specsim calibrate load "
+                     "--roles plain+lowest)")
+        for h in heads:
+            lines.append(f"{h['sweep']} ({h['stack']}, {h['method']}, {h['weight_format']})")
+            if h["aic_reason"]:
+                lines.append(f"  AIC cannot express it: {h['aic_reason']}")
+            else:
+                i = h["aic_inputs"]
+                lines.append(f"  AIC: {i['model']} on {i['system']}, {i['backend']} {i['version']}, tp {i['tp']}, "
+                             f"nextn {i['k']}, accepted {h['aic_accepted']:.3f} (fitted at the lowest load) {h['aic_note']}")
+            for r in (x for x in records if x["set"] == "sweep" and x["id"] == h["sweep"]):
+                lines.append(f"    load {r['load']:>6g} {r['role']:<5} measured {_sp(r['measured'])}  AIC {_sp(r['aic']):>6}"
+                             f"  specsim roofline {_sp(r.get('roofline')):>6}  auto {_sp(r.get('auto')):>6}")
+    rep = [r for r in records if r["set"] == "replay"]
+    if rep:
+        lines.append("== Replay rows AIC expresses (nextn = K, accepted from the row's tau/alpha; specsim replay "
+                     "--leave-source-out)")
+        for r in rep:
+            if r["aic"] is not None:
+                lines.append(f"  {r['id']}: measured {_sp(r['measured'])}  AIC {_sp(r['aic'])} (accepted "
+                             f"{r['aic_accepted']:.3f} = {r['aic_basis']})  specsim roofline {_sp(r.get('roofline'))}"
+                             f"  auto {_sp(r.get('auto'))} [{r['priced_by'].get('auto', '')}]")
+        lines.append("== Replay rows AIC cannot express, and why")
+        for r in rep:
+            if r["aic"] is None:
+                lines.append(f"  {r['id']}: {r['aic_reason']}")
+    lines.append("== Roll-up by set, stack, method and weight format (sweeps: check rows; replay: every row). "
+                 "median |error|; slowdowns missed (predicted >= 1.05) / measured; false slowdowns (predicted < 1 "
+                 "where measured > 1.05)")
+    lines.append(f"{'set':<6} {'stack':<16} {'method':<13} {'fmt':<5} {'rows':>4} | on AIC's rows: {'n':>3} "
+                 f"{'AIC':>6} {'roof':>6} {'auto':>6}  missed A/r/a  false A/r/a | every row: {'roof':>6} {'auto':>6}"
+                 f"  missed r/a  false r/a")
+    for g in roll["groups"]:
+        a, e = g["aic_rows"], g["every_row"]
+        n_slow = a["aic"]["n_slowdowns"]
+        lines.append(
+            f"{g['set']:<6} {g['stack']:<16} {g['method']:<13} {g['weight_format']:<5} {g['n_rows']:>4} |"
+            f" {'':>14}{a['aic']['n']:>3} {_pct(a['aic']['median_abs_error']):>6} {_pct(a['roofline']['median_abs_error']):>6}"
+            f" {_pct(a['auto']['median_abs_error']):>6}  {a['aic']['missed']}/{a['roofline']['missed']}/{a['auto']['missed']}"
+            f" of {n_slow:<2} {a['aic']['false_slowdowns']}/{a['roofline']['false_slowdowns']}/{a['auto']['false_slowdowns']}"
+            f"      | {'':>11}{_pct(e['roofline']['median_abs_error']):>6} {_pct(e['auto']['median_abs_error']):>6}"
+            f"  {e['roofline']['missed']}/{e['auto']['missed']} of {e['roofline']['n_slowdowns']:<2}"
+            f" {e['roofline']['false_slowdowns']}/{e['auto']['false_slowdowns']}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated sweep names")
+    ap.add_argument("--only-sweeps", help="comma-separated sweep names")
+    ap.add_argument("--only-rows", help="comma-separated replay row ids")
+    ap.add_argument("--no-sweeps", action="store_true")
+    ap.add_argument("--no-replay", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from specsim.calibration.load import read_load_sweeps
-    from specsim.calibration.load_fit import calibrate_load
-    from specsim.specs.data import data_path
-
-    sweeps = read_load_sweeps(data_path("published/load_sweeps.csv"),
-                              sweeps=args.only.split(",") if args.only else None)
     try:
         exe = ensure_aic()
-        cal = calibrate_load(sweeps, roles="plain+lowest")
-        rows = cal.rows
-        report = []
-        for sw in sweeps:
-            inp = aic_inputs(sw)
-            aic = aic_sweep(exe, sw, inp) if isinstance(inp, dict) else None
-            lowest = min(r.load for r in sw.speculative())
-            t = rows[(rows["sweep"] == sw.name) & (rows["speculative"] == 1)]
-            per = []
-            for r in t.itertuples():
-                ms, ps = r.measured_speedup, r.predicted_speedup
-                per.append({"load": r.load, "role": "fit" if r.load == lowest else "check", "measured": ms,
-                            "specsim": ps, "aic": None if aic is None else aic["speedups"].get(r.load)})
-            chk = [p for p in per if p["role"] == "check" and p["measured"] == p["measured"] and p["measured"] is not None]
-
-            def med(key):
-                e = [abs(p[key] / p["measured"] - 1) for p in chk if p[key] is not None and p[key] == p[key]]
-                return statistics.median(e) if e else None
-
-            slow = [p for p in per if p["measured"] is not None and p["measured"] < SLOWDOWN]
-            report.append({"sweep": sw.name, "stack": sw.stack, "method": sw.method, "n_check": len(chk),
-                           "aic_inputs": inp if isinstance(inp, dict) else None,
-                           "aic_reason": None if isinstance(inp, dict) else inp,
-                           "aic_accepted": None if aic is None else aic["accepted"], "aic_note": "" if aic is None else aic["note"],
-                           "median_abs_error_aic": med("aic") if aic else None, "median_abs_error_specsim": med("specsim"),
-                           "n_slowdowns": len(slow),
-                           "missed_aic": None if aic is None else sum(p["aic"] >= BAR for p in slow),
-                           "missed_specsim": sum((p["specsim"] or 0) >= BAR for p in slow), "rows": per})
-    except PeerError as exc:
+        records, heads = [], []
+        if not args.no_sweeps:
+            sweeps = read_load_sweeps(data_path("published/load_sweeps.csv"),
+                                      sweeps=args.only_sweeps.split(",") if args.only_sweeps else None)
+            cals = {cs: calibrate_load(sweeps, roles="plain+lowest", cost_source=cs).rows for cs in COST_SOURCES}
+            recs, heads = sweep_records(exe, sweeps, cals)
+            records += recs
+        if not args.no_replay:
+            table = read_replay_table(data_path("published/speculative_decoding.csv"))
+            # left out by source over the whole set (a figure's fit rows must be rows of the table), then filtered
+            results = {cs: leave_one_source_out(table, cost_source=cs).table for cs in COST_SOURCES}
+            if args.only_rows:
+                keep = table["id"].astype(str).isin(args.only_rows.split(","))
+                table = table[keep].reset_index(drop=True)
+                results = {cs: t[keep.to_numpy()].reset_index(drop=True) for cs, t in results.items()}
+            records += replay_records(exe, table, results)
+    except (PeerError, SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    roll = rollup(records)
     if args.json:
-        print(json.dumps(report, indent=1, default=float))
-        return 0
-    f = lambda v: "-" if v is None else f"{v:.1%}"
-    for s in report:
-        print(f"{s['sweep']} ({s['stack']}, {s['method']}): {s['n_check']} check rows; median |error| "
-              f"AIC {f(s['median_abs_error_aic'])}, specsim {f(s['median_abs_error_specsim'])}; slowdowns {s['n_slowdowns']}, "
-              f"missed AIC {'-' if s['missed_aic'] is None else s['missed_aic']}, specsim {s['missed_specsim']}")
-        if s["aic_reason"]:
-            print(f"  AIC cannot express it: {s['aic_reason']}")
-        else:
-            i = s["aic_inputs"]
-            print(f"  AIC: {i['model']} on {i['system']}, {i['backend']} {i['version']}, tp {i['tp']}, nextn {i['k']}, "
-                  f"accepted {s['aic_accepted']:.3f} (fitted at the lowest load) {s['aic_note']}")
-        for p in s["rows"]:
-            a = "-" if p["aic"] is None else f"{p['aic']:.3f}"
-            sp = "-" if p["specsim"] is None or p["specsim"] != p["specsim"] else f"{p['specsim']:.3f}"
-            print(f"    load {p['load']:>6g} {p['role']:<5} measured {p['measured']:.3f}  AIC {a:>6}  specsim {sp:>6}")
+        print(json.dumps({"sweeps": heads, "rows": records, "rollup": roll}, indent=1, default=float))
+    else:
+        print(format_report(heads, records, roll))
     return 0
 
 
