@@ -767,6 +767,7 @@ def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = 
     # sources that leave the same fit rows (every source but the fit rows' own, or each row its own
     # source when the text is blank) share one fit.
     refits: dict = {}
+    scopes: dict = {}
     catalog: dict = {}
     plans: dict = {}
     for key in dict.fromkeys(keys):
@@ -793,8 +794,10 @@ def leave_one_source_out(table: pd.DataFrame, *, fits=REPLAY_FITS, where: str = 
                 value = f.prior
                 notes.append(f"{f.stack} {f.term} = {'unset' if value is None else f'{value:g}'} ({f.prior_source}; "
                              f"every fit row is of this source)")
-            scope = _term_scope(by_id, f.fit_ids, base, f.term, cost_source)
-            stacks[f.stack] = _with_term(base, f.term, value, cost_source=scope)
+            at = (f.stack, f.term, tuple(applied.get(f.stack, ())))  # the same for every source: asked once
+            if at not in scopes:
+                scopes[at] = _term_scope(by_id, f.fit_ids, base, f.term, cost_source)
+            stacks[f.stack] = _with_term(base, f.term, value, cost_source=scopes[at])
             applied.setdefault(f.stack, []).append((f.term, value))
         plans[key] = (stacks, "; ".join(notes))
 

@@ -7,7 +7,6 @@ or editable install reads the root folders.
 from __future__ import annotations
 
 import copy
-import fnmatch
 import os
 import sys
 from pathlib import Path
@@ -37,7 +36,8 @@ def catalog_dir(kind: str) -> Path:
 
 def catalog_ids(kind: str) -> list[str]:
     # one listing, not pathlib's glob: resolving an operating point asks this a dozen times
-    return sorted(Path(n).stem for n in os.listdir(catalog_dir(kind)) if fnmatch.fnmatchcase(n, "*.toml"))
+    # a name's stem by slicing (as Path.stem reads it: '.toml' alone keeps its name)
+    return sorted(n[:-5] if len(n) > 5 else n for n in os.listdir(catalog_dir(kind)) if n.endswith(".toml"))
 
 
 # The catalogs' own files, parsed once, keyed by path, size and modification time; a copy is handed
