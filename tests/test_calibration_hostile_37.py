@@ -149,6 +149,27 @@ def test_leave_source_out_with_alternating_sources_finishes_and_uses_the_other_h
     assert r.loc[row, "predicted_speedup"] == pytest.approx(alone.loc[row, "predicted_after"], rel=1e-9)
 
 
+def test_the_context_a_fit_works_out_once_changes_no_prediction():
+    """A term fit fills replay's default context in once per row (`_prepared`) instead of at every value it
+    tries; predicted with it filled in, every row must be predicted exactly as without (the default
+    depends on the models and the verify width only)."""
+    from specsim.calibration.replay import _prepared, predict_row_cycle
+    from specsim.errors import SpecError
+    from specsim.specs.stacks import load_stack
+
+    n = 0
+    for row in loo_set().to_dict(orient="records"):
+        stack = load_stack(row["stack"])
+        try:
+            plain = predict_row_cycle(row, stack_profile=stack)[0].cycle.speedup
+        except SpecError:
+            continue
+        filled = _prepared(row, stack, None)
+        n += filled is not row
+        assert predict_row_cycle(filled, stack_profile=stack)[0].cycle.speedup == plain, row["id"]
+    assert n > 10  # rows without a context were among them
+
+
 # ---- a long citation: the source key is linear in the text's length --------------------------------
 
 # The previous pattern (sources.py before issue 37), kept here as the slow, obviously correct twin: the
