@@ -138,10 +138,10 @@ class MeasuredSource:
         self._pair_s = (float(roofline.attention_bytes_flops(model, 0.0, 1.0, tp)[1])
                         / (hw.peak_flops_per_s[attention_dtype] * eff.compute_frac))
         self.fixed_s = roofline.overhead_time_s(model, hw, efficiency=efficiency) + self.hop_s
-        # the decode attention grid as plain lists, for the simulator's per-iteration scalar lookups
-        self._gb = mp.attn_batch.tolist()
-        self._gs = mp.attn_step.tolist()
-        self._cells = mp.attn_s.tolist()
+        # the attention grids as rows of plain floats, for the simulator's per-iteration scalar lookups
+        self._decode_grid = _ScalarGrid(mp.attn_batch, mp.attn_step, mp.attn_s, past_power=1)
+        self._context_grid = (_ScalarGrid(mp.ctx_batch, mp.ctx_isl, mp.ctx_s, past_power=2)
+                              if mp.ctx_s.size else None)
 
     def _decode(self, sd, td, rd, pd):
         """(decode attention seconds, the table's queries, its KV length) of decode rows with sums S, T, R, P.
@@ -205,18 +205,15 @@ class MeasuredSource:
     def logit_time_s(self, n_logits) -> np.ndarray:
         return self.mp.head_time_s(count_array("n_logit_tokens", n_logits, 0))
 
-    def _decode_attention_s(self, n_queries: float, kv_len: float) -> float:
-        """`MeasuredPass.attention_time_s` for one (queries, KV length) in plain floats."""
-        gb, gs, c = self._gb, self._gs, self._cells
-        fb = _position(gb, n_queries)
-        fs = _position(gs, kv_len)
-        i = min(int(fb), len(gb) - 2)
-        j = min(int(fs), len(gs) - 2)
-        u, v = fb - i, fs - j
-        out = ((1 - u) * ((1 - v) * c[i][j] + v * c[i][j + 1]) + u * ((1 - v) * c[i + 1][j] + v * c[i + 1][j + 1]))
-        if n_queries > gb[-1] or kv_len > gs[-1]:
-            out *= max(n_queries / gb[-1], 1.0) * max(kv_len / gs[-1], 1.0)
-        return out
+    def _context_attention_s(self, n_seqs: float, chunk: float, prefix: float) -> float:
+        """`MeasuredPass.context_attention_time_s` for one (chunks, tokens a chunk, cached before) in plain
+        floats: T(prefix + chunk) − T(prefix), at least T(chunk)."""
+        g = self._context_grid
+        if g is None:
+            return float(self.mp.context_attention_time_s(n_seqs, chunk, prefix))
+        whole = g(n_seqs, prefix + chunk) - g(n_seqs, prefix)
+        alone = g(n_seqs, chunk)
+        return whole if whole > alone else alone
 
     def attention_s(self, s: float, t: float, r: float, p: float, ps: float = 0.0, pt: float = 0.0,
                     pr: float = 0.0, pp: float = 0.0) -> float:
@@ -225,12 +222,12 @@ class MeasuredSource:
         out = 0.0
         if sd > 0:
             if self.expanded:
-                out = self._decode_attention_s(td, pd / td)
+                out = self._decode_grid(td, pd / td)
             else:
                 extra = pd - (rd - td + sd)
-                out = self._decode_attention_s(sd, rd / sd) + (extra * self._pair_s if extra > 0 else 0.0)
+                out = self._decode_grid(sd, rd / sd) + (extra * self._pair_s if extra > 0 else 0.0)
         if ps > 0:
-            out += float(self.mp.context_attention_time_s(ps, pt / ps, (pr - pt) / ps))
+            out += self._context_attention_s(ps, pt / ps, (pr - pt) / ps)
         return out
 
     def dense_time_s(self, n_params: float, n_tokens, *, extra_bytes=0.0) -> np.ndarray:
@@ -243,14 +240,48 @@ class MeasuredSource:
         return self.mp.gemm_time_s(n, k, t) + np.asarray(extra_bytes, dtype=float) / self.tp / self._bw
 
 
-def _position(grid: list, x: float) -> float:
-    """x's fractional index on an increasing grid, held at the ends (np.interp's convention)."""
-    if x <= grid[0]:
-        return 0.0
-    if x >= grid[-1]:
-        return float(len(grid) - 1)
-    i = bisect.bisect_right(grid, x) - 1
-    return i + (x - grid[i]) / (grid[i + 1] - grid[i])
+class _ScalarGrid:
+    """A measured attention grid cells[rows, cols] read at one (row value, column value) in plain floats:
+    `cost.measured`'s bilinear lookup (np.interp positions, clamped to the grid) and its continuation past
+    the grid (in proportion to the rows, and to the columns to `past_power`), with the column profile at
+    each row value interpolated once and kept (a serving run asks a few hundred distinct batch sizes)."""
+
+    __slots__ = ("rows", "cols", "cells", "power", "_profiles")
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray, cells: np.ndarray, *, past_power: int):
+        self.rows, self.cols, self.cells = rows.tolist(), cols.tolist(), cells.tolist()
+        self.power = past_power
+        self._profiles: dict = {}
+
+    def _profile(self, x: float) -> list:
+        rows, c = self.rows, self.cells
+        if x <= rows[0]:
+            i, u = 0, 0.0
+        elif x >= rows[-1]:
+            i, u = len(rows) - 2, 1.0
+        else:
+            i = bisect.bisect_right(rows, x) - 1
+            u = (x - rows[i]) / (rows[i + 1] - rows[i])
+        lo, hi = c[i], c[i + 1]
+        scale = x / rows[-1] if x > rows[-1] else 1.0
+        out = [((1 - u) * a + u * b) * scale for a, b in zip(lo, hi)]
+        if len(self._profiles) > 4096:
+            self._profiles.clear()
+        self._profiles[x] = out
+        return out
+
+    def __call__(self, x: float, y: float) -> float:
+        prof = self._profiles.get(x)
+        if prof is None:
+            prof = self._profile(x)
+        cols = self.cols
+        if y <= cols[0]:
+            return prof[0]
+        if y >= cols[-1]:
+            return prof[-1] * (y / cols[-1]) ** self.power if y > cols[-1] else prof[-1]
+        j = bisect.bisect_right(cols, y) - 1
+        v = (y - cols[j]) / (cols[j + 1] - cols[j])
+        return (1 - v) * prof[j] + v * prof[j + 1]
 
 
 _MEASURED: dict = {}
