@@ -224,3 +224,39 @@ def test_unknown_or_uncited_measured_figures_are_refused():
     raw["measured"] = {"cycle_overhead_us": -1.0}
     with pytest.raises(SpecError, match="cycle_overhead_us"):
         stack_from_dict(raw, where="t")
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("cost_source", "tables", "one of"), ("cost_source", "", "one of"),
+    ("kv_cache_dtype", "fp7", "a KV-cache dtype"), ("kv_cache_dtype", 8, "a KV-cache dtype"),
+])
+def test_a_scenario_refuses_a_bad_cost_source_or_kv_dtype_naming_it(field, value, expected):
+    from specsim.specs.scenario import Scenario
+
+    with pytest.raises(SpecError, match=f"{field}.*{expected}"):
+        Scenario(**{field: value})
+
+
+def test_a_scenario_s_kv_cache_dtype_reaches_the_target_and_its_pass():
+    """kv_cache_dtype = fp8 halves the KV bytes a token (by hand: 1 byte an element instead of 2) and, on the
+    H100 tables, the attention is read from the fp8 rows (the source's label says so)."""
+    from specsim.specs.scenario import Scenario
+    from specsim.speculation.operating_point import resolve
+
+    base = resolve(Scenario(hardware="h100-sxm", target="llama-3.1-8b", stack="sglang", method="none", k=0))
+    fp8 = resolve(Scenario(hardware="h100-sxm", target="llama-3.1-8b", stack="sglang", method="none", k=0,
+                           kv_cache_dtype="fp8"))
+    assert fp8.target.kv_cache_dtype == "fp8"
+    assert fp8.target.kv_bytes_per_token == pytest.approx(base.target.kv_bytes_per_token / 2, rel=1e-12)
+    if package_root() is not None:
+        assert "fp8" in source_for(fp8.target, fp8.deployment, target=True).label
+
+
+def test_a_calibration_regime_refuses_an_unknown_priced_by():
+    from specsim.specs.regimes import entry_from_dict
+
+    fields = {"property": "calibration", "versions": "*", "status": "fitted", "source": "t", "sweep": "s", "file": "f",
+              "command": "c", "load_kind": "concurrency", "load_min": 1, "load_max": 2, "n_fit_rows": 1,
+              "fit_error_frac": 0.1, "device_scale": 1.0, "priced_by": "tables"}
+    with pytest.raises(SpecError, match="priced_by.*roofline, measured"):
+        entry_from_dict(fields, where="t")
