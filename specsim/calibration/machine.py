@@ -196,7 +196,9 @@ class MachineProfile:
                             "gemm_row_tiles": list(self.kernels.gemm_row_tiles),
                             "gemm_tile_pass_cost": list(self.kernels.gemm_tile_pass_cost),
                             "attention_overlap_exponent": self.kernels.attention_overlap_exponent,
-                            "gemm_compute_frac_by_format": dict(self.kernels.gemm_compute_frac_by_format)}}
+                            "gemm_compute_frac_by_format": dict(self.kernels.gemm_compute_frac_by_format),
+                            "gemm_tile_pass_cost_by_format": {f: list(v) for f, v in
+                                                              self.kernels.gemm_tile_pass_cost_by_format.items()}}}
 
     def toml(self, *, hw_id: str = "local", command: str = "specsim calibrate machine") -> str:
         """The hardware file: every figure with the command that measured it, the measured tables as
@@ -235,6 +237,9 @@ class MachineProfile:
                   *([("gemm_compute_frac_by_format = { " + ", ".join(f'"{f}" = {v:.6f}' for f, v in
                                                                      k.gemm_compute_frac_by_format.items()) + " }")]
                     if k.gemm_compute_frac_by_format else []),
+                  *([("gemm_tile_pass_cost_by_format = { " + ", ".join(
+                      f'"{f}" = [{", ".join(f"{c:.6f}" for c in v)}]' for f, v in k.gemm_tile_pass_cost_by_format.items())
+                      + " }")] if k.gemm_tile_pass_cost_by_format else []),
                   f"elementwise_floor_us = {k.elementwise_floor_s * 1e6:.4f}",
                   f"elementwise_rows_per_sm = {k.elementwise_rows_per_sm}"]
         machine = ["", self.identity.toml().rstrip("\n")] if self.identity is not None else []
@@ -661,26 +666,29 @@ def fit_profile(*, bandwidth, gemm, attention, elementwise, fma, threads: int, r
     # every other block format on the same curve, its compute fraction its own: the memory side carries by bytes
     # (Q8_0 reads 8.5 bits a weight where Q4_1 reads 5), the arithmetic does not always (on an AVX2 CPU the
     # decoder's Q8_0 products multiply at a third of Q4_1's rate at M >= 4; with VNNI alike)
-    by_format = {}
+    by_format, tiles_by_format = {}, {}
     for fmt in ("Q8_0", "Q4_0"):
         gf = gemm[(gemm["threads"] == t) & (gemm["format"] == fmt)].reset_index(drop=True)
         if not len(gf):
             continue
-        i_c = 1  # theta[1] is gemm_compute_frac
+        # theta[1] is gemm_compute_frac, theta[4:] the smaller tiles' pass costs: the format's own
+        free = [1] + list(range(4, 4 + n_free))
 
-        def resid(c, gf=gf, fmt=fmt):
+        def resid(z, gf=gf, fmt=fmt):
             th = np.array(res.x, float)
-            th[i_c] = c[0]
+            th[free] = z
             return np.log(predict(th, gf, fmt) / gf["time_s"].to_numpy(float))
 
-        rf = least_squares(resid, x0=[float(res.x[i_c])], bounds=([0.01], [1.0]), loss="soft_l1", f_scale=0.1)
+        rf = least_squares(resid, x0=np.array(res.x, float)[free], bounds=([0.01] + [0.05] * n_free, [1.0] + [64.0] * n_free),
+                           loss="soft_l1", f_scale=0.1)
         by_format[FORMAT_NAMES[fmt]] = float(rf.x[0])
+        tiles_by_format[FORMAT_NAMES[fmt]] = (float(ROW_TILES[0]),) + tuple(float(c) for c in rf.x[1:])
         th = np.array(res.x, float)
-        th[i_c] = rf.x[0]
+        th[free] = rf.x
         more = gf[["format", "shape", "m", "time_s"]].assign(predicted_s=predict(th, gf, fmt))
         more["relative_error"] = more["predicted_s"] / more["time_s"] - 1.0
         errors = pd.concat([errors, more], ignore_index=True)
-    kp = replace(kp, gemm_compute_frac_by_format=by_format)
+    kp = replace(kp, gemm_compute_frac_by_format=by_format, gemm_tile_pass_cost_by_format=tiles_by_format)
     notes = [f"measured with {repeats} repeats per figure on a shared machine; spread in the comments below",
              f"streaming read {stream / 1e9:.2f} GB/s over the working set"]
     dram = big[big["size_bytes"] == big["size_bytes"].max()]

@@ -263,7 +263,8 @@ def step_operators(model: ModelSpec, tp: int) -> list[Operator]:
 def operator_time_s(op: Operator, model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tokens) -> np.ndarray:
     """Time of ONE instance of `op` for T tokens on the part's fitted curve."""
     if op.kind == "gemm":
-        return gemm_time_s(hw.kernels, n_tokens=n_tokens, k=op.k, n=op.n, **_rates(model, hw, eff))
+        return gemm_time_s(hw.kernels.for_format(model.weight_format), n_tokens=n_tokens, k=op.k, n=op.n,
+                           **_rates(model, hw, eff))
     t = np.asarray(n_tokens, dtype=np.float64)
     return elementwise_time_s(hw.kernels, op.kind, n_tokens=t, bytes_=t * op.bytes_per_token, row_elems=op.row_elems,
                               peak_bandwidth_bytes_per_s=hw.mem_bandwidth_bytes_per_s)
@@ -301,9 +302,9 @@ def weights_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tok
 
 def lm_head_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_logit_tokens, tp: int) -> np.ndarray:
     """The vocabulary projection for the positions that need logits (fp32 output)."""
-    rates = dict(_rates(model, hw, eff, model.lm_head_weight_format or model.weight_format),
-                 weight_bytes_per_elem=model.lm_head_bytes_per_param)
-    return gemm_time_s(hw.kernels, n_tokens=n_logit_tokens, k=model.hidden_size, n=model.vocab_size / tp,
+    fmt = model.lm_head_weight_format or model.weight_format
+    rates = dict(_rates(model, hw, eff, fmt), weight_bytes_per_elem=model.lm_head_bytes_per_param)
+    return gemm_time_s(hw.kernels.for_format(fmt), n_tokens=n_logit_tokens, k=model.hidden_size, n=model.vocab_size / tp,
                        out_bytes_per_elem=LOGIT_BYTES, **rates)
 
 

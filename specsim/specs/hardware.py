@@ -124,10 +124,24 @@ class KernelProfile:
     # the curve's own: on an AVX2 CPU the decoder's Q8_0 product (the tied LM head) multiplies at a third of the
     # Q4_1 products' rate (signed bytes: no vpmaddubsw), where VNNI runs both alike
     gemm_compute_frac_by_format: Mapping[str, float] = field(default_factory=dict)
+    # and that format's own row-tile pass costs (one per gemm_row_tiles entry): on the AVX2 paths the Q8_0 product
+    # takes M = 1..3 at about the Q4_1 rate and M = 4 at twice M = 3's time (its tile is another kernel)
+    gemm_tile_pass_cost_by_format: Mapping[str, tuple] = field(default_factory=dict)
 
     def compute_frac_for(self, weight_format: str) -> float:
         """The GEMM compute fraction for weights of `weight_format` (the curve's own where not measured apart)."""
         return self.gemm_compute_frac_by_format.get(weight_format, self.gemm_compute_frac)
+
+    def for_format(self, weight_format: str) -> "KernelProfile":
+        """This curve as the products of `weight_format` follow it: that format's compute fraction and tile
+        pass costs where they were measured apart, the curve's own elsewhere."""
+        frac = self.gemm_compute_frac_by_format.get(weight_format)
+        costs = self.gemm_tile_pass_cost_by_format.get(weight_format)
+        if frac is None and costs is None:
+            return self
+        return replace(self, gemm_compute_frac=self.gemm_compute_frac if frac is None else frac,
+                       gemm_tile_pass_cost=self.gemm_tile_pass_cost if costs is None else costs,
+                       gemm_compute_frac_by_format={}, gemm_tile_pass_cost_by_format={})
 
     def __post_init__(self) -> None:
         where = "kernels"
@@ -138,6 +152,17 @@ class KernelProfile:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
                 raise field_error(where, f"gemm_compute_frac_by_format.{fmt}", v, "a fraction in (0, 1]")
         object.__setattr__(self, "gemm_compute_frac_by_format", MappingProxyType(by_format))
+        tiles_by_format = {}
+        for fmt, costs in dict(self.gemm_tile_pass_cost_by_format).items():
+            costs = tuple(costs)
+            if fmt not in WEIGHT_FORMATS:
+                raise field_error(where, "gemm_tile_pass_cost_by_format", fmt, f"weight formats among {', '.join(WEIGHT_FORMATS)}")
+            if len(costs) != len(self.gemm_row_tiles) or not all(
+                    isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0 for c in costs):
+                raise field_error(where, f"gemm_tile_pass_cost_by_format.{fmt}", list(costs),
+                                  f"one positive cost per entry of gemm_row_tiles {list(self.gemm_row_tiles)}")
+            tiles_by_format[fmt] = tuple(float(c) for c in costs)
+        object.__setattr__(self, "gemm_tile_pass_cost_by_format", MappingProxyType(tiles_by_format))
         row_tiles = tuple(self.gemm_row_tiles)
         if row_tiles and (not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in row_tiles)
                           or list(row_tiles) != sorted(set(row_tiles), reverse=True) or row_tiles[-1] != 1):
@@ -348,7 +373,7 @@ _KERNEL_SCALARS = {
 _KERNEL_KEYS = {*_KERNEL_SCALARS, "gemm_tile", "transfer_from",
                 *(f"{k}_bandwidth_frac" for k in ELEMENTWISE_KINDS), *(f"{k}_row_ns_per_elem" for k in ROW_BLOCKED_KINDS)}
 _KERNEL_OPTIONAL = {"gemm_row_tiles", "gemm_tile_pass_rows", "gemm_tile_pass_cost",  # CPU row-tiled kernels only
-                    "attention_overlap_exponent", "gemm_compute_frac_by_format"}
+                    "attention_overlap_exponent", "gemm_compute_frac_by_format", "gemm_tile_pass_cost_by_format"}
 _ALL_REDUCE_KEYS = {"group_sizes", "latency_us", "bus_gb_s", "transfer_from"}
 _TOP_KEYS = {"id", "name", "kind", "notes", "operator_tables", "peak_tflops", "efficiency", "sources", "kernels", "all_reduce", "loads_as", "machine",
              *_SCALARS}
@@ -493,6 +518,13 @@ def _kernels_from_dict(where: str, raw, own_id: str) -> KernelProfile:
                               'a table of weight format -> fraction, e.g. { "gguf-q8_0" = 0.3 }')
         kw["gemm_compute_frac_by_format"] = {k: _number(where, f"kernels.gemm_compute_frac_by_format.{k}", v)
                                              for k, v in table.items()}
+    if "gemm_tile_pass_cost_by_format" in raw:
+        table = raw["gemm_tile_pass_cost_by_format"]
+        if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+            raise field_error(where, "kernels.gemm_tile_pass_cost_by_format", table,
+                              'a table of weight format -> tile pass costs, e.g. { "gguf-q8_0" = [8, 7.2, 0.9] }')
+        kw["gemm_tile_pass_cost_by_format"] = {
+            k: tuple(_number(where, f"kernels.gemm_tile_pass_cost_by_format.{k}", c) for c in v) for k, v in table.items()}
     kw["elementwise_bandwidth_frac"] = {k: _number(where, f"kernels.{k}_bandwidth_frac", raw[f"{k}_bandwidth_frac"])
                                         for k in ELEMENTWISE_KINDS}
     kw["elementwise_row_s_per_elem"] = {k: _number(where, f"kernels.{k}_row_ns_per_elem", raw[f"{k}_row_ns_per_elem"]) * 1e-9
