@@ -89,3 +89,25 @@ def test_steps_write_stack_onto_a_read_only_file_is_refused_before_the_fit(tmp_p
     os.chmod(stack, 0o444)
     rc = main(["calibrate", "steps", str(_bench_file(tmp_path)), "--format", "bench", "--write-stack", str(stack)])
     assert rc == 5 and "--write-stack" in _one_line(capsys) and stack.read_text() == "kept\n"
+
+
+def test_a_written_stack_says_which_machine_it_describes(tmp_path):
+    """The stack `calibrate steps --write-stack` writes names the machine and run of its bench (its `machine`
+    as `decoder bench` records it), in a comment at its top and in its notes."""
+    import pandas as pd
+
+    from specsim.calibration.decoder_stack import stack_toml
+    from specsim.calibration.fit import fit_efficiency
+    from specsim.specs.stacks import load_stack
+
+    rows = pd.DataFrame([dict(hardware="ddr5-5600-2ch", target="smollm2-135m-q4_1", tp=1, batch_size=1, q_len=m,
+                              context_len=c, logit_len=m, measured_time_s=0.004 + 0.0004 * m + 1e-6 * c)
+                         for m in (1, 4, 16) for c in (128, 1024)])
+    cal = fit_efficiency(rows, fit=("bandwidth_frac", "compute_frac", "step_overhead_s", "per_layer_overhead_s"))
+    host = {"step_s": 1.5e-4, "cycle_s": 6e-4, "draft_token_s": 2e-4, "k": 4, "accepted": 2, "repeats": 3}
+    machine = {"cpu": "AMD EPYC", "block_matmul": "vnni", "attention": "vector", "threads": 1, "clock": "thread"}
+    text = stack_toml(cal, host, stack_id="s", command="test", bench_path="b", hardware="h", machine=machine)
+    assert "# It describes AMD EPYC (vnni matmul tiles, vector attention), 1 thread, thread clock" in text
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert load_stack(str(path)).notes.startswith("Describes AMD EPYC (vnni matmul tiles, vector attention)")

@@ -275,8 +275,17 @@ def measure_prompt_lookup(*, contexts=(256, 1024, 4096), repeats: int = 5, clock
     return {"contexts": list(contexts), "seconds": times, "s_per_ktoken": max(slope, 0.0)}
 
 
+def describes(machine: dict | None) -> str:
+    """The machine and run a bench's `machine` (specs.machine.MachineIdentity as a dict) names, in words."""
+    if not machine:
+        return ""
+    t = machine.get("threads")
+    return (f"{machine.get('cpu', '?')} ({machine.get('block_matmul', '?')} matmul tiles, {machine.get('attention', '?')} "
+            f"attention), {t} thread{'s' * (t != 1)}, {machine.get('clock', '?')} clock")
+
+
 def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str, hardware: str,
-               lookup: dict | None = None, disturbed: tuple = ()) -> str:
+               lookup: dict | None = None, disturbed: tuple = (), machine: dict | None = None) -> str:
     """The stack file: the fitted efficiency and overheads (from `fit.fit_efficiency`) and the
     measured host work, each with its source."""
     e = cal.efficiency
@@ -296,10 +305,14 @@ def stack_toml(cal, host: dict, *, stack_id: str, command: str, bench_path: str,
     if lookup:
         notes += (f" Prompt lookup search: {lookup['s_per_ktoken'] * 1e6:.1f} us per 1000 context tokens (a scenario's "
                   f"[drafter_options] prompt_lookup_s_per_seq_per_ktoken).")
+    where = describes(machine)
+    if where:
+        notes = f"Describes {where}: the machine and run of the bench it was fitted to. {notes}"
     mark = disturbed_note(list(disturbed)) if disturbed else ""
     if mark:
         notes = f"{mark}. {notes}"
     lines = [f"# The reference decoder (specsim decoder) as a stack, fitted on this machine by `{command}`.",
+             *([f"# It describes {where}: the machine and run of the bench."] if where else []),
              *([f"# {mark}"] if mark else []),
              f'id = "{stack_id}"', 'name = "specsim reference decoder (numba, CPU)"', 'version = "specsim 0.1"',
              f"bandwidth_frac = {e.bandwidth_frac:.6f}", f"compute_frac = {e.compute_frac:.6f}",

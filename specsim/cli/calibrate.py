@@ -177,7 +177,8 @@ def _run_steps(args) -> int:
                                  f"{pieces['repeats']}" + (", this thread's CPU time" if clock == "thread" else ""))
         lookup = measure_prompt_lookup(clock=clock)
         text = stack_toml(cal, host, stack_id=args.stack_id, command=command, bench_path=args.file,
-                          hardware=args.bench_hardware, lookup=lookup, disturbed=tuple(problems))
+                          hardware=args.bench_hardware, lookup=lookup, disturbed=tuple(problems),
+                          machine=read_bench(args.file).get("machine"))
         write_file_atomically(args.write_stack, text, flag="--write-stack")
         summary = dict(summary, host=host, prompt_lookup=lookup, stack=args.write_stack)
     if args.json:
