@@ -111,6 +111,20 @@ def test_a_block_format_s_own_compute_rate_is_fitted_and_prices_the_lm_head(tmp_
     hw = load_hardware(path)
     assert hw.kernels.compute_frac_for("gguf-q8_0") == pytest.approx(kp.gemm_compute_frac_by_format["gguf-q8_0"], rel=1e-5)
     assert hw.kernels.compute_frac_for("gguf-q4_1") == pytest.approx(kp.gemm_compute_frac, rel=1e-5)
+    q8 = hw.kernels.for_format("gguf-q8_0")  # the curve as Q8_0's products follow it: its own fraction and tiles
+    assert q8.gemm_compute_frac == hw.kernels.gemm_compute_frac_by_format["gguf-q8_0"]
+    assert q8.gemm_tile_pass_cost == hw.kernels.gemm_tile_pass_cost_by_format["gguf-q8_0"]
+    assert hw.kernels.for_format("gguf-q4_1") is hw.kernels
+    text = path.read_text()
+    bad = tmp_path / "bad.toml"
+    for old_, new_, field in (('"gguf-q8_0" = [', '"gguf-q9_9" = [', "gemm_tile_pass_cost_by_format"),
+                              ('{ "gguf-q8_0" = 0', '{ "gguf-q8_0" = 1', "gemm_compute_frac_by_format.gguf-q8_0"),
+                              ('"gguf-q8_0" = [8.000000, ', '"gguf-q8_0" = [', "gemm_tile_pass_cost_by_format.gguf-q8_0")):
+        assert old_ in text, old_
+        bad.write_text(text.replace(old_, new_, 1))
+        with pytest.raises(SpecError, match=f"'{field}'") as exc:
+            load_hardware(bad)
+        assert "\n" not in str(exc.value)
     model = load_model("smollm2-135m-q4_1")  # lm_head_weight_format gguf-q8_0
     eff = hw.efficiency
     own = float(CK.lm_head_time_s(model, hw, eff, 64, 1))
