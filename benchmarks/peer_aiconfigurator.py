@@ -1,7 +1,7 @@
 """Side by side with NVIDIA's AIConfigurator (issue 32 item 3, issue 36 item 6): every load sweep and replay row.
 
     .venv/bin/python benchmarks/peer_aiconfigurator.py [--only-sweeps NAME,...] [--only-rows ID,...]
-                                                       [--no-sweeps] [--no-replay] [--json]
+                                                       [--no-sweeps] [--no-replay] [--json] [--json-out FILE]
 
 AIConfigurator 0.12.0 runs as its own CLI (`aiconfigurator cli estimate --estimate-mode static_gen`) from
 its own virtualenv, ~/.cache/specsim/peer-aic-0.12.0, created on first use with
@@ -58,7 +58,7 @@ from pathlib import Path
 import pandas as pd
 
 from specsim.calibration.load import read_load_sweeps
-from specsim.calibration.load_fit import SLOWDOWN as SWEEP_SLOWDOWN, SLOWDOWN_BAR as BAR, calibrate_load
+from specsim.calibration.load_fit import SLOWDOWN as SWEEP_SLOWDOWN, SLOWDOWN_BAR as BAR, calibrate_load, sweep_priced_by
 from specsim.calibration.replay import DEFAULT_CONTEXT_LEN, leave_one_source_out, read_replay_table
 from specsim.errors import SpecError
 from specsim.specs.data import data_path
@@ -261,7 +261,9 @@ def aic_sweep(exe, sw, inp) -> dict:
 
 
 def sweep_records(exe, sweeps, cals: dict) -> tuple[list[dict], list[dict]]:
-    """One record per speculative sweep row (measured, AIC, specsim under each source) and one per sweep."""
+    """One record per speculative sweep row (measured, AIC, specsim under each source) and one per sweep.
+    cals: cost source -> LoadCalibration."""
+    fits = {cs: {f.sweep.name: f for f in cal.fits} for cs, cal in cals.items()}
     records: dict = {}
     heads = []
     for sw in sweeps:
@@ -275,16 +277,17 @@ def sweep_records(exe, sweeps, cals: dict) -> tuple[list[dict], list[dict]]:
         fmt = weight_format(sw.target, sw.target_dtype)
         heads.append({"sweep": sw.name, "stack": sw.stack, "method": sw.method, "weight_format": fmt,
                       "aic_inputs": inp if isinstance(inp, dict) else None, "aic_reason": reason,
-                      "aic_accepted": None if aic is None else aic["accepted"], "aic_note": "" if aic is None else aic["note"]})
-        for cs, t in cals.items():
-            for r in t[(t["sweep"] == sw.name) & (t["speculative"] == 1)].to_dict(orient="records"):
+                      "aic_accepted": None if aic is None else aic["accepted"], "aic_note": "" if aic is None else aic["note"],
+                      "priced_by": {cs: sweep_priced_by(f[sw.name].sweep, f[sw.name].stack) for cs, f in fits.items()}})
+        for cs, f in fits.items():
+            t = f[sw.name].rows
+            for r in t[t["speculative"] == 1].to_dict(orient="records"):
                 rec = records.setdefault((sw.name, float(r["load"])), {
                     "set": "sweep", "id": sw.name, "load": float(r["load"]), "stack": sw.stack, "method": sw.method,
                     "weight_format": fmt, "role": str(r["role"]), "measured": _num(r["measured_speedup"]),
                     "aic": None if aic is None else aic["speedups"].get(r["load"]), "aic_reason": reason,
-                    "priced_by": {}})
+                    "priced_by": heads[-1]["priced_by"]})
                 rec[cs] = _num(r["predicted_speedup"])
-                rec["priced_by"][cs] = str(r.get("priced_by", ""))
     return list(records.values()), heads
 
 
@@ -382,11 +385,14 @@ def rollup(records: list[dict]) -> dict:
     groups: dict = {}
     for r in counted:
         groups.setdefault((r["set"], r["stack"], r["method"], r["weight_format"]), []).append(r)
+    groups = dict(sorted(groups.items()))
     for s in ("sweep", "replay"):
         groups[(s, "all", "", "")] = [r for r in counted if r["set"] == s]
     groups[("all", "", "", "")] = counted
     out = []
     for key, recs in groups.items():
+        if not recs:
+            continue
         same = [r for r in recs if r["aic"] is not None]
         out.append({"set": key[0], "stack": key[1], "method": key[2], "weight_format": key[3], "n_rows": len(recs),
                     "aic_rows": {k: counts(same, k) for k in ("aic",) + COST_SOURCES},
@@ -410,7 +416,8 @@ def format_report(heads, records, roll) -> str:
         lines.append("== Load sweeps (AIC's accepted fitted at the lowest-load speculative row; specsim calibrate load "
                      "--roles plain+lowest)")
         for h in heads:
-            lines.append(f"{h['sweep']} ({h['stack']}, {h['method']}, {h['weight_format']})")
+            pb = ", ".join(f"{cs} -> {kind}" for cs, kind in h["priced_by"].items())
+            lines.append(f"{h['sweep']} ({h['stack']}, {h['method']}, {h['weight_format']}; specsim's target priced: {pb})")
             if h["aic_reason"]:
                 lines.append(f"  AIC cannot express it: {h['aic_reason']}")
             else:
@@ -436,18 +443,20 @@ def format_report(heads, records, roll) -> str:
     lines.append("== Roll-up by set, stack, method and weight format (sweeps: check rows; replay: every row). "
                  "median |error|; slowdowns missed (predicted >= 1.05) / measured; false slowdowns (predicted < 1 "
                  "where measured > 1.05)")
-    lines.append(f"{'set':<6} {'stack':<16} {'method':<13} {'fmt':<5} {'rows':>4} | on AIC's rows: {'n':>3} "
-                 f"{'AIC':>6} {'roof':>6} {'auto':>6}  missed A/r/a  false A/r/a | every row: {'roof':>6} {'auto':>6}"
-                 f"  missed r/a  false r/a")
+    lines.append("  on AIC's rows: AIC, specsim --cost-source roofline (r) and auto (a) on the same rows; every row: "
+                 "specsim alone")
+    lines.append(f"{'set':<6} {'stack':<16} {'method':<13} {'fmt':<5} {'rows':>4} | {'n':>3} "
+                 f"{'AIC':>6} {'roof':>6} {'auto':>6}  missed A/r/a   false A/r/a | {'roof':>6} {'auto':>6}"
+                 f"  missed r/a    false r/a")
     for g in roll["groups"]:
         a, e = g["aic_rows"], g["every_row"]
         n_slow = a["aic"]["n_slowdowns"]
         lines.append(
             f"{g['set']:<6} {g['stack']:<16} {g['method']:<13} {g['weight_format']:<5} {g['n_rows']:>4} |"
-            f" {'':>14}{a['aic']['n']:>3} {_pct(a['aic']['median_abs_error']):>6} {_pct(a['roofline']['median_abs_error']):>6}"
+            f" {a['aic']['n']:>3} {_pct(a['aic']['median_abs_error']):>6} {_pct(a['roofline']['median_abs_error']):>6}"
             f" {_pct(a['auto']['median_abs_error']):>6}  {a['aic']['missed']}/{a['roofline']['missed']}/{a['auto']['missed']}"
-            f" of {n_slow:<2} {a['aic']['false_slowdowns']}/{a['roofline']['false_slowdowns']}/{a['auto']['false_slowdowns']}"
-            f"      | {'':>11}{_pct(e['roofline']['median_abs_error']):>6} {_pct(e['auto']['median_abs_error']):>6}"
+            f" of {n_slow:<2}  {a['aic']['false_slowdowns']}/{a['roofline']['false_slowdowns']}/{a['auto']['false_slowdowns']}"
+            f"       | {_pct(e['roofline']['median_abs_error']):>6} {_pct(e['auto']['median_abs_error']):>6}"
             f"  {e['roofline']['missed']}/{e['auto']['missed']} of {e['roofline']['n_slowdowns']:<2}"
             f" {e['roofline']['false_slowdowns']}/{e['auto']['false_slowdowns']}")
     return "\n".join(lines)
@@ -459,7 +468,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only-rows", help="comma-separated replay row ids")
     ap.add_argument("--no-sweeps", action="store_true")
     ap.add_argument("--no-replay", action="store_true")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the text report")
+    ap.add_argument("--json-out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
     try:
         exe = ensure_aic()
@@ -467,7 +477,7 @@ def main(argv=None) -> int:
         if not args.no_sweeps:
             sweeps = read_load_sweeps(data_path("published/load_sweeps.csv"),
                                       sweeps=args.only_sweeps.split(",") if args.only_sweeps else None)
-            cals = {cs: calibrate_load(sweeps, roles="plain+lowest", cost_source=cs).rows for cs in COST_SOURCES}
+            cals = {cs: calibrate_load(sweeps, roles="plain+lowest", cost_source=cs) for cs in COST_SOURCES}
             recs, heads = sweep_records(exe, sweeps, cals)
             records += recs
         if not args.no_replay:
@@ -483,8 +493,11 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     roll = rollup(records)
+    doc = json.dumps({"sweeps": heads, "rows": records, "rollup": roll}, indent=1, default=float)
+    if args.json_out:
+        Path(args.json_out).write_text(doc)
     if args.json:
-        print(json.dumps({"sweeps": heads, "rows": records, "rollup": roll}, indent=1, default=float))
+        print(doc)
     else:
         print(format_report(heads, records, roll))
     return 0
