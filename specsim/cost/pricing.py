@@ -133,10 +133,6 @@ class MeasuredSource:
                          if expanded else ""))
         eff = efficiency or hw.efficiency
         self._bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
-        # seconds per query-key pair of score FLOPs (all layers, one device) at the achievable attention peak
-        _, attention_dtype = roofline.pass_dtypes(model, hw)
-        self._pair_s = (float(roofline.attention_bytes_flops(model, 0.0, 1.0, tp)[1])
-                        / (hw.peak_flops_per_s[attention_dtype] * eff.compute_frac))
         self.fixed_s = roofline.overhead_time_s(model, hw, efficiency=efficiency) + self.hop_s
         # the attention grids as rows of plain floats, for the simulator's per-iteration scalar lookups
         self._decode_grid = _ScalarGrid(mp.attn_batch, mp.attn_step, mp.attn_s, past_power=1)
@@ -145,18 +141,20 @@ class MeasuredSource:
 
     def _decode(self, sd, td, rd, pd):
         """(decode attention seconds, the table's queries, its KV length) of decode rows with sums S, T, R, P.
-        Shared: one KV read a sequence, the generation table at (S sequences, R/S), and the score FLOPs of
-        the queries after each sequence's first (P − (R − T + S) pairs) at the attention peak. Expanded: T
-        one-token sequences at their mean KV length P/T (an expanding scorer's decode batch)."""
-        if self.expanded:
-            q = td
-            kv = np.divide(pd, td, out=np.zeros(np.broadcast(pd, td).shape), where=td > 0)
-            extra = 0.0
-        else:
-            q = sd
-            kv = np.divide(rd, sd, out=np.zeros(np.broadcast(rd, sd).shape), where=sd > 0)
-            extra = np.maximum(pd - (rd - td + sd), 0.0) * self._pair_s
-        return np.where(sd > 0, self.mp.attention_time_s(q, kv) + extra, 0.0), q, kv
+
+        The tables measure one query a sequence over its cache, and no kernel with several (a verify's M
+        positions). A verify is read there as T = B·M decode queries: at the KV length a sequence holds,
+        R/S = L + M, for a scorer that runs the M positions in one call (AIConfigurator's own convention
+        for MTP verification, 'batch widening by nextn + 1'); at their mean own length P/T = L + (M + 1)/2
+        for an expanding scorer, whose M one-token sequences each read the cache up to their position.
+        Chosen over one KV read a sequence plus the extra queries' score FLOPs, which read 13.7 % median
+        |error| and 4 of 6 slowdowns missed on five H100 load sweeps' check rows where this reads 9.6 % and
+        1 (data/published/README.md, December 2026): the verify kernels do not reach the decode kernels'
+        efficiency at a few queries a sequence."""
+        kv_total = pd if self.expanded else rd
+        per = td if self.expanded else sd
+        kv = np.divide(kv_total, per, out=np.zeros(np.broadcast(kv_total, per).shape), where=per > 0)
+        return np.where(sd > 0, self.mp.attention_time_s(td, kv), 0.0), td, kv
 
     def _attention_parts(self, shape: PassShape):
         s, t, r, p = (np.asarray(x, dtype=np.float64) for x in (shape.seqs, shape.tokens, shape.kv_read, shape.pairs))
@@ -221,11 +219,7 @@ class MeasuredSource:
         sd, td, rd, pd = s - ps, t - pt, r - pr, p - pp
         out = 0.0
         if sd > 0:
-            if self.expanded:
-                out = self._decode_grid(td, pd / td)
-            else:
-                extra = pd - (rd - td + sd)
-                out = self._decode_grid(sd, rd / sd) + (extra * self._pair_s if extra > 0 else 0.0)
+            out = self._decode_grid(td, pd / td if self.expanded else rd / sd)
         if ps > 0:
             out += self._context_attention_s(ps, pt / ps, (pr - pt) / ps)
         return out
