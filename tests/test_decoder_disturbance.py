@@ -201,6 +201,13 @@ def test_validate_names_the_verify_passes_that_contradict_themselves():
     rows[0]["reference_measured_s"] = 0.03  # the reference step beside them moved from 11 to 30 ms within the part
     assert check_verify(pd.DataFrame(rows)) == ["the reference step timed beside the passes took 11.00 to 30.00 ms "
                                                "within the part"]
+    # the reference step against the calibration's 10 ms for it: +10 % passes, +30 % (a quarter past) is named
+    rows = [dict(r, reference_measured_s=0.011, reference_predicted_s=0.010, reference_drift=0.10) for r in rows]
+    assert check_verify(pd.DataFrame(rows)) == []
+    rows = [dict(r, reference_measured_s=0.013, reference_drift=0.30) for r in rows]
+    assert check_verify(pd.DataFrame(rows)) == ["the reference step took 13.00 ms beside the passes, +30% against the "
+                                               "10.00 ms of the calibration it checks (beyond 25%: the machine is not in "
+                                               "the state it was calibrated in)"]
 
 
 def test_validate_s_error_by_operator_class_by_hand():
