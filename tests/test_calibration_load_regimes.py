@@ -14,6 +14,7 @@ from specsim.specs.hardware import load_hardware
 from specsim.specs.regimes import (VersionRange, calibration_notes, entry_from_dict, parse_version,
                                    resolve_regimes)
 from specsim.specs.scenario import Scenario
+from specsim.cost.pricing import source_for
 from specsim.specs.stacks import load_stack
 from specsim.speculation.operating_point import resolve
 
@@ -170,7 +171,9 @@ def test_overlap_and_dynamic_k_tax_and_a_calibration():
     cal = entry_from_dict({"property": "calibration", "versions": "*", "status": "fitted", "source": "test",
                            "sweep": "s", "file": "f.csv", "load_kind": "concurrency", "load_min": 1, "load_max": 64,
                            "n_fit_rows": 5, "fit_error_frac": 0.03, "command": "specsim calibrate load f.csv",
-                           "device_scale": 2.0, "device_per_seq_us": 10.0}, where="t")
+                           "device_scale": 2.0, "device_per_seq_us": 10.0,
+                           # fitted through the source that prices this point (a calibration holds on that source only)
+                           "priced_by": source_for(op.target, op.deployment, target=True).kind}, where="t")
     stack = load_stack("vllm")
     op2 = resolve(op.scenario, stack_profile=replace(stack, regimes=stack.regimes + (cal,)))
     c = ServingCost(op2)

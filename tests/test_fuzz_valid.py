@@ -115,7 +115,7 @@ def scenarios(draw):
     if method == "draft_model":
         d["drafter"] = DRAFTERS[d["target"]]
     d["k"] = k = draw(st.integers(0, 16))
-    if method in TREE_FAMILIES and draw(st.booleans()):
+    if method in TREE_FAMILIES and (stack is None or load_stack(stack).supports_tree) and draw(st.booleans()):
         d["tree_size"] = draw(st.integers(k + 1, k + 16))
     if method != "none":
         if draw(st.booleans()):

@@ -108,7 +108,8 @@ def readme_plan(commands: list[str], *, model_cached: bool) -> list[tuple[str, s
                     words[words.index("--out") + 1] += "-readme"
                 # --force: beside the other queue and workers the bench may find the CPUs busy and refuse its
                 # figures (exit 7); here it is run for the command, not for the figures
-                plan.append((" ".join(words) + " --m 1,2 --contexts 128 --repeats 1 --force", None))
+                plan.append((" ".join(words) + " --m 1,2 --contexts 128 --repeats 1"
+                             + (" --force" if "--out" in words else ""), None))
             else:
                 plan.append((c, None))
         elif c.startswith("specsim "):
