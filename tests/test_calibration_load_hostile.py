@@ -23,7 +23,7 @@ import pytest
 
 from specsim.calibration.load import COLUMNS, MAX_ROWS, MAX_SWEEP_ROWS, sweeps_from_table
 from specsim.calibration.load_fit import _least_squares
-from specsim.cli import main
+from cli_refusals import refused, run
 from specsim.errors import SpecError
 
 BASE = dict(stack="vllm", hardware="h100-sxm", n_devices=1, target="llama-3.2-1b", target_dtype="", method="none",
@@ -52,28 +52,6 @@ def sweep_rows(name="s", **over):
     for r in rows:
         r.update(over)
     return rows
-
-
-def run(argv, capsys, *, limit_s: float):
-    """main(argv) -> (exit status, stdout, stderr), within limit_s seconds."""
-    t0 = time.monotonic()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own refusals
-        rc = exc.code
-    took = time.monotonic() - t0
-    out, err = capsys.readouterr()
-    assert took < limit_s, f"took {took:.1f} s, more than {limit_s} s"
-    return rc, out, err
-
-
-def refused(rc, err, status, *needles):
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("specsim: note:")]
-    assert rc == status, err
-    assert len(lines) == 1 and lines[0].startswith("specsim: error: "), err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    assert "Traceback" not in err and "internal error" not in err
 
 
 # ---- metrics past any unit: refused on read --------------------------------------------------------
