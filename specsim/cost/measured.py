@@ -636,6 +636,26 @@ def _moe(tables: OperatorTables, model: ModelSpec, tp: int, dtype: str, m_grid: 
     return (_interp_extrap(m_grid, x, y), float(x[-1])), ""
 
 
+def _attention_grid(tables: OperatorTables, table: str, shape: tuple, notes: list[str], *, decode: bool):
+    """((row values, column values, cells, filled), kernel) of one attention table at the shard's
+    (heads, KV heads, head_dim, KV dtype): generation attention over (batch, step) at one query a sequence,
+    context attention over (batch, isl); or why not, in words."""
+    heads, kv_heads, hd, kvt = shape
+    frame = tables.frames.get(table)
+    if frame is None:
+        return (f"no {table} for {tables.framework} on {tables.system}"
+                + ("" if decode else " (prefill chunks need it)"))
+    rows, src, why = _attention_rows(frame[frame["isl"] == 1] if decode else frame, table, tables, heads, kv_heads,
+                                     hd, kvt, notes)
+    if rows is None:
+        return why
+    g = _grid(rows, "batch_size", "step" if decode else "isl", fill_rows=decode)
+    if g is None:
+        return (f"{table}: a batch row with no measured step at {heads}/{kv_heads}/{hd}" if decode else
+                f"{table}: an isl column with no measured batch at {heads}/{kv_heads}/{hd}")
+    return g, src
+
+
 def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> MeasuredPass | str:
     """The pass, or the precise reason the tables do not cover it."""
     if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1 or model.n_heads % tp:
@@ -714,29 +734,16 @@ def _tabulate(tables: OperatorTables, model: ModelSpec, tp: int, kv: str) -> Mea
         notes.append(f"sliding window {model.sliding_window}: attention from the full-attention rows over the last "
                      f"min(L, {model.sliding_window}) cached tokens; a prompt chunk longer than the window is priced "
                      "as causal attention over the whole chunk (overstates it)")
-    gen = tables.frames.get("generation_attention_perf")
-    if gen is None:
-        return f"no generation_attention_perf for {tables.framework} on {tables.system}"
-    a, gen_src, why = _attention_rows(gen[gen["isl"] == 1], "generation_attention_perf", tables, heads, kv_heads, hd, kvt,
-                                  notes)
-    if a is None:
-        return why
-    g = _grid(a, "batch_size", "step", fill_rows=True)
-    if g is None:
-        return f"generation_attention_perf: a batch row with no measured step at {heads}/{kv_heads}/{hd}"
-    gb, gs, cell, filled = g
+    shape = (heads, kv_heads, hd, kvt)
+    g = _attention_grid(tables, "generation_attention_perf", shape, notes, decode=True)
+    if isinstance(g, str):
+        return g
+    (gb, gs, cell, filled), gen_src = g
     parts.append(f"generation_attention {gen_src}" + (f" kv {kvt}" if kvt != "bfloat16" else ""))
-
-    ctx = tables.frames.get("context_attention_perf")
-    if ctx is None:
-        return f"no context_attention_perf for {tables.framework} on {tables.system} (prefill chunks need it)"
-    c, ctx_src, why = _attention_rows(ctx, "context_attention_perf", tables, heads, kv_heads, hd, kvt, notes)
-    if c is None:
-        return why
-    cg = _grid(c, "batch_size", "isl", fill_rows=False)
-    if cg is None:
-        return f"context_attention_perf: an isl column with no measured batch at {heads}/{kv_heads}/{hd}"
-    cb, cx, ccell, cfilled = cg
+    cg = _attention_grid(tables, "context_attention_perf", shape, notes, decode=False)
+    if isinstance(cg, str):
+        return cg
+    (cb, cx, ccell, cfilled), ctx_src = cg
     parts.append(f"context_attention {ctx_src}")
 
     ar_e, ar_s = np.zeros(0), np.zeros(0)
