@@ -255,25 +255,10 @@ def test_break_even_interpolates_between_runs():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny GGUF, a catalog-shaped model file for it, a handmade CPU profile and stack."""
-    from specsim.decoder.testing import write_tiny_gguf
-    from specsim.specs.catalog import to_toml
+    from tiny_loop import write_tiny_loop
 
     d = tmp_path_factory.mktemp("loop")
-    gguf = write_tiny_gguf(d / "tiny.gguf", n_ctx=4096)
-    from specsim.decoder.testing import tiny_vocab
-
-    (d / "tiny-model.toml").write_text(to_toml({
-        "id": "tiny-model", "name": "tiny", "tokenizer": "tiny", "n_layers": 3, "hidden_size": 64, "n_heads": 4,
-        "n_kv_heads": 2, "head_dim": 16, "ffn_size": 128, "vocab_size": len(tiny_vocab()), "max_context": 4096,
-        "weight_format": "gguf-q4_1", "kv_cache_dtype": "fp32", "sources": {"shape": "specsim.decoder.testing"}}))
-    (d / "cpu.toml").write_text(to_toml({
-        "id": "cpu", "name": "test cpu", "kind": "cpu", "memory_gb": 16, "mem_bandwidth_gb_s": 20,
-        "peak_tflops": {"int8": 1.0, "fp32": 0.2}, "sources": {"memory_gb": "test", "mem_bandwidth_gb_s": "test",
-                                                                "peak_tflops": "test"}}))
-    (d / "stack.toml").write_text(to_toml({
-        "id": "stack", "name": "test stack", "version": "1", "bandwidth_frac": 0.5, "compute_frac": 0.3,
-        "step_overhead_us": 50, "methods": ["prompt_lookup", "layer_skip"],
-        "sources": {"bandwidth_frac": "test", "compute_frac": "test", "step_overhead_us": "test", "methods": "test"}}))
+    gguf = write_tiny_loop(d, n_ctx=4096)
     return d, gguf
 
 

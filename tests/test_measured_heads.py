@@ -22,6 +22,21 @@ pytestmark = pytest.mark.skipif(ROOT is None, reason="aiconfigurator-core is not
 GEN, CTX = "generation_attention_perf", "context_attention_perf"
 
 
+
+def _cell_errors(mp, table, truth) -> np.ndarray:
+    """|interpolated / measured − 1| of every cell the held-out rows measured (the pass's cells are of its
+    2 layers), skipping cells the pass filled past memory."""
+    gb, gc, cells, filled = ((mp.attn_batch, mp.attn_step, mp.attn_s / 2, mp.attn_filled) if table == GEN
+                             else (mp.ctx_batch, mp.ctx_isl, mp.ctx_s / 2, mp.ctx_filled))
+    err = []
+    for b in truth.index:
+        for c in truth.columns:
+            i, j = np.flatnonzero(gb == b), np.flatnonzero(gc == c)
+            if np.isnan(truth.loc[b, c]) or not i.size or not j.size or filled[i[0], j[0]]:
+                continue
+            err.append(abs(cells[i[0], j[0]] / truth.loc[b, c] - 1))
+    return np.asarray(err)
+
 def _rows(frame, table, heads, kv_heads, kernel, kv="bfloat16", hd=128):
     """One shape's rows, pivoted to latency in seconds over (batch, step) or (batch, isl)."""
     f = frame[(frame.num_heads == heads) & (frame.num_key_value_heads == kv_heads) & (frame.head_dim == hd)
@@ -158,18 +173,7 @@ def _errors(framework, kernel, heads, kv_heads, note, table):
     assert mp is not None
     assert any(n.startswith(table) and note in n for n in mp.notes), mp.notes
     truth = _rows(tables.frames[table], table, heads, kv_heads, kernel)
-    if table == GEN:
-        gb, gc, cells, filled = mp.attn_batch, mp.attn_step, mp.attn_s / 2, mp.attn_filled
-    else:
-        gb, gc, cells, filled = mp.ctx_batch, mp.ctx_isl, mp.ctx_s / 2, mp.ctx_filled
-    err = []
-    for b in truth.index:
-        for c in truth.columns:
-            i, j = np.flatnonzero(gb == b), np.flatnonzero(gc == c)
-            if np.isnan(truth.loc[b, c]) or not i.size or not j.size or filled[i[0], j[0]]:
-                continue
-            err.append(abs(cells[i[0], j[0]] / truth.loc[b, c] - 1))
-    return np.asarray(err)
+    return _cell_errors(mp, table, truth)
 
 
 # (framework, kernel, held-out heads, KV heads, the collected neighbours) on H100; SGLang and TensorRT-LLM
@@ -259,16 +263,7 @@ def _kv_errors(framework, kernel, heads, table):
     note = [n for n in mp.notes if n.startswith(f"{table}: {heads}/4/128")]
     assert len(note) == 1, mp.notes
     path = "bilinear" if "bilinear" in note[0] else "group size" if "group size" in note[0] else note[0]
-    gb, gc, cells, filled = ((mp.attn_batch, mp.attn_step, mp.attn_s / 2, mp.attn_filled) if table == GEN
-                             else (mp.ctx_batch, mp.ctx_isl, mp.ctx_s / 2, mp.ctx_filled))
-    err = []
-    for b in truth.index:
-        for c in truth.columns:
-            i, j = np.flatnonzero(gb == b), np.flatnonzero(gc == c)
-            if np.isnan(truth.loc[b, c]) or not i.size or not j.size or filled[i[0], j[0]]:
-                continue
-            err.append(abs(cells[i[0], j[0]] / truth.loc[b, c] - 1))
-    return np.asarray(err), path
+    return _cell_errors(mp, table, truth), path
 
 
 @pytest.mark.parametrize("table, median_bound, worst_bound", [
