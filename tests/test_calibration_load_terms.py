@@ -204,6 +204,49 @@ def test_leave_one_source_out_predicts_each_sweep_at_the_share_the_others_chose(
         leave_one_source_out([a, b], shares=(0.0, 2.0))
 
 
+def _planted_with_extra(name: str, extra_us: float, loads=(1, 2, 4)) -> LoadSweep:
+    """A sweep whose speculating sequences pay `extra_us` more a cycle than the vllm stack says."""
+    from specsim.calibration.load_fit import with_spec_seq_extra
+
+    terms = Terms(device_scale=1.2, device_per_seq_s=5e-6, cycle_s=1e-3)
+    sw = replace(_sweep(loads), name=name)
+    sw = replace(sw, rows=tuple(replace(r, sweep=name) for r in sw.rows))
+    base = with_spec_seq_extra(load_stack("vllm"), extra_us)
+    assert base.host.spec_per_seq_s == pytest.approx(load_stack("vllm").host.spec_per_seq_s + extra_us * 1e-6)
+    truth = predict_sweep(sw, stack=calibrated_stack(base, terms, priced_by=sweep_priced_by(sw, base)))
+    rows = [replace(r, output_tokens_per_s=t["predicted_output_tokens_per_s"], tpot_s=t["predicted_tpot_s"],
+                    role="fit" if (not r.speculative or r.load == min(loads)) else "check")
+            for r, (_, t) in zip(sw.rows, truth.iterrows())]
+    return replace(sw, rows=tuple(rows))
+
+
+def test_the_extra_cost_a_speculating_sequence_is_chosen_by_the_other_sources():
+    """Sweep A is planted with 400 µs more host work a speculating sequence a cycle, B with none. One
+    speculative fit load cannot tell that cost from a fixed one a cycle (the lowest load absorbs it), so
+    at the wrong extra the higher loads miss; at its own extra each sweep's check rows come back. Left
+    out by source, A is predicted at B's choice (0) and B at A's (400): a sweep never picks its own."""
+    from specsim.calibration.load_fit import fit_sweep
+    from specsim.calibration.load_share import leave_one_source_out
+
+    a = _planted_with_extra("a", 400.0)
+    b = _planted_with_extra("b", 0.0, loads=(1, 3, 6))
+    right, wrong = fit_sweep(a, token_share=0.0, spec_seq_extra_us=400.0), fit_sweep(a, token_share=0.0)
+    assert right.spec_seq_extra_us == 400.0 and right.check_error < 2e-3
+    assert wrong.check_error > 10 * right.check_error
+    fit = leave_one_source_out([a, b], shares=(0.0,), extras_us=(400.0, 0.0))
+    assert fit.extras_us == (0.0, 400.0) and fit.points == [(0.0, 0.0), (0.0, 400.0)]
+    assert fit.chosen_extra == {"a": 0.0, "b": 400.0} and fit.chosen == {"a": 0.0, "b": 0.0}
+    assert {f.sweep.name: f.spec_seq_extra_us for f in fit.loo.fits} == {"a": 0.0, "b": 400.0}
+    grid = {(g["sweep"], g["spec_seq_extra_us"]): g["median_abs_error"] for g in fit.grid()}
+    assert grid[("a", 400.0)] < grid[("a", 0.0)] and grid[("b", 0.0)] < grid[("b", 400.0)]
+    with pytest.raises(SpecError, match="by_share"):
+        fit.by_share
+    with pytest.raises(SpecError, match=r"extra host cost a speculating sequence \[-1.0\] us"):
+        leave_one_source_out([a, b], shares=(0.0,), extras_us=(-1.0,))
+    with pytest.raises(SpecError, match="3 shares x 8 extras = 24 points; at most 21"):
+        leave_one_source_out([a, b], shares=(0.0, 0.5, 1.0), extras_us=tuple(range(0, 80, 10)))
+
+
 def _cited(sw: LoadSweep, source: str) -> LoadSweep:
     return replace(sw, rows=tuple(replace(r, source=source) for r in sw.rows))
 
@@ -262,6 +305,12 @@ def test_the_cli_takes_a_share_and_refuses_a_bad_one(tmp_path, capsys):
     assert "--token-share 1.5: expected a share in [0, 1]" in capsys.readouterr().err
     assert main(["calibrate", "load", str(csv), "--token-share-loo", "0,1"]) == 2  # one sweep: nothing to leave out
     assert "at least 2 needed" in capsys.readouterr().err
+    assert main(["calibrate", "load", str(csv), "--spec-seq-loo", "0,40"]) == 2
+    assert "--spec-seq-loo: scanned jointly with the per-token share" in capsys.readouterr().err
+    assert main(["calibrate", "load", str(csv), "--token-share", "1", "--spec-seq-loo", "0,-5"]) == 2
+    assert "--spec-seq-loo '0,-5': -5 is out of range" in capsys.readouterr().err
+    assert main(["calibrate", "load", str(csv), "--token-share", "1", "--spec-seq-loo", "0,40"]) == 2
+    assert "--spec-seq-loo: 1 sweep given, at least 2 needed" in capsys.readouterr().err
 
 
 def test_a_tree_sweep_writes_the_alpha_whose_tree_gives_its_tau(tmp_path):

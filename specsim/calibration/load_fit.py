@@ -341,6 +341,7 @@ class SweepFit:
     check_error: float | None
     notes: tuple = ()
     token_share: float = 0.0
+    spec_seq_extra_us: float = 0.0
 
     def to_dict(self) -> dict:
         sw = self.sweep
@@ -349,7 +350,8 @@ class SweepFit:
         return {"sweep": sw.name, "file": sw.file, "stack": sw.stack, "stack_version": sw.stack_version,
                 "hardware": sw.hardware, "n_devices": sw.n_devices, "target": sw.target, "method": sw.method,
                 "k": sw.k, "tree_size": sw.tree_size, "load_kind": sw.load_kind, "fitted": list(self.fitted),
-                **self.terms.to_dict(), "token_share": self.token_share, "alpha": self.alpha, "fit_load_min": lo, "fit_load_max": hi,
+                **self.terms.to_dict(), "token_share": self.token_share,
+                "spec_seq_extra_us": self.spec_seq_extra_us, "alpha": self.alpha, "fit_load_min": lo, "fit_load_max": hi,
                 "n_rows": len(sw.rows), "n_fit_rows": len(fit_rows),
                 "fit_median_relative_error": self.fit_error, "check_median_relative_error": self.check_error,
                 "regimes": list(self.stack_regime_lines), "notes": list(self.notes)}
@@ -519,12 +521,15 @@ def sweep_priced_by(sweep: LoadSweep, stack: StackProfile) -> str:
     return source_for(op.target, op.deployment, target=True).kind
 
 
-def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = None) -> SweepFit:
+def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = None,
+              spec_seq_extra_us: float = 0.0) -> SweepFit:
     """Fit the sweep's stack on its fit rows and predict every row (see the module docstring).
     token_share: the share of the plain curve's per-sequence seconds paid per emitted token (None:
-    the stack's `per_token_share` regime at the sweep's version, else 0)."""
+    the stack's `per_token_share` regime at the sweep's version, else 0). spec_seq_extra_us: host
+    microseconds a speculating sequence costs a cycle beyond the stack's `spec_per_seq_us`, before
+    anything is fitted (`load_share` chooses it leaving the sweep's source out)."""
     where = f"{sweep.file}: sweep {sweep.name!r}"
-    base0 = check_sweep(sweep)
+    base0 = with_spec_seq_extra(check_sweep(sweep), spec_seq_extra_us)
     priced = sweep_priced_by(sweep, base0)
     if token_share is None:
         token_share = stack_token_share(base0, sweep.stack_version)
@@ -660,7 +665,17 @@ def fit_sweep(sweep: LoadSweep, *, seed: int = 0, token_share: float | None = No
     return SweepFit(sweep=sweep, stack=stack, terms=terms, alpha=alpha, fitted=tuple(fitted), rows=table,
                     fit_error=float(fit_err.median()) if fit_err.notna().any() else None,
                     check_error=float(chk_err.median()) if chk_err.notna().any() else None, notes=tuple(notes),
-                    token_share=token_frac)
+                    token_share=token_frac, spec_seq_extra_us=float(spec_seq_extra_us))
+
+
+def with_spec_seq_extra(stack: StackProfile, extra_us: float) -> StackProfile:
+    """`stack` whose host pays `extra_us` more a speculating sequence a cycle (the stack unchanged at 0)."""
+    if not (math.isfinite(extra_us) and 0.0 <= extra_us <= MAX_TERM_S * 1e6):
+        raise SpecError(f"extra host cost a speculating sequence {extra_us!r} us: expected a finite figure in "
+                        f"[0, {MAX_TERM_S * 1e6:g}] us")
+    if extra_us == 0.0:
+        return stack
+    return replace(stack, host=replace(stack.host, spec_per_seq_s=stack.host.spec_per_seq_s + extra_us * 1e-6))
 
 
 def row_acceptance(sweep: LoadSweep, row: LoadRow, alpha: float | None) -> dict | None:
@@ -772,9 +787,9 @@ class LoadCalibration:
 
 
 def calibrate_load(sweeps, *, roles: str = "table", seed: int = 0, progress=None, token_share: float | None = None,
-                   cost_source: str | None = None) -> LoadCalibration:
+                   cost_source: str | None = None, spec_seq_extra_us: float = 0.0) -> LoadCalibration:
     """Fit and predict every sweep (see the module docstring). cost_source: what prices the passes
-    (`cost.pricing`; None: the default, auto)."""
+    (`cost.pricing`; None: the default, auto); spec_seq_extra_us: as `fit_sweep`."""
     fits = []
     for sw in sweeps:
         sw = assign_roles(sw, roles)
@@ -782,7 +797,7 @@ def calibrate_load(sweeps, *, roles: str = "table", seed: int = 0, progress=None
             sw = replace(sw, cost_source=cost_source)
         if progress is not None:
             progress(sw.name)
-        fits.append(fit_sweep(sw, seed=seed, token_share=token_share))
+        fits.append(fit_sweep(sw, seed=seed, token_share=token_share, spec_seq_extra_us=spec_seq_extra_us))
     return LoadCalibration(fits=tuple(fits), roles=roles)
 
 
@@ -802,9 +817,12 @@ def _stack_table(fit: SweepFit, *, command: str) -> dict:
     srcs = raw.setdefault("sources", {})
     srcs.setdefault("host", {})
     where = f"fitted: `{command}` on the fit rows of sweep {sw.name!r} ({sw.file})"
-    if "spec_per_seq_us" in fit.fitted:
+    if "spec_per_seq_us" in fit.fitted or fit.spec_seq_extra_us:
         raw["host"]["spec_per_seq_us"] = st.host.spec_per_seq_s * 1e6
-        srcs["host"]["spec_per_seq_us"] = f"{where}; the stack's figure moved by {fit.terms.spec_per_seq_s * 1e6:+.2f} us"
+        srcs["host"]["spec_per_seq_us"] = (
+            f"{where}; the stack's figure moved by {fit.terms.spec_per_seq_s * 1e6 + fit.spec_seq_extra_us:+.2f} us"
+            + (f" ({fit.spec_seq_extra_us:g} us of it chosen by the --spec-seq-loo scan on the other sources' "
+               f"sweeps)" if fit.spec_seq_extra_us else ""))
     if "cycle_overhead_us" in fit.fitted:
         raw["cycle_overhead_us"] = st.cycle_overhead_s * 1e6
         srcs["cycle_overhead_us"] = f"{where}; the stack's figure moved by {fit.terms.cycle_s * 1e6:+.1f} us"
@@ -994,5 +1012,5 @@ def write_scenarios(cal: LoadCalibration, folder, *, command: str, force: bool =
 
 __all__ = ["Terms", "RowRun", "SweepFit", "LoadCalibration", "calibrate_load", "fit_sweep", "predict_sweep",
            "calibrated_stack", "assign_roles", "row_scenario", "run_row", "write_scenarios", "scenario_table",
-           "scenario_paths", "check_sweep",
+           "scenario_paths", "check_sweep", "with_spec_seq_extra",
            "ROLE_MODES", "SLOWDOWN", "SLOWDOWN_BAR"]

@@ -619,6 +619,10 @@ def _register_load(sub) -> None:
                    help="fit the per-token share leave one source out over these candidates (comma-separated, e.g. "
                         "0,0.25,0.5,0.75,1): each sweep is predicted at the share the sweeps of the other sources "
                         "chose (sweeps whose rows cite one source go together)")
+    p.add_argument("--spec-seq-loo", metavar="US",
+                   help="with --token-share-loo or --token-share: also scan the host microseconds a speculating "
+                        "sequence costs a cycle beyond its stack's spec_per_seq_us (comma-separated, e.g. 0,40,80), "
+                        "jointly with the shares, each sweep predicted at the point the other sources chose")
     p.add_argument("--seed", type=int, default=0, help="simulation seed")
     p.add_argument("--json", action="store_true", help="print one JSON object (sweeps, rows, summary)")
     p.add_argument("--out", help="write every row (measured and predicted) to this CSV")
@@ -656,6 +660,8 @@ def _load_command(args) -> str:
         words += ["--token-share", repr(args.token_share)]  # repr: the float read back exactly
     if args.token_share_loo is not None:
         words += ["--token-share-loo", args.token_share_loo]
+    if args.spec_seq_loo is not None:
+        words += ["--spec-seq-loo", args.spec_seq_loo]
     words += ["--seed", str(args.seed)]
     if args.cost_source is not None:
         words += ["--cost-source", args.cost_source]
@@ -704,15 +710,22 @@ def _run_load(args) -> int:
         from ..calibration.load_fit import scenario_paths  # a file already there without --force
 
         scenario_paths(sweeps, args.write_scenario, force=args.force)
-    if args.token_share_loo is not None:  # '' is refused by parse_list, not read as absent
+    if args.spec_seq_loo is not None and args.token_share_loo is None and args.token_share is None:
+        raise SpecError("--spec-seq-loo: scanned jointly with the per-token share; give --token-share-loo SHARES "
+                        "or one --token-share with it")
+    if args.token_share_loo is not None or args.spec_seq_loo is not None:  # '' is refused by parse_list
         from ..calibration.load_share import leave_one_source_out
         from .common import parse_list
 
-        if args.token_share is not None:
+        if args.token_share is not None and args.token_share_loo is not None:
             raise SpecError("--token-share and --token-share-loo: give one (the second fits the first)")
-        shares = parse_list(args.token_share_loo, "--token-share-loo", float, minimum=0.0, maximum=1.0)
-        loo = leave_one_source_out(sweeps, shares=shares, roles=args.roles, seed=args.seed, progress=progress,
-                                   cost_source=args.cost_source, where="--token-share-loo")
+        shares = (parse_list(args.token_share_loo, "--token-share-loo", float, minimum=0.0, maximum=1.0)
+                  if args.token_share_loo is not None else [args.token_share])
+        extras = (parse_list(args.spec_seq_loo, "--spec-seq-loo", float, minimum=0.0, maximum=1e6)
+                  if args.spec_seq_loo is not None else [0.0])
+        loo = leave_one_source_out(sweeps, shares=shares, extras_us=extras, roles=args.roles, seed=args.seed,
+                                   progress=progress, cost_source=args.cost_source,
+                                   where="--spec-seq-loo" if args.spec_seq_loo is not None else "--token-share-loo")
         cal = loo.loo
     else:
         cal = calibrate_load(sweeps, roles=args.roles, seed=args.seed, progress=progress, token_share=args.token_share,

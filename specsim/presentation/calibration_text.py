@@ -42,22 +42,33 @@ def format_stack_term(f) -> str:
 
 def format_token_share_loo(loo) -> str:
     """The leave-one-source-out scan (`calibration.load_share.ShareFit`): each sweep's check error at
-    each share, and the share the others chose, or why none could be."""
+    each share (and extra host cost a speculating sequence, where those were scanned too), and the point
+    the others chose, or why none could be."""
     g = loo.grid()
     names = list(dict.fromkeys(r["sweep"] for r in g))
-    lines = ["per-token share, leave one source out: median |error| over each sweep's check rows at each share "
-             "(a sweep's source: the group it is left out with)",
-             "  " + f"{'sweep':<60}" + "".join(f"{s:>8g}" for s in loo.shares) + "  chosen by the others"]
+    joint = len(loo.extras_us) > 1
+
+    def label(s, e) -> str:
+        return f"{s:g}/+{e:g}" if joint else f"{s:g}"
+
+    width = max(8, *(len(label(s, e)) + 2 for s, e in loo.points))
+    what = ("per-token share / extra µs a speculating sequence a cycle" if joint else "per-token share")
+    lines = [f"{what}, leave one source out: median |error| over each sweep's check rows at each "
+             f"{'point' if joint else 'share'} (a sweep's source: the group it is left out with)",
+             "  " + f"{'sweep':<60}" + "".join(f"{label(s, e):>{width}}" for s, e in loo.points) + "  chosen by the others"]
     own = {f.sweep.name: f.token_share for f in loo.loo.fits}
+    extra = loo.chosen_extra or {}
     for n in names:
-        cells = {r["share"]: r["median_abs_error"] for r in g if r["sweep"] == n}
-        chosen = (f"{loo.chosen[n]:g}" if loo.chosen[n] is not None else
+        cells = {(r["share"], r["spec_seq_extra_us"]): r["median_abs_error"] for r in g if r["sweep"] == n}
+        chosen = (label(loo.chosen[n], extra.get(n, loo.extras_us[0])) if loo.chosen[n] is not None else
                   f"none (no check row of the other sources is predicted; the stack's own share {own[n]:g} used)")
-        lines.append("  " + f"{n[:60]:<60}" + "".join(f"{cells[s]:>8.1%}" if cells[s] is not None else f"{'-':>8}"
-                     for s in loo.shares) + f"  {chosen}"
-                     + f"  [{loo.groups[n]}] {loo.sources[n]}")
-    overall = f"{loo.overall:g}" if loo.overall is not None else "none (no check row is predicted)"
-    lines.append(f"  share over all sweeps: {overall}; the tables below predict each sweep at its chosen share")
+        lines.append("  " + f"{n[:60]:<60}" + "".join(f"{cells[p]:>{width}.1%}" if cells[p] is not None
+                                                      else f"{'-':>{width}}" for p in loo.points)
+                     + f"  {chosen}" + f"  [{loo.groups[n]}] {loo.sources[n]}")
+    overall = (label(loo.overall, loo.overall_extra if loo.overall_extra is not None else 0.0)
+               if loo.overall is not None else "none (no check row is predicted)")
+    lines.append(f"  {'point' if joint else 'share'} over all sweeps: {overall}; the tables below predict each "
+                 f"sweep at its chosen {'point' if joint else 'share'}")
     return "\n".join(lines) + "\n"
 
 
