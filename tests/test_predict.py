@@ -151,9 +151,9 @@ def test_predict_stack_flag_applies_the_stacks_costs(capsys):
     # vLLM at 0.8 of the bandwidth, plus its per-pass overheads and its host work per iteration
     assert vllm["target_step_time_s"] > plain["target_step_time_s"] / 0.8
     # the cycle's overhead by hand (stacks/vllm.toml [host], B = 1, K = 5): step 350 + 10 per sequence
-    # + cycle 991 + 10 per speculating sequence + 2 per drafted token × 5 = 1371 µs of host work, plus
+    # + cycle 991 + 90 per speculating sequence + 2 per drafted token × 5 = 1451 µs of host work, plus
     # the device's reading of the extra logits, which at 0.8 of the bandwidth takes 1/0.8 as long
-    assert vllm["cycle_overhead_s"] == pytest.approx(1371e-6 + plain["cycle_overhead_s"] / 0.8, rel=1e-9)
+    assert vllm["cycle_overhead_s"] == pytest.approx(1451e-6 + plain["cycle_overhead_s"] / 0.8, rel=1e-9)
 
 
 def test_describe_names_the_sources(capsys):
@@ -257,7 +257,7 @@ def test_predict_prints_every_iteration_as_device_and_host_on_one_basis():
     'none'): the plain iteration is its device pass plus the host's work, the cycle its device work plus
     its host work, and the verify pass is a device time like the plain pass. By hand from the stack file:
     plain host = step_us 350 + per_seq_us 10 = 360 µs; a cycle's host = 350 + 10 + cycle_overhead_us
-    (991 µs, or the [measured] figure where the tables price the target) + spec_per_seq_us 10 +
+    (991 µs, or the [measured] figure where the tables price the target) + spec_per_seq_us 90 +
     spec_per_draft_token_us 2 × 4 drafted tokens."""
     from specsim.specs.scenario import Scenario
     from specsim.speculation.operating_point import resolve
@@ -270,7 +270,7 @@ def test_predict_prints_every_iteration_as_device_and_host_on_one_basis():
         assert r["plain_device_s"] == pytest.approx(r["plain_step"]["time_s"], rel=1e-12)
         assert r["target_step_time_s"] == pytest.approx(r["plain_device_s"] + r["plain_host_s"], rel=1e-12)
         cycle_us = op.deployment.cycle_overhead_s * 1e6
-        assert r["cycle_host_s"] == pytest.approx((350 + 10 + cycle_us + 10 + 2 * 4) * 1e-6, rel=1e-9)
+        assert r["cycle_host_s"] == pytest.approx((350 + 10 + cycle_us + 90 + 2 * 4) * 1e-6, rel=1e-9)
         assert r["cycle_time_s"] == pytest.approx(r["cycle_device_s"] + r["cycle_host_s"], rel=1e-12)
         assert r["verify_time_s"] == pytest.approx(r["verify_step"]["time_s"], rel=1e-12)  # a device time
         assert r["cycle_device_s"] >= r["draft_time_s"] + r["verify_time_s"]
