@@ -166,17 +166,17 @@ def test_mixtral_moe_layers_from_the_moe_rows():
     """Mixtral-8x7B on H100 SGLang, tp 1, m = 16 tokens (a grid point of both the GEMM and the MoE
     tables): 32 layers × (qkv (6144, 4096) + o (4096, 4096) + router (8 → the smallest measured n, 32,
     4096) + the fused MoE row at 16 tokens: hidden 4096, expert ffn 14336, top-2 of 8, tp 1, ep 1,
-    balanced routing, the fused Triton kernel)."""
+    power_law_1.01 routing (AIConfigurator's for a standard MoE), the fused Triton kernel)."""
     model = load_model("mixtral-8x7b")
     tables = ot.load_tables("h100_sxm", "sglang")
     mp = measured.build(tables, model, 1)
-    assert mp is not None and "moe bfloat16 sglang_fused_moe_triton balanced" in mp.label
+    assert mp is not None and "moe bfloat16 sglang_fused_moe_triton power_law_1.01" in mp.label
     assert any("router" in n and "below the measured" in n for n in mp.notes)
     g = _gemm_rows(tables.frames["gemm_perf"], "bfloat16", 16)
     moe = tables.frames["moe_perf"]
     row = moe[(moe.moe_dtype == "bfloat16") & (moe.hidden_size == 4096) & (moe.inter_size == 14336) & (moe.topk == 2)
               & (moe.num_experts == 8) & (moe.moe_tp_size == 1) & (moe.moe_ep_size == 1)
-              & (moe.distribution == "balanced") & (moe.kernel_source == "sglang_fused_moe_triton")
+              & (moe.distribution == "power_law_1.01") & (moe.kernel_source == "sglang_fused_moe_triton")
               & (moe.num_tokens == 16)]["latency"]
     assert len(row) == 1
     layer_ms = g[(6144, 4096)] + g[(4096, 4096)] + g[(32, 4096)] + float(row.iloc[0])
@@ -224,3 +224,30 @@ def test_sliding_window_reads_the_last_window_tokens():
     assert float(mp.attention_time_s(1, 4096)) == float(mp.attention_time_s(1, 100_000))
     assert float(mp.context_attention_time_s(1, 512, 50_000)) == float(mp.context_attention_time_s(1, 512, 4096))
     assert mp.range_notes(n_tokens=1, n_queries=1, kv_len=1_000_000) == ()  # 4096 read: inside the grid
+
+
+def test_moe_routing_falls_back_in_order_and_says_so():
+    """Qwen3-30B-A3B on H100 SGLang, tp 2: AIConfigurator's power_law_1.01 rows by default; with them taken
+    out of the table, power_law_1.2 stands in, then balanced, and the pass notes which (each at 64 tokens,
+    against the table's own row for that routing)."""
+    model = load_model("qwen3-30b-a3b")
+    tables = ot.load_tables("h100_sxm", "sglang")
+    moe = tables.frames["moe_perf"]
+    for dropped, used in (((), "power_law_1.01"), (("power_law_1.01",), "power_law_1.2"),
+                          (("power_law_1.01", "power_law_1.2"), "balanced")):
+        t = dataclasses.replace(tables, frames={**tables.frames, "moe_perf": moe[~moe.distribution.isin(dropped)]})
+        mp = measured.build(t, model, 2)
+        assert f"moe bfloat16 sglang_fused_moe_triton {used}" in mp.label
+        assert any(f"{used} routing stands in" in n for n in mp.notes) == bool(dropped)
+        row = moe[(moe.moe_dtype == "bfloat16") & (moe.hidden_size == 2048) & (moe.inter_size == 768)
+                  & (moe.topk == 8) & (moe.num_experts == 128) & (moe.moe_tp_size == 2) & (moe.moe_ep_size == 1)
+                  & (moe.distribution == used) & (moe.kernel_source == "sglang_fused_moe_triton")
+                  & (moe.num_tokens == 64)]["latency_s"]
+        assert len(row) == 1
+        with_row = mp.layers_time_s(64)
+        t2 = dataclasses.replace(t, frames={**t.frames, "moe_perf": t.frames["moe_perf"].assign(
+            latency_s=lambda f: f.latency_s.where(~((f.num_tokens == 64) & (f.distribution == used)),
+                                                  f.latency_s + 1e-3))})
+        # one millisecond more on that row moves each of the model's MoE layers by exactly that much at 64 tokens
+        moved = measured.build(t2, model, 2).layers_time_s(64) - with_row
+        assert float(moved) == pytest.approx(model.n_layers * 1e-3, rel=1e-6)
