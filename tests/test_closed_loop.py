@@ -35,11 +35,18 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 BENCH_M, BENCH_CONTEXTS = (1, 2, 4, 8, 16), (128, 512)
 CHECK_M, CHECK_CONTEXTS = (1, 3, 5, 9), (128, 512)
 REPEATS = 5
-# a pass closes when |predicted / measured - 1| <= BOUND_BASE_FRAC + BOUND_SPREAD_WEIGHT x the pass's own
-# measured spread ((max - min) / median over its repeats): the README's goal on a quiet machine is 10 % at the
-# median and the shipped calibration's worst pass was 19.7 %, so 20 % plus what the machine's noise adds;
-# and the median over every pass within BOUND_MEDIAN_FRAC (the issue's target, 10 %, plus half again for a
-# loop of 3 repeats at a tenth of the README's size)
+# a pass closes when its error against the reference step timed beside it (validate's ratio_error: predicted
+# pass / predicted reference over measured pass / measured reference, less 1) is within BOUND_BASE_FRAC +
+# BOUND_SPREAD_WEIGHT x the pass's own measured spread ((max - min) / median over its repeats): the README's goal
+# on a quiet machine is 10 % at the median and the shipped calibration's worst pass was 19.7 %, so 20 % plus
+# what the machine's noise adds; and the median over every pass within BOUND_MEDIAN_FRAC (the issue's target,
+# 10 %, plus half again for a loop of 3 repeats at a tenth of the README's size).
+# Why against the reference: this machine's speed moves between the calibration and the check by itself. Six
+# runs of this file alone here (December 2026) found the reference step -18 % to +25 % off its calibrated time
+# (validate refuses beyond 25 %) and every pass of a run moved with it (M = 1 at 512: +42.7 % in one run, -15.9 %
+# in another), while the errors against the reference stayed within -14.0 to +15.5 %. The drift is the
+# machine's state, not the model's; the plain errors must still be explained by it: their median within
+# BOUND_MEDIAN_FRAC plus the median drift.
 BOUND_BASE_FRAC = 0.20
 BOUND_SPREAD_WEIGHT = 1.0
 BOUND_MEDIAN_FRAC = 0.15
@@ -114,8 +121,9 @@ def calibrated(tmp_path_factory):
 
 def test_the_loop_closes_on_this_machine(calibrated):
     """validate's verify passes (M = 1, 3, 5, 9 at contexts 128 and 512) against the model calibrated minutes
-    before: every pass within its bound, the median within BOUND_MEDIAN_FRAC; a pass that is off is named
-    with its M, context, both times and the operator class furthest from its measured share."""
+    before, each against the reference step timed beside it: every pass within its bound, the median within
+    BOUND_MEDIAN_FRAC, and the plain errors' median within that plus the machine's drift; a pass that is off
+    is named with its M, context, both times and the operator class furthest from its measured share."""
     from specsim.calibration.validate import ValidateConfig, validate
 
     cfg = ValidateConfig(model=calibrated["model"], hardware=str(calibrated["hardware"]), stack=str(calibrated["stack"]),
@@ -124,19 +132,25 @@ def test_the_loop_closes_on_this_machine(calibrated):
     res = _or_skip(lambda: validate(cfg))
     v = res.verify
     assert len(v) == len(CHECK_M) * len(CHECK_CONTEXTS) and res.summary["disturbed"] == []
-    print("\n".join(f"M = {r.m} at {r.context_len}: {r.relative_error:+.1%}" for r in v.itertuples()))  # with -s
+    print("\n".join(f"M = {r.m} at {r.context_len}: {r.relative_error:+.1%}, against the reference {r.ratio_error:+.1%} "
+                    f"(reference drift {r.reference_drift:+.1%})" for r in v.itertuples()))  # with -s
     spread = (v["measured_max_s"] - v["measured_min_s"]) / v["measured_s"]
     bound = BOUND_BASE_FRAC + BOUND_SPREAD_WEIGHT * spread
-    off = v[v["relative_error"].abs() > bound]
+    off = v[v["ratio_error"].abs() > bound]
     lines = [f"verify pass M = {r.m} at context {r.context_len}: predicted {r.predicted_s * 1e3:.2f} ms, measured "
              f"{r.measured_s * 1e3:.2f} ms [{r.measured_min_s * 1e3:.2f}-{r.measured_max_s * 1e3:.2f}] "
-             f"({r.relative_error:+.1%}, bound {b:.1%}); {r.term or 'no class named'}"
-             for r, b in zip(off.itertuples(), bound[off.index])]
+             f"({r.relative_error:+.1%}; against the reference step beside it {r.ratio_error:+.1%}, bound {b:.1%}); "
+             f"{r.term or 'no class named'}" for r, b in zip(off.itertuples(), bound[off.index])]
     assert not lines, "the loop does not close:\n" + "\n".join(lines)
-    median = float(v["relative_error"].abs().median())
-    assert median <= BOUND_MEDIAN_FRAC, (f"the loop does not close: median |error| {median:.1%} over "
-                                         f"{len(v)} passes (bound {BOUND_MEDIAN_FRAC:.0%}); worst M = "
-                                         f"{int(v.loc[v['relative_error'].abs().idxmax(), 'm'])}")
+    median = float(v["ratio_error"].abs().median())
+    assert median <= BOUND_MEDIAN_FRAC, (f"the loop does not close: median |error| against the reference step "
+                                         f"{median:.1%} over {len(v)} passes (bound {BOUND_MEDIAN_FRAC:.0%}); worst M = "
+                                         f"{int(v.loc[v['ratio_error'].abs().idxmax(), 'm'])}")
+    drift = float(v["reference_drift"].median())
+    plain = float(v["relative_error"].abs().median())
+    assert plain <= BOUND_MEDIAN_FRAC + abs(drift), (
+        f"the loop does not close: median |error| {plain:.1%} over {len(v)} passes, more than the "
+        f"{BOUND_MEDIAN_FRAC:.0%} bound plus the machine's drift since its calibration ({drift:+.1%})")
 
 
 def test_the_loop_refuses_another_machine_s_profile(calibrated, tmp_path, capsys):
