@@ -175,3 +175,10 @@ def test_arrivals_and_lengths_come_from_separate_streams():
     assert not np.array_equal(a.arrival_at_s, c.arrival_at_s)
     with pytest.raises(SpecError, match="unknown key 'rate'"):
         build_workload(op, {**raw, "rate": 3.0}, seed=4)
+
+
+def test_a_lognormal_sigma_of_minus_zero_is_zero():
+    """sigma = -0.0 equals 0 and is accepted, so it must draw as 0 does: every length exp(mu) rounded
+    (mu = 3: e^3 = 20.09 -> 20). numpy's lognormal refuses -0.0 by its sign bit (the CLI fuzz found it)."""
+    draws = wl.Lengths(kind="lognormal", mu=3.0, sigma=-0.0).sample(np.random.default_rng(0), 5)
+    assert draws.tolist() == [20] * 5

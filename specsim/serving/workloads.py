@@ -250,7 +250,8 @@ class Lengths:
             return np.full(n, self.tokens, dtype=np.int64)
         if self.kind == "uniform":
             return rng.integers(self.min, self.max + 1, size=n, dtype=np.int64)
-        draws = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
+        # + 0.0 turns a sigma of -0.0 (equal to 0, so accepted) into +0.0: numpy refuses a negative sign bit
+        draws = np.rint(rng.lognormal(self.mu, self.sigma + 0.0, size=n))
         return np.clip(draws, self.min, self.max).astype(np.int64)
 
 
