@@ -68,6 +68,19 @@ def test_bad_sweep_tables_are_refused():
         sweep_axes(_small(alpha=[0.5], tau=[2.0]))
 
 
+def test_a_context_past_the_targets_maximum_is_skipped_naming_the_bound():
+    """The context axis takes any count at parse (the bound depends on the target axis); at evaluation a
+    context past the target's maximum less the step's tokens is skipped with the field, value and bound
+    (seed-70b holds 131,072 tokens, models/seed-70b.toml; K = 3 adds 4: at most 131,068), or refused."""
+    s = _small(k=[3], batch_size=[1], context_len=[1024, 131068, 131069], alpha=[0.6])
+    skipped = []
+    df = run_sweep(s, skipped=skipped)
+    assert sorted(set(df["context_len"])) == [1024, 131068]
+    assert len(skipped) == 1 and "'context_len' = 131069: expected <= 131068" in skipped[0]["reason"]
+    with pytest.raises(SpecError, match="'context_len' = 131069"):
+        run_sweep(s)
+
+
 def test_unusable_combinations_are_reported_not_dropped_silently():
     s = _small(k=[2], batch_size=[1], context_len=[0], alpha=[0.5], drafter=["seed-1b", "seed-0.5b"])
     skipped = []
