@@ -2,6 +2,7 @@
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -274,3 +275,22 @@ def test_leave_one_source_out_fits_no_row_of_the_rows_source():
     with pytest.raises(Exception, match="not rows of"):
         leave_one_source_out(t, fits=(FittedFigure(stack="vllm", term="cycle_overhead_us", fit_ids=("nope",),
                                                    prior=1.0, prior_source="t"),))
+
+
+def test_p90_is_numpys_linear_quantile_and_infinite_past_an_infinite_error():
+    """The replay's p90 against numpy's linear quantile (its twin) on drawn finite errors; with an infinite
+    error (a measured speedup near 0: predicted / measured overflows) above the 90th position it is inf,
+    where numpy's interpolation gives nan with a RuntimeWarning; at an exact position it is that value."""
+    import warnings
+
+    from specsim.calibration.replay import _quantile
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 10, 11, 57):
+        x = rng.exponential(0.3, size=n)
+        assert _quantile(x, 0.9) == pytest.approx(float(np.quantile(x, 0.9)), rel=1e-12, abs=1e-15)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _quantile(np.array([0.1, 0.2, np.inf]), 0.9) == np.inf
+        assert _quantile(np.array([0.1, np.inf, np.inf]), 0.9) == np.inf
+        assert _quantile(np.array([0.0] * 10 + [np.inf]), 0.9) == 0.0  # position 9 exactly: the 10th value
