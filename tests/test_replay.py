@@ -8,6 +8,7 @@ import pytest
 
 from specsim.cli import main
 from specsim.calibration.replay import REQUIRED_COLUMNS, replay, replay_file
+from specsim.errors import SpecError
 
 DATA = "tests/data/published_examples.csv"
 
@@ -294,3 +295,19 @@ def test_p90_is_numpys_linear_quantile_and_infinite_past_an_infinite_error():
         assert _quantile(np.array([0.1, 0.2, np.inf]), 0.9) == np.inf
         assert _quantile(np.array([0.1, np.inf, np.inf]), 0.9) == np.inf
         assert _quantile(np.array([0.0] * 10 + [np.inf]), 0.9) == 0.0  # position 9 exactly: the 10th value
+
+
+@pytest.mark.parametrize("cell, refused", [("1e-300", True), ("0.005", True), ("0", True), ("0.01", False)])
+def test_a_measured_speedup_below_a_hundredth_is_refused_as_in_a_load_sweep(cell, refused):
+    """A speedup of 1e-300 passed the old rule (> 0) and the text summary printed an error of 10^300 %:
+    the floor is the load sweeps' MIN_SPEEDUP, 0.01 (a run 100 times slower is a unit or column slip)."""
+    from specsim.calibration.replay import row_scenario as replay_row_scenario
+
+    row = {"id": "r", "hardware": "h100-sxm", "n_devices": "1", "stack": "vllm", "target": "llama-3.1-8b",
+           "drafter": "llama-3.2-1b", "method": "draft_model", "k": "4", "batch_size": "1", "context_len": "1024",
+           "alpha": "0.7", "measured_speedup": cell}
+    if refused:
+        with pytest.raises(SpecError, match=r"column 'measured_speedup' = .*expected a speedup >= 0\.01"):
+            replay_row_scenario(row)
+    else:
+        replay_row_scenario(row)

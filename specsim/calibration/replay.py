@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError, SpecError, field_error
+from .load import MIN_SPEEDUP
 from ..specs.scenario import Scenario
 from ..speculation.families import FAMILIES, METHODS, OPTION_KEYS
 from ..speculation.operating_point import resolve
@@ -241,8 +242,9 @@ def row_scenario(row: dict) -> tuple[Scenario, list[str]]:
     if tau is None and alpha is None:
         raise SpecError("missing acceptance: give alpha or tau")
     measured = _float(row, "measured_speedup")
-    if measured is not None and measured <= 0:
-        raise SpecError(f"column 'measured_speedup' = {measured}: expected a speedup > 0")
+    if measured is not None and measured < MIN_SPEEDUP:
+        raise SpecError(f"column 'measured_speedup' = {measured}: expected a speedup >= {MIN_SPEEDUP:g} (a speculating "
+                        f"run 100 times slower than plain decoding is a unit or column mistake, as in a load sweep)")
     temperature = _float(row, "temperature")
     baseline = _float(row, "baseline_tokens_per_s")
     if baseline is not None:
@@ -565,10 +567,10 @@ def _fit_measured(row: dict, *, what: str) -> float:
         m = _float(row, "measured_speedup")
     except SpecError:
         m = None
-    if m is None or m <= 0:
+    if m is None or m < MIN_SPEEDUP:
         shown = "" if _blank(v) else v
         raise field_error(f"{what}: fit row {str(row.get('id'))!r}", "measured_speedup", shown,
-                          "a measured speedup > 0 (the figure is fitted to it)")
+                          f"a measured speedup >= {MIN_SPEEDUP:g} (the figure is fitted to it)")
     return m
 
 
@@ -682,7 +684,7 @@ def fit_stack_term(table: pd.DataFrame, *, stack_id: str, term: str, fit_ids, st
             m = _float(r, "measured_speedup")
         except SpecError:
             m = None
-        measured[i] = m if m is not None and m > 0 else float("nan")
+        measured[i] = m if m is not None and m >= MIN_SPEEDUP else float("nan")
     before_us = _catalog_value(stack, term, scope)  # None: a [drafting] duration the stack leaves unset
     before, after = speedups(before_us), speedups(value_us)
     keys = {i: source_key(r.get("source"), fallback=i) for i, r in by_id.items()}
