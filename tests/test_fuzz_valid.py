@@ -34,6 +34,7 @@ from specsim.specs.models import WEIGHT_FORMATS, load_model
 from specsim.specs.regimes import ATTENTION_KINDS, LOAD_KINDS, PASS_KINDS, VERIFY_PATHS, parse_version, resolve_regimes
 from specsim.specs.scenario import scenario_from_dict
 from specsim.specs.stacks import load_stack, stack_from_dict
+from specsim.speculation.families import FAMILIES
 from specsim.speculation.operating_point import resolve
 from specsim.speculation.predict import predict
 
@@ -157,21 +158,27 @@ def _fields(draw, prop: str) -> tuple[dict, tuple]:
     if prop == "cuda_graph_max":
         f = {"pass": draw(st.sampled_from(PASS_KINDS))}
         f[draw(st.sampled_from(["max_batch", "max_tokens"]))] = draw(st.integers(0, 8192))
-        return f, (f["pass"], None, None)
+        return f, (f["pass"], None, None, None)
     if prop == "eager_layer_us":
-        return {"value": draw(st.floats(0.0, 1e4))}, (None, None, None)
+        return {"value": draw(st.floats(0.0, 1e4))}, (None, None, None, None)
     if prop == "overlap":
-        return {"plain": draw(st.booleans()), "speculative": draw(st.booleans())}, (None, None, None)
+        return {"plain": draw(st.booleans()), "speculative": draw(st.booleans())}, (None, None, None, None)
     if prop == "verify_attention":
         f = {"attention": draw(st.sampled_from(ATTENTION_KINDS)), "backend": draw(st.sampled_from(["default", "flashinfer_mla"])),
              "path": draw(st.sampled_from(VERIFY_PATHS))}
-        return f, (None, f["attention"], f["backend"])
+        return f, (None, f["attention"], f["backend"], None)
     if prop == "dynamic_k_tax":
         lo = draw(st.integers(1, 256))
         return {"low_batch": lo, "high_batch": draw(st.integers(lo + 1, 1024)), "low_frac": draw(st.floats(0.0, 1.0)),
-                "high_frac": draw(st.floats(0.0, 1.0))}, (None, None, None)
+                "high_frac": draw(st.floats(0.0, 1.0))}, (None, None, None, None)
     if prop == "per_token_share":
-        return {"value": draw(st.floats(0.0, 1.0))}, (None, None, None)
+        return {"value": draw(st.floats(0.0, 1.0))}, (None, None, None, None)
+    if prop == "spec_seq_host_us":
+        f = {"method": draw(st.sampled_from(METHOD_NAMES)), "value": draw(st.floats(0.0, 1e6))}
+        return f, (None, None, None, f["method"])
+    if prop == "spec_max_running":
+        f = {"method": draw(st.sampled_from(METHOD_NAMES)), "value": draw(st.integers(1, 65536))}
+        return f, (None, None, None, f["method"])
     lo = draw(st.floats(0.1, 1e3))
     f = {"sweep": "s", "file": "s.csv", "load_kind": draw(st.sampled_from(LOAD_KINDS)), "load_min": lo,
          "load_max": lo * draw(st.floats(1.0, 100.0)), "n_fit_rows": draw(st.integers(0, 100)),
@@ -180,10 +187,11 @@ def _fields(draw, prop: str) -> tuple[dict, tuple]:
          "device_per_token_us": draw(st.floats(0.0, 1e6))}
     if draw(st.booleans()):
         f["check_error_frac"] = draw(st.floats(0.0, 1.0))
-    return f, (None, None, None)
+    return f, (None, None, None, None)
 
 
 STATUS = {"calibration": "fitted", "per_token_share": "fitted"}
+METHOD_NAMES = sorted(FAMILIES)
 
 
 @st.composite
@@ -194,7 +202,8 @@ def regime_tables(draw):
     0.b.1 is past it), a series '0.a' (every 0.a.x), '>=0.cn'; a '*' entry may stand beside them.
     `holds(minor, patch)` says by plain comparison of (0, minor, patch) whether release 0.minor.patch is in."""
     props = draw(st.lists(st.sampled_from(["cuda_graph_max", "eager_layer_us", "overlap", "verify_attention",
-                                           "dynamic_k_tax", "per_token_share", "calibration"]),
+                                           "dynamic_k_tax", "per_token_share", "spec_seq_host_us",
+                                           "spec_max_running", "calibration"]),
                           min_size=1, max_size=3, unique=True))
     entries, plan = [], []
     for prop in props:
@@ -220,6 +229,8 @@ def regime_tables(draw):
                 f["pass"] = f0["pass"]
             if prop == "verify_attention":
                 f.update(attention=f0["attention"], backend=f0["backend"])
+            if prop in ("spec_seq_host_us", "spec_max_running"):
+                f["method"] = f0["method"]
             entries.append({"property": prop, "versions": text, "status": STATUS.get(prop, "code"),
                             "source": "fuzz", **f})
             plan.append(((prop,) + key, holds, text, f))

@@ -81,7 +81,7 @@ def simulate_fleet(setup: ServingSetup, policy, *, rate_per_s: float, n_replicas
                    attainment: float = DEFAULT_ATTAINMENT) -> FleetRun:
     """N replicas of the setup's engine (round robin) fed the whole stream at the rate."""
     fleet = fleet_of(setup, n_replicas)
-    res = simulate(setup.workload_at(rate_per_s), config=setup.config, cost=setup.cost, policy=policy,
+    res = simulate(setup.workload_at(rate_per_s), config=setup.config_for(policy), cost=setup.cost, policy=policy,
                    acceptance=setup.acceptance, seed=setup.seed, slo=slo, rate_per_s=rate_per_s,
                    tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=fleet,
                    drafter_cache=setup.drafter_cache)

@@ -11,7 +11,10 @@ dtype where the deployment's differs from the target file's, e.g. fp8), n_reques
 benchmark sent at that load; default 4 a user, 100 at a rate), n_users (the users a concurrency row's
 closed loop really had, when the benchmark sent fewer independent prompts than its concurrency: a
 multi-turn benchmark of 20 questions at concurrency 64 keeps 20 in flight; default `load`),
-temperature, notes, and any
+max_num_seqs (the most sequences the launch let the engine run at once: vLLM's --max-num-seqs, SGLang's
+--max-running-requests; empty: the launch left it at the engine's default, and a stack's
+`spec_max_running` load regime may lower it for a speculative row: SGLang runs EAGLE and NGRAM 48 at a
+time unless the launch sets it), temperature, notes, and any
 `x_` column (carried through untouched). Rows of one `sweep` share its configuration (stack,
 version, hardware, devices, target and dtype, the load kind, and for its speculative rows the
 method, drafter, K, tree and options; a plain row may leave the drafting columns empty).
@@ -40,12 +43,13 @@ import pandas as pd
 
 from ..errors import InputError, SpecError
 from ..specs.regimes import check_version
+from ..specs.serving_tables import MAX_NUM_SEQS
 from ..specs.tables import numeric_column, read_csv_table, require_columns
 
 COLUMNS = ("sweep", "stack", "hardware", "n_devices", "target", "target_dtype", "method", "drafter", "k", "tree_size",
            "drafter_options", "load_kind", "load", "prompt_tokens", "output_tokens", "context_len", "speculative",
            "tpot_s", "e2e_latency_s", "output_tokens_per_s", "measured_speedup", "tau", "alpha", "role", "source")
-OPTIONAL = ("stack_version", "kv_cache_dtype", "n_requests", "n_users", "temperature", "notes")
+OPTIONAL = ("stack_version", "kv_cache_dtype", "n_requests", "n_users", "max_num_seqs", "temperature", "notes")
 LOAD_KINDS = ("concurrency", "rate", "batch")
 ROLES = ("fit", "check")
 METRICS = ("output_tokens_per_s", "tpot_s", "e2e_latency_s")  # preference order for a speedup
@@ -84,6 +88,7 @@ class LoadRow:
     context_len: int | None = None
     n_requests: int | None = None
     n_users: int | None = None
+    max_num_seqs: int | None = None
     tpot_s: float | None = None
     e2e_latency_s: float | None = None
     output_tokens_per_s: float | None = None
@@ -212,6 +217,9 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                                         expected="0 (plain decoding) or 1 (speculative)")
     for c in ("prompt_tokens", "output_tokens", "n_requests", "n_users"):
         num[c] = numeric_column(t, c, where=where, integer=True, minimum=1, blank=True)
+    num["max_num_seqs"] = numeric_column(t, "max_num_seqs", where=where, integer=True, minimum=1, maximum=MAX_NUM_SEQS,
+                                         blank=True, expected=f"the launch's running-sequence limit, an integer in "
+                                                              f"[1, {MAX_NUM_SEQS}], or empty (the engine's default)")
     num["context_len"] = numeric_column(t, "context_len", where=where, integer=True, minimum=0, blank=True)
     num["k"] = numeric_column(t, "k", where=where, integer=True, minimum=0, maximum=64, blank=True)
     num["tree_size"] = numeric_column(t, "tree_size", where=where, integer=True, minimum=1, blank=True)
@@ -336,7 +344,8 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                 sweep=name, line=i + 2, load=float(val("load", i)), speculative=bool(val("speculative", i)),
                 role=_cell(t["role"].iloc[i]), prompt_tokens=_int(val("prompt_tokens", i)),
                 output_tokens=_int(val("output_tokens", i)), context_len=_int(val("context_len", i)),
-                n_requests=_int(val("n_requests", i)), n_users=_int(val("n_users", i)), tpot_s=val("tpot_s", i), e2e_latency_s=val("e2e_latency_s", i),
+                n_requests=_int(val("n_requests", i)), n_users=_int(val("n_users", i)),
+                max_num_seqs=_int(val("max_num_seqs", i)), tpot_s=val("tpot_s", i), e2e_latency_s=val("e2e_latency_s", i),
                 output_tokens_per_s=val("output_tokens_per_s", i), measured_speedup=val("measured_speedup", i),
                 tau=val("tau", i), alpha=val("alpha", i), source=_cell(t["source"].iloc[i]),
                 notes=_cell(t["notes"].iloc[i]), extra=MappingProxyType(extra)))

@@ -61,6 +61,7 @@ from ..serving.policies import Never, StaticK
 from ..cost.deployment import calibration_priced_by
 from ..specs.catalog import to_toml
 from ..specs.scenario import Scenario
+from ..specs.serving_tables import DEFAULT_MAX_NUM_SEQS
 from ..specs.stacks import HostCost, StackProfile, load_stack, stack_from_dict
 from ..speculation.operating_point import resolve
 from ..speculation.predict import tokens_per_cycle_at
@@ -222,7 +223,12 @@ def row_scenario(sweep: LoadSweep, row: LoadRow, *, speculative: bool, acceptanc
             users = int(row.n_users or row.load)
             n = row.n_requests or DEFAULT_REQUESTS_PER_USER * users
             sections["workload"] = {"kind": "closed_loop", "n_users": users, "n_requests": int(n), **lengths}
-            sections["engine"] = {"max_num_seqs": max(int(row.load), 256)}
+            if row.max_num_seqs is not None:  # the launch set the limit
+                sections["engine"] = {"max_num_seqs": int(row.max_num_seqs)}
+            elif row.load > DEFAULT_MAX_NUM_SEQS:
+                # a launch whose load passes the engine's default is read as one that raised the limit to it
+                sections["engine"] = {"max_num_seqs": int(row.load)}
+            # else the engine's default, which a stack's spec_max_running regime lowers for a speculative row
         else:
             n = row.n_requests or DEFAULT_RATE_REQUESTS
             sections["workload"] = {"kind": "poisson", "rate_per_s": float(row.load), "n_requests": int(n), **lengths}
@@ -262,7 +268,7 @@ def run_row(sweep: LoadSweep, row: LoadRow, *, stack: StackProfile, speculative:
     setup = build_serving(op, seed=seed)
     rec = _Recorder(setup.cost)
     policy = StaticK(k=op.k) if speculative else Never()
-    res = simulate(setup.workload, config=setup.config, cost=rec, policy=policy, acceptance=setup.acceptance,
+    res = simulate(setup.workload, config=setup.config_for(policy), cost=rec, policy=policy, acceptance=setup.acceptance,
                    seed=seed, tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
                    drafter_cache=setup.drafter_cache)
     s = res.summary

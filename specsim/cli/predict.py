@@ -119,7 +119,9 @@ def _run(args) -> int:
             rows += [("other device work", f"{ms(rest)} a cycle (extra logits read for rejection, a tree's KV "
                                            "compaction)"),
                      ("host work", f"{ms(r['cycle_host_s'])} a cycle"
-                                   + (", overlapped with the device" if over["speculative"] else ", after the device"))]
+                                   + (", overlapped with the device" if over["speculative"] else ", after the device")
+                                   + (f" ({r['sources']['method host work'].split(' (versions')[0]})"
+                                      if r["sources"].get("method host work") else ""))]
         else:
             rows += [("cycle overhead", ms(r["cycle_overhead_s"]))]
         rows += [

@@ -141,7 +141,8 @@ def _run(args) -> int:
         print_json({"scenario": op.name, "baseline_policy": c.baseline, "kv_blocks": setup.capacity.n_blocks,
                     "kv_capacity_tokens": setup.capacity.capacity_tokens,
                     "memory_per_device_bytes": setup.capacity.memory_bytes, "workload": setup.workload.source,
-                    "workload_notes": list(setup.workload.notes), "crossover_rate_per_s": c.crossovers,
+                    "workload_notes": list(setup.workload.notes), "engine_notes": list(setup.notes),
+                    "max_num_seqs": setup.config.max_num_seqs, "crossover_rate_per_s": c.crossovers,
                     "switch_off": None if c.switch_off is None else c.switch_off.to_dict(),
                     "runs": [dict(r.summary) for r in c.results.values()],
                     "acceptance_band": _analytic_band(op),
@@ -162,6 +163,8 @@ def _run(args) -> int:
           + ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in cap.memory_bytes.items()) + " per device")
     for note in setup.workload.notes:
         print(f"workload: {note}")
+    for note in setup.notes:
+        print(f"engine: {note}")
     for line in _fleet_lines(c):
         print(line)
     if args.out:

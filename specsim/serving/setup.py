@@ -59,7 +59,7 @@ from ..speculation.operating_point import OperatingPoint
 from ..speculation.switch_off import WorkloadMix
 from . import workloads as wl
 from .config import EngineConfig
-from .cost import ServingCost
+from .cost import ServingCost, regimes_for
 from .fleet import FleetSpec
 from .kv_cache import KVCapacity, kv_capacity_for
 from .metrics import SLO
@@ -95,6 +95,14 @@ class ServingSetup:
     synthetic: dict = field(default_factory=dict)
     fleet: FleetSpec = field(default_factory=FleetSpec)
     drafter_cache: str = "none"
+    plain_config: EngineConfig | None = None  # the launch without speculation (a policy that never drafts)
+    notes: tuple = ()  # what the stack changed in the launch (running_limit)
+
+    def config_for(self, policy) -> EngineConfig:
+        """The engine a policy runs on: a policy that never drafts is the launch without speculation."""
+        if self.plain_config is not None and not policy.k_reserved:
+            return self.plain_config
+        return self.config
 
     @property
     def tree_size(self) -> int:
@@ -212,9 +220,29 @@ def _build_workload(t: WorkloadTable, *, seed: int) -> tuple[wl.Workload, dict]:
                          source=f"{t.kind} at {t.rate_per_s:g} req/s"), extra)
 
 
-def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity) -> EngineConfig:
+def running_limit(op: OperatingPoint, eng: EngineTable) -> tuple[int, str]:
+    """The most sequences the point's launch runs at once, and a note when its stack lowers the limit:
+    [engine] max_num_seqs where the scenario gives it (the launch set the limit); else its default, or,
+    where the launch speculates and the stack's `spec_max_running` load regime names the method
+    (specs.regimes: SGLang resets max_running_requests to 48 for EAGLE and NGRAM unless the launch sets
+    it), that cap when it is lower."""
+    if not op.speculative or "max_num_seqs" in eng.given:
+        return eng.max_num_seqs, ""
+    rg = regimes_for(op)
+    cap = rg.spec_max_running.get(op.method)
+    if cap is None or cap >= eng.max_num_seqs:
+        return eng.max_num_seqs, ""
+    src = next(e for e in rg.applied if e.property == "spec_max_running" and e.fields["method"] == op.method)
+    return cap, (f"stack {op.stack.id!r} runs at most {cap} sequences at once when it speculates with {op.method} and "
+                 f"the launch does not set the limit (versions {src.versions.text}; {src.status}: {src.source}); "
+                 f"[engine] max_num_seqs sets it. A policy that never drafts runs as a launch without speculation, "
+                 f"at max_num_seqs = {eng.max_num_seqs}")
+
+
+def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity, *, plain: bool = False) -> EngineConfig:
     """The [engine] table with the point's capacity as the scheduler's limits. n_blocks may lower the
-    capacity the memory holds, never raise it; max_model_len is at most the target's maximum context."""
+    capacity the memory holds, never raise it; max_model_len is at most the target's maximum context.
+    The running limit is `running_limit`'s, or, plain=True, that of the same launch without speculation."""
     where = eng.where
     if eng.n_blocks is not None and eng.n_blocks > cap.n_blocks:
         raise field_error(where, "n_blocks", eng.n_blocks, f"at most {cap.n_blocks}: the KV blocks of "
@@ -228,7 +256,8 @@ def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity) -> Engi
     swap_s = cap.bytes_per_block / (eng.swap_bandwidth_gb_s * 1e9)
     try:
         return EngineConfig(n_blocks=eng.n_blocks if eng.n_blocks is not None else cap.n_blocks,
-                            block_size_tokens=cap.block_size_tokens, max_num_seqs=eng.max_num_seqs,
+                            block_size_tokens=cap.block_size_tokens,
+                            max_num_seqs=eng.max_num_seqs if plain else running_limit(op, eng)[0],
                             max_num_batched_tokens=eng.max_num_batched_tokens, chunked_prefill=eng.chunked_prefill,
                             watermark_frac=eng.watermark_frac,
                             max_model_len=eng.max_model_len if eng.max_model_len is not None else limit,
@@ -278,6 +307,8 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     cap = kv_capacity_for(op, gpu_memory_utilization=eng.gpu_memory_utilization, block_size_tokens=eng.block_size,
                           activation_reserve_bytes=eng.activation_reserve_gb * 1e9)
     config = engine_config(op, eng, cap)
+    plain_config = engine_config(op, eng, cap, plain=True)
+    limit_note = running_limit(op, eng)[1]
     cost = ServingCost(op, exact=exact_cost)
     wt = t.workload if t.workload is not None else WorkloadTable.from_table({}, where=f"{where} [workload]")
     workload, kind, extra = build_workload(op, wt, seed=seed)
@@ -319,7 +350,8 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     rates = wt.rates
     return ServingSetup(point=op, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
                         policies=policies, slo=slo, rates=rates, seed=seed, synthetic=extra, fleet=fleet,
-                        drafter_cache=drafter_cache)
+                        drafter_cache=drafter_cache, plain_config=plain_config,
+                        notes=(limit_note,) if limit_note else ())
 
 
 def check_run_size(workload: wl.Workload, *, where: str) -> int:
@@ -343,7 +375,7 @@ def workload_mix(op: OperatingPoint, *, seed: int = 0) -> tuple[WorkloadMix, int
     return setup.mix(), setup.max_batch_speculative
 
 
-__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "engine_config", "check_run_size",
+__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "engine_config", "running_limit", "check_run_size",
            "workload_mix", "resolve_data_path", "tables", "WORKLOAD_KEYS", "ENGINE_KEYS", "FLEET_KEYS", "SLO_KEYS",
            "MIN_RATE_PER_S", "MAX_RATE_PER_S", "MAX_SYNTHETIC_REQUESTS", "DEFAULT_SWAP_SPACE_GIB",
            "DEFAULT_SWAP_BANDWIDTH_GB_S", "MAX_SIMULATED_TOKENS", "SIMULATED_TOKENS_PER_S"]

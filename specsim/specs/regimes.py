@@ -42,6 +42,15 @@ Properties (units in the key, converted once here):
   than per sequence it runs (`value`, 0..1): the output work every stack does per new token —
   appending it, checking stop conditions, detokenizing and streaming it — which a speculating
   sequence pays τ times a cycle. `calibrate load` splits its fitted per-sequence term with it.
+- `spec_seq_host_us`: host work a speculating sequence of one drafter family (`method`, a specsim
+  method name) pays each cycle in this stack beyond `[host] spec_per_seq_us` (`value`, microseconds):
+  per-request work that only one method's worker does (SGLang's NGRAM worker builds each request's
+  tree mask in a Python loop). Priced on every path: the operating point's host figure includes it.
+- `spec_max_running`: the most sequences the engine runs at once when the launch speculates with
+  `method` and does not set the limit itself (`value`, sequences): SGLang lowers its
+  max_running_requests to 48 for EAGLE, EAGLE3, STANDALONE and NGRAM unless the launch sets it. A
+  scenario that gives `[engine] max_num_seqs` (a load sweep's `max_num_seqs` column) set the limit, and
+  the cap does not apply; nor does it to a launch without speculation.
 - `calibration` (status "fitted", written by `specsim calibrate load --write-scenario`): which
   measured load sweep the stack's figures were fitted to — `sweep`, `file`, `load_kind` and the
   load range `load_min`..`load_max` its rows covered, `n_fit_rows`, the fit's median |error|
@@ -75,7 +84,7 @@ from typing import Mapping
 from ..errors import SpecError, field_error, reject_unknown_keys
 
 PROPERTIES = ("cuda_graph_max", "eager_layer_us", "overlap", "verify_attention", "dynamic_k_tax", "per_token_share",
-              "calibration")
+              "spec_seq_host_us", "spec_max_running", "calibration")
 PASS_KINDS = ("target_decode", "verify", "draft", "draft_extend", "mixed")
 STATUSES = ("code", "docs", "measured", "fitted", "unmeasured")
 VERIFY_PATHS = ("decode", "prefill")
@@ -84,6 +93,7 @@ ATTENTION_KINDS = ("mla", "mha")
 FIELDS = {"cuda_graph_max": {"pass", "max_batch", "max_tokens"}, "eager_layer_us": {"value"},
           "overlap": {"plain", "speculative"}, "verify_attention": {"attention", "backend", "path"},
           "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"}, "per_token_share": {"value"},
+          "spec_seq_host_us": {"method", "value"}, "spec_max_running": {"method", "value"},
           "calibration": {"sweep", "file", "load_kind", "load_min", "load_max", "n_fit_rows", "fit_error_frac",
                           "check_error_frac", "command", "device_scale", "device_per_seq_us",
                           "device_per_token_us", "priced_by"}}
@@ -249,9 +259,9 @@ class RegimeEntry:
 
     @property
     def key(self) -> tuple:
-        """What the entry is about: property plus its pass kind, attention kind and backend."""
+        """What the entry is about: property plus its pass kind, attention kind, backend and method."""
         f = self.fields
-        return (self.property, f.get("pass"), f.get("attention"), f.get("backend"))
+        return (self.property, f.get("pass"), f.get("attention"), f.get("backend"), f.get("method"))
 
     def applies_to(self, *, tp: int | None, memory_gb: float | None) -> bool:
         if tp is not None:
@@ -280,6 +290,7 @@ MIN_DEVICE_SCALE, MAX_DEVICE_SCALE = 0.01, 100.0  # a device a hundred times off
 #                    efficiencies has the wrong hardware or model, not a stack figure (`calibrate load` fits 0.1..20)
 MAX_EAGER_LAYER_US = 1e4  # 10 ms a layer for kernel launches a graph would replay: a second a pass at 100 layers
 #                    (SGLang's measured figure is 126 µs, stacks/sglang.toml)
+MAX_RUNNING_SEQS = 65536  # a running-batch cap past [engine] max_num_seqs' own bound is a paste, not a limit
 MAX_TAX_FRAC = 1.0  # a schedule that drafts nothing doubling the iteration (the measured tax is 0.07..0.22:
 #                    stacks/vllm.toml); past it, a percentage written where a fraction belongs
 
@@ -371,6 +382,16 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         f["value"] = _number(where, "value", f.get("value"))
         if f["value"] > 1.0:
             raise field_error(where, "value", f["value"], "a share in [0, 1]")
+    elif prop in ("spec_seq_host_us", "spec_max_running"):
+        if not isinstance(f.get("method"), str) or not f["method"].strip():
+            raise field_error(where, "method", f.get("method"), "a drafter family's method name (e.g. 'prompt_lookup', "
+                                                                "'eagle'): what the figure holds for")
+        if prop == "spec_seq_host_us":
+            f["value"] = _number(where, "value", f.get("value"), maximum=MAX_TERM_US,
+                                 why="microseconds a sequence a cycle; more than a second is a unit mistake")
+        else:
+            f["value"] = _number(where, "value", f.get("value"), integer=True, minimum=1,
+                                 maximum=MAX_RUNNING_SEQS, why="running sequences")
     elif prop == "dynamic_k_tax":
         for key in ("low_batch", "high_batch"):
             f[key] = _number(where, key, f.get(key), integer=True, minimum=1)
@@ -452,6 +473,8 @@ class Regimes:
     verify_path: Mapping[str, str] = field(default_factory=dict)
     dynamic_k_tax: tuple | None = None
     per_token_share: float | None = None
+    spec_seq_host_s: Mapping[str, float] = field(default_factory=dict)
+    spec_max_running: Mapping[str, int] = field(default_factory=dict)
     calibration: Mapping | None = None
     applied: tuple = ()
     open_questions: tuple = ()
@@ -523,7 +546,7 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
             ranges = "; ".join(f"{e.versions.text}: {_value_text(e)}" for e in es)
             open_q.append(f"{key[0]}{_key_text(key)} depends on the stack's version, which the scenario does not "
                           f"name (stack_version): {ranges}")
-    graph_b, graph_t, verify = {}, {}, {}
+    graph_b, graph_t, verify, seq_host, max_running = {}, {}, {}, {}, {}
     eager, overlap, tax, cal, share = 0.0, None, None, None, None
     applied = []
     for key, e in chosen.items():
@@ -550,11 +573,16 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
             tax = (int(f["low_batch"]), float(f["low_frac"]), int(f["high_batch"]), float(f["high_frac"]))
         elif e.property == "per_token_share":
             share = float(f["value"])
+        elif e.property == "spec_seq_host_us":
+            seq_host[f["method"]] = float(f["value"]) * 1e-6
+        elif e.property == "spec_max_running":
+            max_running[f["method"]] = int(f["value"])
         elif e.property == "calibration":
             cal = MappingProxyType(dict(f, source=e.source))
     return Regimes(version=version, graph_max_batch=MappingProxyType(graph_b), graph_max_tokens=MappingProxyType(graph_t),
                    eager_layer_s=eager, overlap=overlap, verify_path=MappingProxyType(verify),
-                   dynamic_k_tax=tax, per_token_share=share, calibration=cal, applied=tuple(applied),
+                   dynamic_k_tax=tax, per_token_share=share, spec_seq_host_s=MappingProxyType(seq_host),
+                   spec_max_running=MappingProxyType(max_running), calibration=cal, applied=tuple(applied),
                    open_questions=tuple(open_q))
 
 
@@ -569,7 +597,7 @@ def _key_text(key: tuple) -> str:
 
 def _value_text(e: RegimeEntry) -> str:
     f = dict(e.fields)
-    for k in ("pass", "attention", "backend"):
+    for k in ("pass", "attention", "backend", "method"):
         f.pop(k, None)
     if e.property == "eager_layer_us" and "value" in f:
         return f"{f['value']:g} µs"

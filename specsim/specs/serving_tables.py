@@ -266,6 +266,7 @@ DEFAULT_SWAP_BANDWIDTH_GB_S = 32 * 16 * 128 / 130 / 8
 # mistakes, not deployments (vLLM defaults max_num_seqs to 256 or 1024; its KV blocks hold 1 to
 # 256 tokens, CacheConfig's block_size choices: 4096 leaves room for any paging)
 MAX_NUM_SEQS = 65536
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs (the V1 engine's, without a usage context that raises it)
 MAX_BLOCK_SIZE = 4096
 MAX_WINDOW_STEPS = 1_000_000  # iterations the acceptance window holds
 MAX_MEMORY_GB = 1e6  # a petabyte: more memory than any device or host has
@@ -285,7 +286,7 @@ class EngineTable:
     """`[engine]`: the scheduler's limits with vLLM's names (see scenarios/README.md). max_model_len
     and n_blocks None: the target's maximum context and the capacity the memory holds."""
 
-    max_num_seqs: int = 256
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     block_size: int = 16

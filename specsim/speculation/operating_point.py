@@ -234,7 +234,8 @@ class OperatingPoint:
                            f"{dep.eff.bandwidth_frac:.2f} and compute {dep.eff.compute_frac:.2f} of peak, "
                            f"{dep.eff.step_overhead_s * 1e6:.0f} µs a step + {dep.eff.per_layer_overhead_s * 1e6:.1f} µs "
                            f"a layer, {dep.cycle_overhead_s * 1e6:.0f} µs a cycle",
-             "; ".join(x for x in (s.get("stack", ""), s.get("fitted figures", ""), s.get("calibration", "")) if x)),
+             "; ".join(x for x in (s.get("stack", ""), s.get("fitted figures", ""), s.get("calibration", ""),
+                                   s.get("method host work", "")) if x)),
             ("priced by", self.pricing_label(),
              self.hardware.sources.get("operator_tables", "") if dep.operator_tables is not None else ""),
             ("method", self.method, s.get("method", "")),
@@ -532,6 +533,40 @@ def calibration_for_source(target: ModelSpec, dep: Deployment, stack) -> tuple[D
             f"--cost-source {fitted} to use them, or fit them again under this source with `specsim calibrate load`)")
 
 
+METHOD_REGIMES = ("spec_seq_host_us", "spec_max_running")  # load regimes that name a drafter family
+
+
+def check_regime_methods(stack) -> None:
+    """Refuse a stack's method-keyed load regime (specs.regimes) naming no drafter family: it would never
+    apply, and the figure would be lost without a word."""
+    for i, e in enumerate(getattr(stack, "regimes", ())):
+        if e.property in METHOD_REGIMES and e.fields["method"] not in FAMILIES:
+            raise field_error(f"stack {stack.id!r} [[load_regime]] #{i + 1} ({e.property})", "method",
+                              e.fields["method"], f"one of {', '.join(FAMILIES)}")
+
+
+def method_host_work(dep: Deployment, stack, method: str, *, version: str | None, hardware: HardwareProfile,
+                     target: ModelSpec) -> tuple[Deployment, str]:
+    """The deployment with the host work a speculating sequence of `method` pays a cycle in this stack
+    beyond its [host] spec_per_seq_us (a `spec_seq_host_us` load regime at `version`), and a note naming
+    it and its source; unchanged, and no note, where the stack has none for the method."""
+    from ..specs.regimes import resolve_regimes
+
+    if stack is None or not stack.regimes:
+        return dep, ""
+    check_regime_methods(stack)
+    rg = resolve_regimes(stack.regimes, version=version, tp=dep.n_devices, memory_gb=hardware.memory_bytes / 1e9,
+                         attention="mla" if target.mla else "mha", where=f"stack {stack.id!r}")
+    extra_s = rg.spec_seq_host_s.get(method)
+    if not extra_s:
+        return dep, ""
+    src = next(e for e in rg.applied if e.property == "spec_seq_host_us" and e.fields["method"] == method)
+    host = replace(dep.host, spec_per_seq_s=dep.host.spec_per_seq_s + extra_s)
+    return (replace(dep, host=host),
+            f"stack {stack.id!r}: {method} adds {extra_s * 1e6:g} µs a speculating sequence a cycle to [host] "
+            f"spec_per_seq_us (versions {src.versions.text}; {src.status}: {src.source})")
+
+
 def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **overrides) -> OperatingPoint:
     """The scenario (with `overrides` of its top-level fields; None keeps a field) as an
     OperatingPoint. Raises SpecError naming the field when the pieces do not fit together.
@@ -609,6 +644,9 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         work = cfg.family.work(cfg, target, dep.tp)
         q = int(verify_q_len(cfg, work, s.k, tree_size))
         dep = drafting_deployment(dep, work)  # the family's tree building on this stack's host, if any
+        dep, note = method_host_work(dep, stack, method, version=s.stack_version, hardware=hw, target=target)
+        if note:
+            loaded_as["method host work"] = note
     check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
                   where=where, q_field="tree_size" if tree_size is not None else "k",
                   q_value=tree_size if tree_size is not None else s.k)
