@@ -47,7 +47,7 @@ def test_stack_term_on_a_fit_row_without_a_measured_speedup_is_refused_naming_it
     rc, _, err = run(["calibrate", "stack-term", f, "--stack", "vllm", "--term", "cycle_overhead_us",
                       "--rows", ",".join(VLLM_FIT[:2])], capsys, limit_s=10)
     # the rule: a figure is fitted to a row's measured speedup, which must be a number > 0
-    refused(rc, err, 2, VLLM_FIT[0], "measured_speedup", shown, "> 0")
+    refused(rc, err, 2, VLLM_FIT[0], "measured_speedup", shown, ">= 0.01")
 
 
 def test_stack_term_shows_a_blank_measured_speedup_of_a_row_it_does_not_fit_on(tmp_path, capsys):
@@ -74,7 +74,7 @@ def test_leave_source_out_on_a_fit_row_without_a_measured_speedup_is_refused_nam
     f = tmp_path / "t.csv"
     t.to_csv(f, index=False)
     rc, _, err = run(["replay", f, "--leave-source-out"], capsys, limit_s=10)
-    refused(rc, err, 2, VLLM_FIT[0], "measured_speedup", shown, "> 0", "vllm cycle_overhead_us")
+    refused(rc, err, 2, VLLM_FIT[0], "measured_speedup", shown, ">= 0.01", "vllm cycle_overhead_us")
 
 
 # ---- leave one source out: blank and alternating sources finish in seconds --------------------------
