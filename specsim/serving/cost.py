@@ -53,9 +53,9 @@ import numpy as np
 from ..cost.pricing import (cycle_overhead_rates, dense_time_s, masked_score_time_s, mla_prefill_verify_s,
                             source_for)
 from ..cost.shape import PassShape
-from ..specs.regimes import NO_REGIMES, Regimes, resolve_regimes
+from ..specs.regimes import Regimes
 from ..speculation.families import pass_efficiency, pass_widths
-from ..speculation.operating_point import OperatingPoint
+from ..speculation.operating_point import OperatingPoint, stack_regimes
 from ..speculation.predict import tokens_per_cycle_at
 from .mix import IterationMix
 
@@ -183,13 +183,9 @@ def _sum_ctx(mix: IterationMix) -> float:
 
 def regimes_for(op: OperatingPoint) -> Regimes:
     """The load regimes of the point's stack at the scenario's stack_version (none without a stack)."""
-    stack = op.stack
-    if stack is None or not stack.regimes:
-        return NO_REGIMES
     version = getattr(op.scenario, "stack_version", None) if op.scenario is not None else None
-    return resolve_regimes(stack.regimes, version=version, tp=op.deployment.n_devices,
-                           memory_gb=op.hardware.memory_bytes / 1e9, attention="mla" if op.target.mla else "mha",
-                           where=f"stack {stack.id!r}")
+    return stack_regimes(op.stack, version=version, n_devices=op.deployment.n_devices, hardware=op.hardware,
+                         target=op.target)
 
 
 def regime_advice(op: OperatingPoint, *, batch: float | None = None, rate_per_s: float | None = None

@@ -239,10 +239,11 @@ def running_limit(op: OperatingPoint, eng: EngineTable) -> tuple[int, str]:
                  f"at max_num_seqs = {eng.max_num_seqs}")
 
 
-def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity, *, plain: bool = False) -> EngineConfig:
+def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity, *,
+                  max_num_seqs: int | None = None) -> EngineConfig:
     """The [engine] table with the point's capacity as the scheduler's limits. n_blocks may lower the
     capacity the memory holds, never raise it; max_model_len is at most the target's maximum context.
-    The running limit is `running_limit`'s, or, plain=True, that of the same launch without speculation."""
+    max_num_seqs: the running limit when the launch's differs from the table's (`running_limit`)."""
     where = eng.where
     if eng.n_blocks is not None and eng.n_blocks > cap.n_blocks:
         raise field_error(where, "n_blocks", eng.n_blocks, f"at most {cap.n_blocks}: the KV blocks of "
@@ -257,7 +258,7 @@ def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity, *, plai
     try:
         return EngineConfig(n_blocks=eng.n_blocks if eng.n_blocks is not None else cap.n_blocks,
                             block_size_tokens=cap.block_size_tokens,
-                            max_num_seqs=eng.max_num_seqs if plain else running_limit(op, eng)[0],
+                            max_num_seqs=eng.max_num_seqs if max_num_seqs is None else max_num_seqs,
                             max_num_batched_tokens=eng.max_num_batched_tokens, chunked_prefill=eng.chunked_prefill,
                             watermark_frac=eng.watermark_frac,
                             max_model_len=eng.max_model_len if eng.max_model_len is not None else limit,
@@ -306,9 +307,9 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     eng = t.engine
     cap = kv_capacity_for(op, gpu_memory_utilization=eng.gpu_memory_utilization, block_size_tokens=eng.block_size,
                           activation_reserve_bytes=eng.activation_reserve_gb * 1e9)
-    config = engine_config(op, eng, cap)
-    plain_config = engine_config(op, eng, cap, plain=True)
-    limit_note = running_limit(op, eng)[1]
+    limit, limit_note = running_limit(op, eng)
+    config = engine_config(op, eng, cap, max_num_seqs=limit)
+    plain_config = config if limit == eng.max_num_seqs else engine_config(op, eng, cap)
     cost = ServingCost(op, exact=exact_cost)
     wt = t.workload if t.workload is not None else WorkloadTable.from_table({}, where=f"{where} [workload]")
     workload, kind, extra = build_workload(op, wt, seed=seed)

@@ -545,18 +545,26 @@ def check_regime_methods(stack) -> None:
                               e.fields["method"], f"one of {', '.join(FAMILIES)}")
 
 
+def stack_regimes(stack, *, version: str | None, n_devices: int, hardware: HardwareProfile, target: ModelSpec):
+    """The stack's load regimes (specs.regimes) at `version` on this deployment: n_devices of `hardware`
+    (entries can hold only for some tp or memory) serving `target` (its attention kind picks the entries)."""
+    from ..specs.regimes import NO_REGIMES, resolve_regimes
+
+    if stack is None or not stack.regimes:
+        return NO_REGIMES
+    return resolve_regimes(stack.regimes, version=version, tp=n_devices, memory_gb=hardware.memory_bytes / 1e9,
+                           attention="mla" if target.mla else "mha", where=f"stack {stack.id!r}")
+
+
 def method_host_work(dep: Deployment, stack, method: str, *, version: str | None, hardware: HardwareProfile,
                      target: ModelSpec) -> tuple[Deployment, str]:
     """The deployment with the host work a speculating sequence of `method` pays a cycle in this stack
     beyond its [host] spec_per_seq_us (a `spec_seq_host_us` load regime at `version`), and a note naming
     it and its source; unchanged, and no note, where the stack has none for the method."""
-    from ..specs.regimes import resolve_regimes
-
     if stack is None or not stack.regimes:
         return dep, ""
     check_regime_methods(stack)
-    rg = resolve_regimes(stack.regimes, version=version, tp=dep.n_devices, memory_gb=hardware.memory_bytes / 1e9,
-                         attention="mla" if target.mla else "mha", where=f"stack {stack.id!r}")
+    rg = stack_regimes(stack, version=version, n_devices=dep.n_devices, hardware=hardware, target=target)
     extra_s = rg.spec_seq_host_s.get(method)
     if not extra_s:
         return dep, ""
