@@ -303,7 +303,8 @@ def sweep_tables(draw):
                 r = dict(cfg, load=load, speculative=spec, role=draw(st.sampled_from(["fit", "check"])),
                          method=method if spec else "none", drafter=drafter if spec else "", k=k if spec else "",
                          tpot_s="", e2e_latency_s="", output_tokens_per_s="", measured_speedup="", tau="", alpha="",
-                         context_len="", prompt_tokens="", output_tokens="")
+                         context_len="", prompt_tokens="", output_tokens="",
+                         max_num_seqs=draw(st.sampled_from(["", 1, 48, 65536]) | st.integers(1, 65536)))
                 if kind == "batch":
                     r["context_len"] = draw(st.integers(0, 8192))
                 else:
@@ -336,13 +337,16 @@ def test_a_valid_load_sweep_table_reads_row_for_row(tmp_path, table):
     rows, counts = table
     path = tmp_path / "sweeps.csv"
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS) + ["stack_version"])
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS) + ["stack_version", "max_num_seqs"])
         w.writeheader()
         for r in rows:
             w.writerow({c: (repr(v) if isinstance(v, float) else v) for c, v in r.items()})
     sweeps = read_load_sweeps(path)
     assert {s.name: len(s.rows) for s in sweeps} == counts
+    limits = {(r["sweep"], float(r["load"]), bool(r["speculative"])): r["max_num_seqs"] for r in rows}
     for s in sweeps:
+        for r in s.rows:  # the launch's running limit, read as written (blank: the engine's default)
+            assert r.max_num_seqs == (limits[(s.name, r.load, r.speculative)] or None)
         for r in s.speculative():
             sp, _ = s.measured_speedup(r)
             assert sp is None or (math.isfinite(sp) and sp > 0)
