@@ -376,7 +376,7 @@ def workload_mix(op: OperatingPoint, *, seed: int = 0) -> tuple[WorkloadMix, int
     return setup.mix(), setup.max_batch_speculative
 
 
-__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "engine_config", "running_limit", "check_run_size",
-           "workload_mix", "resolve_data_path", "tables", "WORKLOAD_KEYS", "ENGINE_KEYS", "FLEET_KEYS", "SLO_KEYS",
+__all__ = ["ServingSetup", "build_serving", "build_workload", "build_fleet", "engine_config", "running_limit",
+           "check_run_size", "workload_mix", "resolve_data_path", "tables", "WORKLOAD_KEYS", "ENGINE_KEYS", "FLEET_KEYS", "SLO_KEYS",
            "MIN_RATE_PER_S", "MAX_RATE_PER_S", "MAX_SYNTHETIC_REQUESTS", "DEFAULT_SWAP_SPACE_GIB",
            "DEFAULT_SWAP_BANDWIDTH_GB_S", "MAX_SIMULATED_TOKENS", "SIMULATED_TOKENS_PER_S"]

@@ -82,6 +82,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import SpecError, field_error, reject_unknown_keys
+from .serving_tables import MAX_NUM_SEQS
 
 PROPERTIES = ("cuda_graph_max", "eager_layer_us", "overlap", "verify_attention", "dynamic_k_tax", "per_token_share",
               "spec_seq_host_us", "spec_max_running", "calibration")
@@ -290,7 +291,6 @@ MIN_DEVICE_SCALE, MAX_DEVICE_SCALE = 0.01, 100.0  # a device a hundred times off
 #                    efficiencies has the wrong hardware or model, not a stack figure (`calibrate load` fits 0.1..20)
 MAX_EAGER_LAYER_US = 1e4  # 10 ms a layer for kernel launches a graph would replay: a second a pass at 100 layers
 #                    (SGLang's measured figure is 126 µs, stacks/sglang.toml)
-MAX_RUNNING_SEQS = 65536  # a running-batch cap past [engine] max_num_seqs' own bound is a paste, not a limit
 MAX_TAX_FRAC = 1.0  # a schedule that drafts nothing doubling the iteration (the measured tax is 0.07..0.22:
 #                    stacks/vllm.toml); past it, a percentage written where a fraction belongs
 
@@ -391,7 +391,7 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
                                  why="microseconds a sequence a cycle; more than a second is a unit mistake")
         else:
             f["value"] = _number(where, "value", f.get("value"), integer=True, minimum=1,
-                                 maximum=MAX_RUNNING_SEQS, why="running sequences")
+                                 maximum=MAX_NUM_SEQS, why="running sequences, [engine] max_num_seqs' own bound")
     elif prop == "dynamic_k_tax":
         for key in ("low_batch", "high_batch"):
             f[key] = _number(where, key, f.get(key), integer=True, minimum=1)
