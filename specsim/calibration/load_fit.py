@@ -268,8 +268,8 @@ def run_row(sweep: LoadSweep, row: LoadRow, *, stack: StackProfile, speculative:
     setup = build_serving(op, seed=seed)
     rec = _Recorder(setup.cost)
     policy = StaticK(k=op.k) if speculative else Never()
-    res = simulate(setup.workload, config=setup.config_for(policy), cost=rec, policy=policy, acceptance=setup.acceptance,
-                   seed=seed, tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
+    res = simulate(setup.workload, config=setup.config_for(policy), cost=rec, policy=policy,
+                   acceptance=setup.acceptance, seed=seed, tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
                    drafter_cache=setup.drafter_cache)
     s = res.summary
     if s["n_done"] < s["n_requests"]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..specs.scenario import DEFAULTS, Scenario, load_scenario
-from ..speculation.operating_point import ALL_METHODS, resolve
+from ..speculation.operating_point import ALL_METHODS, method_host_label, resolve
 from ..speculation.predict import format_band, predict
 from .common import add_cost_source_flag, print_json, table
 
@@ -120,7 +120,7 @@ def _run(args) -> int:
                                            "compaction)"),
                      ("host work", f"{ms(r['cycle_host_s'])} a cycle"
                                    + (", overlapped with the device" if over["speculative"] else ", after the device")
-                                   + (f" ({r['sources']['method host work'].split(' (versions')[0]})"
+                                   + (f" ({method_host_label(r['sources']['method host work'])})"
                                       if r["sources"].get("method host work") else ""))]
         else:
             rows += [("cycle overhead", ms(r["cycle_overhead_s"]))]

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..specs import checks as C
-from ..specs.serving_tables import MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_WINDOW_STEPS, PREEMPTION_MODES, SCHEDULING
+from ..specs.serving_tables import (DEFAULT_MAX_NUM_SEQS, MAX_BLOCK_SIZE, MAX_NUM_SEQS, MAX_WINDOW_STEPS,
+                                   PREEMPTION_MODES, SCHEDULING)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,7 +20,7 @@ class EngineConfig:
 
     n_blocks: int
     block_size_tokens: int = 16
-    max_num_seqs: int = 256
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     watermark_frac: float = 0.01

@@ -17,7 +17,8 @@ TABLE_COLUMNS = ("policy", "rate_per_s", "n_done", "n_rejected", "ttft_p50_s", "
 
 def run_one(setup: ServingSetup, name: str, rate: float | None, **kw):
     """One policy at one rate (None: the workload as given)."""
-    return simulate(setup.workload_at(rate), config=setup.config_for(setup.policies[name]), cost=setup.cost, policy=setup.policies[name],
+    policy = setup.policies[name]
+    return simulate(setup.workload_at(rate), config=setup.config_for(policy), cost=setup.cost, policy=policy,
                     acceptance=setup.acceptance, seed=setup.seed, slo=setup.slo, rate_per_s=rate,
                     tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
                     drafter_cache=setup.drafter_cache, **kw)

@@ -572,7 +572,15 @@ def method_host_work(dep: Deployment, stack, method: str, *, version: str | None
     host = replace(dep.host, spec_per_seq_s=dep.host.spec_per_seq_s + extra_s)
     return (replace(dep, host=host),
             f"stack {stack.id!r}: {method} adds {extra_s * 1e6:g} µs a speculating sequence a cycle to [host] "
-            f"spec_per_seq_us (versions {src.versions.text}; {src.status}: {src.source})")
+            f"spec_per_seq_us{_CITATION}{src.versions.text}; {src.status}: {src.source})")
+
+
+_CITATION = " (versions "  # where method_host_work's note turns from what it adds to where that comes from
+
+
+def method_host_label(note: str) -> str:
+    """What a `method_host_work` note adds, without its citation (for a one-line figure)."""
+    return note.split(_CITATION, 1)[0]
 
 
 def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **overrides) -> OperatingPoint:
