@@ -122,11 +122,15 @@ def test_a_pass_past_its_capture_runs_eagerly_at_least_its_launches():
 
 
 def test_no_version_means_no_regime_changes_the_cost():
-    """Without stack_version only '*' entries apply (vLLM's one, per_token_share, only splits a load
-    calibration's terms and prices nothing by itself): the cost is the one at a release no regime covers."""
+    """Without stack_version only '*' entries apply (vLLM's: per_token_share, which only splits a load
+    calibration's terms and prices nothing by itself, and the overlap of the n-gram and Medusa proposers'
+    speculating iterations, which a plain point never runs): the cost is the one at a release no regime
+    covers, and the host model is the stack file's."""
     a = ServingCost(_op())
     mix = _prefill(600)
-    assert [e.property for e in a.regimes.applied] == ["per_token_share"]
+    applied = [(e.property, e.fields.get("method")) for e in a.regimes.applied]
+    assert applied == [("overlap", "prompt_lookup"), ("overlap", "medusa"), ("per_token_share", None)]
+    assert a.op.deployment.host.overlap == load_stack("vllm").host.overlap == "none"
     assert a.parts(mix)[0] == pytest.approx(ServingCost(_op(stack_version="0.7.0")).parts(mix)[0], rel=1e-12)
 
 

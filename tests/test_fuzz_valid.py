@@ -162,6 +162,9 @@ def _fields(draw, prop: str) -> tuple[dict, tuple]:
     if prop == "eager_layer_us":
         return {"value": draw(st.floats(0.0, 1e4))}, (None, None, None, None)
     if prop == "overlap":
+        if draw(st.booleans()):  # one drafter family's speculating iterations
+            f = {"method": draw(st.sampled_from(METHOD_NAMES)), "speculative": draw(st.booleans())}
+            return f, (None, None, None, f["method"])
         return {"plain": draw(st.booleans()), "speculative": draw(st.booleans())}, (None, None, None, None)
     if prop == "verify_attention":
         f = {"attention": draw(st.sampled_from(ATTENTION_KINDS)), "backend": draw(st.sampled_from(["default", "flashinfer_mla"])),
@@ -231,6 +234,10 @@ def regime_tables(draw):
                 f.update(attention=f0["attention"], backend=f0["backend"])
             if prop in ("spec_seq_host_us", "spec_max_running"):
                 f["method"] = f0["method"]
+            if prop == "overlap" and "method" in f0:
+                f = {"method": f0["method"], "speculative": f.get("speculative", False)}
+            elif prop == "overlap":
+                f = {"plain": f.get("plain", False), "speculative": f.get("speculative", False)}
             entries.append({"property": prop, "versions": text, "status": STATUS.get(prop, "code"),
                             "source": "fuzz", **f})
             plan.append(((prop,) + key, holds, text, f))

@@ -1,6 +1,8 @@
-"""Two stack behaviours that depend on the drafter family (specs.regimes `spec_seq_host_us` and
-`spec_max_running`): SGLang's NGRAM worker builds each request's tree mask in a Python loop, and SGLang
-runs at most 48 requests at once when a launch speculates without setting --max-running-requests.
+"""Stack behaviours that depend on the drafter family (specs.regimes `spec_seq_host_us`,
+`spec_max_running` and a method's own `overlap`): SGLang's NGRAM worker builds each request's tree mask in
+a Python loop; SGLang runs at most 48 requests at once when a launch speculates without setting
+--max-running-requests; vLLM's async scheduler, the default from 0.14, turns itself off for the n-gram
+proposer.
 
 Expected values come from the sources the stack file cites, worked by hand: SGLang PR #20744 profiled
 the verify step at batch 32 at 3.875 ms with the loop and 0.99 ms with one kernel, so the loop costs
@@ -154,3 +156,85 @@ def test_a_bad_max_num_seqs_cell_is_refused_naming_line_and_column(tmp_path, cel
     path = _sweep_csv(tmp_path, [(8, 0, ""), (8, 1, cell)])
     with pytest.raises(SpecError, match=rf"line 3: column 'max_num_seqs' = '{cell}'"):
         read_load_sweeps(path)
+
+
+# ---- vLLM's async scheduler and the drafter family (an `overlap` load regime that names a method) ----------
+# From 0.14 (PR #31998) vLLM overlaps a step's host work with the device's by default, with EAGLE/MTP
+# speculation too, but turns the async scheduler off for the n-gram and Medusa proposers (they need the
+# sampled tokens on the host: PR #24799), and for a draft model until PR #48341 (taken as 0.26.0).
+def _vllm(version, method="prompt_lookup", **kw):
+    extra = dict(target="smollm2-360m", drafter="smollm2-135m") if method == "draft_model" else {}
+    extra.update(kw)
+    return resolve(_scenario(stack="vllm", stack_version=version, method=method, **extra))
+
+
+@pytest.mark.parametrize("version, method, mode", [
+    ("0.28.0", "prompt_lookup", "plain"), ("0.28.0", "medusa", "plain"), ("0.28.0", "eagle", "always"),
+    ("0.28.0", "none", "always"), ("0.20.0", "draft_model", "plain"), ("0.28.0", "draft_model", "always"),
+    ("0.13.0", "prompt_lookup", "none"), ("0.13.0", "eagle", "none"), (None, "prompt_lookup", "none"),
+])
+def test_vllm_overlaps_host_work_by_release_and_drafter_family(version, method, mode):
+    kw = dict(k=0) if method == "none" else {}
+    op = _vllm(version, method, **kw)
+    assert op.deployment.host.overlap == mode
+    # a change from the stack file's [host] overlap ('none') is said, with its source
+    assert ("host overlap" in op.sources) == (mode != load_stack("vllm").host.overlap)
+
+
+def test_an_ngram_cycle_on_vllm_0_28_pays_its_host_work_after_the_device_by_hand():
+    """Qwen3-8B-sized work at batch 32: with the async scheduler the cycle lasts max(device, host); without
+    it device + host. The device part is larger here, so the two differ by exactly the cycle's host time."""
+    sync = _vllm("0.28.0", target="qwen3-8b", batch_size=32, context_len=300)
+    vl = load_stack("vllm")
+    asynch = resolve(_scenario(stack="vllm", stack_version="0.28.0", target="qwen3-8b", batch_size=32, context_len=300),
+                     stack_profile=replace(vl, regimes=tuple(e for e in vl.regimes
+                                                             if e.fields.get("method") != "prompt_lookup")))
+    assert (sync.deployment.host.overlap, asynch.deployment.host.overlap) == ("plain", "always")
+    a, b = predict(sync).to_dict(), predict(asynch).to_dict()
+    assert a["host_overlaps_device"] == {"plain": True, "speculative": False}
+    assert a["cycle_host_s"] == pytest.approx(b["cycle_host_s"], rel=1e-12) and a["cycle_host_s"] > 0
+    assert b["cycle_time_s"] > b["cycle_host_s"]  # the device part is the longer one
+    assert a["cycle_time_s"] - b["cycle_time_s"] == pytest.approx(a["cycle_host_s"], rel=1e-9)
+    assert a["target_step_time_s"] == pytest.approx(b["target_step_time_s"], rel=1e-12)  # the plain step: unchanged
+
+
+def test_the_serving_simulator_reads_the_same_overlap_as_the_analytical_cycle():
+    from specsim.serving.cost import ServingCost
+    from specsim.serving.engine import IterationMix
+    import numpy as np
+
+    op = _vllm("0.28.0", target="qwen3-8b", batch_size=32, context_len=300)
+    cost = ServingCost(op)
+    b, q = op.batch_size, op.verify_q_len
+
+    def mix(spec):
+        n = q if spec else 1
+        return IterationMix(np.full(b, n, dtype=np.int64), np.full(b, op.context_len, dtype=np.int64),
+                            np.full(b, n, dtype=np.int64), np.full(b, op.k if spec else 0, dtype=np.int64),
+                            np.zeros(b, dtype=bool), 0)
+    assert cost.parts(mix(False))[3] is True and cost.parts(mix(True))[3] is False
+    p = predict(op, check_memory=False).cycle
+    assert cost(mix(True)) == pytest.approx(float(p.cycle_time_s), rel=1e-9)
+    assert cost(mix(False)) == pytest.approx(float(p.target_step_time_s), rel=1e-9)
+    # the plain step overlaps: max(device, host), not their sum; the cycle does not: device + host
+    assert float(p.target_step_time_s) == pytest.approx(max(float(p.plain_device_s), float(p.plain_host_s)), rel=1e-12)
+    assert float(p.cycle_time_s) == pytest.approx(float(p.device_s) + float(p.host_s), rel=1e-12)
+
+
+@pytest.mark.parametrize("raw, field", [
+    ({"property": "overlap", "method": "prompt_lookup", "plain": True, "speculative": False}, "plain"),
+    ({"property": "overlap", "method": "prompt_lookup"}, "speculative"),
+    ({"property": "overlap", "method": "", "speculative": False}, "method"),
+    ({"property": "overlap", "method": "prompt_lookup", "speculative": "no"}, "speculative"),
+])
+def test_a_bad_method_overlap_entry_is_refused_naming_the_field(raw, field):
+    with pytest.raises(SpecError, match=f"'{field}'"):
+        entry_from_dict({"versions": "*", "status": "code", "source": "a test", **raw}, where="t")
+
+
+def test_a_method_overlap_entry_naming_no_drafter_family_is_refused():
+    vl = load_stack("vllm")
+    bad = entry_from_dict({"property": "overlap", "method": "ngram", "speculative": False, "versions": "*",
+                           "status": "code", "source": "a test"}, where="t")
+    with pytest.raises(SpecError, match=r"'method' = 'ngram'.*prompt_lookup"):
+        resolve(_scenario(stack="vllm", stack_version="0.28.0"), stack_profile=replace(vl, regimes=vl.regimes + (bad,)))

@@ -264,10 +264,11 @@ def test_a_calibration_at_its_bounds_loads():
 @pytest.mark.parametrize("figure", ["1e300", "inf", "nan"])
 def test_a_calibrated_stack_file_with_an_impossible_device_term_is_refused_at_the_command_line(tmp_path, figure):
     text = (ROOT / "stacks" / "vllm.toml").read_text(encoding="utf-8")
+    n = text.count("\n[[load_regime]]\n") + 1  # the appended entry's number in the file
     text += ('\n[[load_regime]]\nproperty = "calibration"\nversions = "*"\nstatus = "fitted"\nsource = "edited"\n'
              'sweep = "s"\nfile = "f.csv"\nload_kind = "concurrency"\nload_min = 1.0\nload_max = 8.0\nn_fit_rows = 3\n'
              f'fit_error_frac = 0.05\ncommand = "specsim calibrate load f.csv"\ndevice_scale = 1.0\n'
              f'device_per_seq_us = {figure}\ndevice_per_token_us = 0.0\n')
     p = tmp_path / "stack.toml"
     p.write_text(text, encoding="utf-8")
-    refused(["predict", "--stack", p, "--alpha", "0.7"], "'device_per_seq_us'", "[[load_regime]] #12")
+    refused(["predict", "--stack", p, "--alpha", "0.7"], "'device_per_seq_us'", f"[[load_regime]] #{n}")

@@ -24,7 +24,8 @@ Load regimes (`specs.regimes`, the stack's `[[load_regime]]` entries at the scen
   max(its device work, layers × eager_layer_s) — the target pass as target_decode, verify or mixed
   (a batch with prefill tokens), the drafting passes as draft, the drafter's catch-up as
   draft_extend;
-- the regimes' overlap replaces the stack's [host] overlap, plain and speculating;
+- the regimes' overlap replaces the stack's [host] overlap, plain and speculating (folded into the
+  deployment's host model by `operating_point.regime_host`, as the analytical cycle reads it);
 - an MLA target whose verification takes the prefill path pays, per verifying sequence and cached
   token, the latent's up-projection to keys and values (2·kv_lora_rank·heads·(qk_nope + v_head) FLOP
   per layer, heads split over the group) and the expanded keys and values written and read back
@@ -235,9 +236,8 @@ class ServingCost:
         self._tau_cache: dict = {}
         t = self.target
         self._target_closed = t.ok and not t.window and t.attention == "fused"
+        # the regimes' overlap is already in the host model (operating_point.regime_host), one answer for every path
         self._overlaps = {True: bool(dep.host.overlaps(True)), False: bool(dep.host.overlaps(False))}
-        if rg.overlap is not None:
-            self._overlaps = {False: rg.overlap[0], True: rg.overlap[1]}
         self._host_memo: dict = {}
         self._passes = w is not None and w.pass_model is not None and w.n_passes == "k"
         # the common drafting iteration in closed form (_draft's first branch): chains of one K on every row,

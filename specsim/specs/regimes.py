@@ -28,7 +28,11 @@ Properties (units in the key, converted once here):
 - `eager_layer_us`: what a pass that runs eagerly costs beyond its graph replay, per layer
   (`value`, microseconds): the kernel launches a graph would have replayed.
 - `overlap`: whether the engine's host work hides behind the device's, `plain` and `speculative`
-  (booleans): it replaces the stack's `[host] overlap` where it holds.
+  (booleans): it replaces the stack's `[host] overlap` where it holds. An entry that names a drafter
+  family (`method`) gives `speculative` alone, for that family's speculating iterations: vLLM's async
+  scheduler runs with EAGLE and MTP but turns itself off for the n-gram proposer, which needs the
+  sampled tokens on the host. `operating_point.resolve` folds the result into the deployment's host
+  model, so every path reads one answer.
 - `verify_attention`: which path a speculative verification of `attention` ("mla") takes with
   `backend` ("default": what the version picks): `path` = "decode" (the decode kernel over the
   cached latent) or "prefill" (the prefill path: every cached token's latent up-projected to keys
@@ -92,7 +96,7 @@ VERIFY_PATHS = ("decode", "prefill")
 ATTENTION_KINDS = ("mla", "mha")
 # fields each property takes beyond property/versions/status/source (and the optional filters)
 FIELDS = {"cuda_graph_max": {"pass", "max_batch", "max_tokens"}, "eager_layer_us": {"value"},
-          "overlap": {"plain", "speculative"}, "verify_attention": {"attention", "backend", "path"},
+          "overlap": {"plain", "speculative", "method"}, "verify_attention": {"attention", "backend", "path"},
           "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"}, "per_token_share": {"value"},
           "spec_seq_host_us": {"method", "value"}, "spec_max_running": {"method", "value"},
           "calibration": {"sweep", "file", "load_kind", "load_min", "load_max", "n_fit_rows", "fit_error_frac",
@@ -306,6 +310,12 @@ def _number(where: str, key: str, v, *, integer: bool = False, minimum: float = 
     return int(v) if integer else float(v)
 
 
+def _check_method(where: str, f: dict) -> None:
+    if not isinstance(f.get("method"), str) or not f["method"].strip():
+        raise field_error(where, "method", f.get("method"), "a drafter family's method name (e.g. 'prompt_lookup', "
+                                                            "'eagle'): what the figure holds for")
+
+
 def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a [[load_regime]] table")
@@ -343,7 +353,12 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
             raise field_error(where, "value", None, "a number of microseconds (only an unmeasured property may "
                                                     "leave it out)")
     elif prop == "overlap":
-        for key in ("plain", "speculative"):
+        if "method" in f:
+            _check_method(where, f)
+            if "plain" in f:
+                raise field_error(where, "plain", f["plain"], "absent: an entry that names a method says how that "
+                                  "method's speculating iterations run (speculative); a plain iteration drafts with none")
+        for key in ("speculative",) if "method" in f else ("plain", "speculative"):
             if not isinstance(f.get(key), bool):
                 raise field_error(where, key, f.get(key), "true or false")
     elif prop == "verify_attention":
@@ -383,9 +398,7 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         if f["value"] > 1.0:
             raise field_error(where, "value", f["value"], "a share in [0, 1]")
     elif prop in ("spec_seq_host_us", "spec_max_running"):
-        if not isinstance(f.get("method"), str) or not f["method"].strip():
-            raise field_error(where, "method", f.get("method"), "a drafter family's method name (e.g. 'prompt_lookup', "
-                                                                "'eagle'): what the figure holds for")
+        _check_method(where, f)
         if prop == "spec_seq_host_us":
             f["value"] = _number(where, "value", f.get("value"), maximum=MAX_TERM_US,
                                  why="microseconds a sequence a cycle; more than a second is a unit mistake")
@@ -459,7 +472,8 @@ class Regimes:
 
     graph_max_batch / graph_max_tokens: pass kind -> the largest captured batch (sequences / tokens);
     a kind absent from both has no cap known (always replayed). eager_layer_s: the per-layer cost of an
-    eager pass (0: none known). overlap: (plain, speculative) or None (the stack's [host] overlap).
+    eager pass (0: none known). overlap: (plain, speculative) or None (the stack's [host] overlap);
+    spec_overlap: drafter family -> whether its speculating iterations overlap (beside `overlap`).
     verify_path: attention kind -> "decode" | "prefill" for the default backend. dynamic_k_tax:
     (low_batch, low_frac, high_batch, high_frac) or None. applied: the entries in force.
     open_questions: what would change the answer — unmeasured entries in force, and properties
@@ -470,6 +484,7 @@ class Regimes:
     graph_max_tokens: Mapping[str, int] = field(default_factory=dict)
     eager_layer_s: float = 0.0
     overlap: tuple[bool, bool] | None = None
+    spec_overlap: Mapping[str, bool] = field(default_factory=dict)
     verify_path: Mapping[str, str] = field(default_factory=dict)
     dynamic_k_tax: tuple | None = None
     per_token_share: float | None = None
@@ -546,7 +561,7 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
             ranges = "; ".join(f"{e.versions.text}: {_value_text(e)}" for e in es)
             open_q.append(f"{key[0]}{_key_text(key)} depends on the stack's version, which the scenario does not "
                           f"name (stack_version): {ranges}")
-    graph_b, graph_t, verify, seq_host, max_running = {}, {}, {}, {}, {}
+    graph_b, graph_t, verify, seq_host, max_running, spec_overlap = {}, {}, {}, {}, {}, {}
     eager, overlap, tax, cal, share = 0.0, None, None, None, None
     applied = []
     for key, e in chosen.items():
@@ -564,6 +579,8 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
                 graph_t[f["pass"]] = int(f["max_tokens"])
         elif e.property == "eager_layer_us":
             eager = float(f["value"]) * 1e-6
+        elif e.property == "overlap" and "method" in f:
+            spec_overlap[f["method"]] = bool(f["speculative"])
         elif e.property == "overlap":
             overlap = (bool(f["plain"]), bool(f["speculative"]))
         elif e.property == "verify_attention":
@@ -580,7 +597,7 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
         elif e.property == "calibration":
             cal = MappingProxyType(dict(f, source=e.source))
     return Regimes(version=version, graph_max_batch=MappingProxyType(graph_b), graph_max_tokens=MappingProxyType(graph_t),
-                   eager_layer_s=eager, overlap=overlap, verify_path=MappingProxyType(verify),
+                   eager_layer_s=eager, overlap=overlap, spec_overlap=MappingProxyType(spec_overlap), verify_path=MappingProxyType(verify),
                    dynamic_k_tax=tax, per_token_share=share, spec_seq_host_s=MappingProxyType(seq_host),
                    spec_max_running=MappingProxyType(max_running), calibration=cal, applied=tuple(applied),
                    open_questions=tuple(open_q))

@@ -19,7 +19,8 @@ or row names it, plus what it does per speculative cycle and how it verifies:
   `spec_per_draft_pass_us` per sequential drafting pass (launching the drafter, top-k and tree
   expansion between passes) — and
   `overlap`: whether that work hides behind the device's ("none"; "plain": only without
-  speculation, as with an overlap scheduler that speculation disables; "always");
+  speculation, as with an overlap scheduler that speculation disables; "speculative": only with it;
+  "always"). A stack's `overlap` load regimes (specs.regimes) replace it where they hold;
 - `[drafting]`: what a drafting pass costs in this stack's code, beside its device work —
   `head_pass_us`, the fixed cost of one pass of a one-layer drafting head run directly (an EAGLE or
   MTP head: embedding, masks, input projection, final norm, LM-head call, the top-k that picks the
@@ -68,7 +69,7 @@ from .hardware import Efficiency
 from .regimes import parse_entries as parse_regimes
 
 TREE_MODES = ("none", "static", "dynamic")
-OVERLAP_MODES = ("none", "plain", "always")
+OVERLAP_MODES = ("none", "plain", "speculative", "always")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +79,8 @@ class HostCost:
     An iteration's host time is step + per_seq·n + per_token·T (+ multi_gpu_step when the model
     spans several devices), and when it speculates, + the stack's cycle overhead + spec_per_seq·n_spec
     + spec_per_draft_token·drafted tokens + spec_per_draft_pass·sequential drafting passes. The iteration lasts device + host, or max(device, host)
-    when the work overlaps (`overlap` = "always", or "plain" for iterations that do not speculate)."""
+    when the work overlaps (`overlap` = "always", "plain" for iterations that do not speculate,
+    "speculative" for those that do)."""
 
     step_s: float = 0.0
     per_seq_s: float = 0.0
@@ -99,7 +101,13 @@ class HostCost:
             raise field_error("host", "overlap", self.overlap, f"one of {', '.join(OVERLAP_MODES)}")
 
     def overlaps(self, speculative: bool) -> bool:
-        return self.overlap == "always" or (self.overlap == "plain" and not speculative)
+        return self.overlap == "always" or self.overlap == ("speculative" if speculative else "plain")
+
+    @staticmethod
+    def overlap_mode(plain: bool, speculative: bool) -> str:
+        """The `overlap` mode whose plain and speculating iterations overlap as given."""
+        return {(False, False): "none", (True, False): "plain", (False, True): "speculative",
+                (True, True): "always"}[(bool(plain), bool(speculative))]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -533,14 +533,14 @@ def calibration_for_source(target: ModelSpec, dep: Deployment, stack) -> tuple[D
             f"--cost-source {fitted} to use them, or fit them again under this source with `specsim calibrate load`)")
 
 
-METHOD_REGIMES = ("spec_seq_host_us", "spec_max_running")  # load regimes that name a drafter family
+METHOD_REGIMES = ("spec_seq_host_us", "spec_max_running", "overlap")  # load regimes that (can) name a drafter family
 
 
 def check_regime_methods(stack) -> None:
     """Refuse a stack's method-keyed load regime (specs.regimes) naming no drafter family: it would never
     apply, and the figure would be lost without a word."""
     for i, e in enumerate(getattr(stack, "regimes", ())):
-        if e.property in METHOD_REGIMES and e.fields["method"] not in FAMILIES:
+        if e.property in METHOD_REGIMES and "method" in e.fields and e.fields["method"] not in FAMILIES:
             raise field_error(f"stack {stack.id!r} [[load_regime]] #{i + 1} ({e.property})", "method",
                               e.fields["method"], f"one of {', '.join(FAMILIES)}")
 
@@ -556,30 +556,54 @@ def stack_regimes(stack, *, version: str | None, n_devices: int, hardware: Hardw
                            attention="mla" if target.mla else "mha", where=f"stack {stack.id!r}")
 
 
-def method_host_work(dep: Deployment, stack, method: str, *, version: str | None, hardware: HardwareProfile,
-                     target: ModelSpec) -> tuple[Deployment, str]:
-    """The deployment with the host work a speculating sequence of `method` pays a cycle in this stack
-    beyond its [host] spec_per_seq_us (a `spec_seq_host_us` load regime at `version`), and a note naming
-    it and its source; unchanged, and no note, where the stack has none for the method."""
+def regime_host(dep: Deployment, stack, method: str, *, version: str | None, hardware: HardwareProfile,
+                target: ModelSpec) -> tuple[Deployment, dict]:
+    """The deployment's host model as the stack's load regimes at `version` set it, and notes naming each
+    change and its source (empty where nothing changes):
+
+    - whether host work hides behind the device (`overlap` regimes; for a speculating `method`, its own
+      entry where the stack has one: vLLM's async scheduler turns itself off for its n-gram proposer);
+    - the host work a speculating sequence of `method` pays a cycle beyond [host] spec_per_seq_us
+      (a `spec_seq_host_us` regime).
+
+    Folded in once here, so every path (the analytical cycle, the serving simulator, calibration) reads
+    one answer. `method` "none": only the plain iterations' overlap applies."""
     if stack is None or not stack.regimes:
-        return dep, ""
+        return dep, {}
     check_regime_methods(stack)
     rg = stack_regimes(stack, version=version, n_devices=dep.n_devices, hardware=hardware, target=target)
-    extra_s = rg.spec_seq_host_s.get(method)
-    if not extra_s:
-        return dep, ""
-    src = next(e for e in rg.applied if e.property == "spec_seq_host_us" and e.fields["method"] == method)
-    host = replace(dep.host, spec_per_seq_s=dep.host.spec_per_seq_s + extra_s)
-    return (replace(dep, host=host),
-            f"stack {stack.id!r}: {method} adds {extra_s * 1e6:g} µs a speculating sequence a cycle to [host] "
-            f"spec_per_seq_us{_CITATION}{src.versions.text}; {src.status}: {src.source})")
+    host, notes = dep.host, {}
+    plain_ov, spec_ov = host.overlaps(False), host.overlaps(True)
+    srcs = [e for e in rg.applied if e.property == "overlap" and "method" not in e.fields]
+    if rg.overlap is not None:
+        plain_ov, spec_ov = rg.overlap
+    own = rg.spec_overlap.get(method) if method != "none" else None
+    if own is not None:
+        spec_ov = own
+        srcs += [e for e in rg.applied if e.property == "overlap" and e.fields.get("method") == method]
+    mode = host.overlap_mode(plain_ov, spec_ov)
+    if mode != host.overlap:
+        host = replace(host, overlap=mode)
+        said = {False: "after the device", True: "behind the device"}
+        what = (f"plain iterations' host work runs {said[plain_ov]}"
+                + (f", {method}'s speculating iterations' {said[spec_ov]}" if method != "none" else ""))
+        notes["host overlap"] = (f"stack {stack.id!r}: {what} ([host] overlap {dep.host.overlap!r} -> {mode!r}"
+                                 + "".join(f"; versions {e.versions.text}, {e.status}: {e.source}" for e in srcs) + ")")
+    extra_s = rg.spec_seq_host_s.get(method) if method != "none" else None
+    if extra_s:
+        src = next(e for e in rg.applied if e.property == "spec_seq_host_us" and e.fields["method"] == method)
+        host = replace(host, spec_per_seq_s=host.spec_per_seq_s + extra_s)
+        notes["method host work"] = (f"stack {stack.id!r}: {method} adds {extra_s * 1e6:g} µs a speculating sequence a "
+                                     f"cycle to [host] spec_per_seq_us{_CITATION}{src.versions.text}; {src.status}: "
+                                     f"{src.source})")
+    return (replace(dep, host=host) if host is not dep.host else dep), notes
 
 
-_CITATION = " (versions "  # where method_host_work's note turns from what it adds to where that comes from
+_CITATION = " (versions "  # where regime_host's "method host work" note turns from what it adds to where that comes from
 
 
 def method_host_label(note: str) -> str:
-    """What a `method_host_work` note adds, without its citation (for a one-line figure)."""
+    """What a `regime_host` "method host work" note adds, without its citation (for a one-line figure)."""
     return note.split(_CITATION, 1)[0]
 
 
@@ -660,9 +684,9 @@ def resolve(scenario: Scenario, *, stack_profile: StackProfile | None = None, **
         work = cfg.family.work(cfg, target, dep.tp)
         q = int(verify_q_len(cfg, work, s.k, tree_size))
         dep = drafting_deployment(dep, work)  # the family's tree building on this stack's host, if any
-        dep, note = method_host_work(dep, stack, method, version=s.stack_version, hardware=hw, target=target)
-        if note:
-            loaded_as["method host work"] = note
+    dep, notes = regime_host(dep, stack, method if cfg is not None else "none", version=s.stack_version, hardware=hw,
+                             target=target)
+    loaded_as.update(notes)
     check_context(((target, "target"), (cfg.drafter if cfg is not None else None, "drafter")), s.context_len, q,
                   where=where, q_field="tree_size" if tree_size is not None else "k",
                   q_value=tree_size if tree_size is not None else s.k)
