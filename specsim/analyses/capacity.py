@@ -84,7 +84,7 @@ def simulate_fleet(setup: ServingSetup, policy, *, rate_per_s: float, n_replicas
     res = simulate(setup.workload_at(rate_per_s), config=setup.config_for(policy), cost=setup.cost, policy=policy,
                    acceptance=setup.acceptance, seed=setup.seed, slo=slo, rate_per_s=rate_per_s,
                    tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=fleet,
-                   drafter_cache=setup.drafter_cache)
+                   drafter_cache=setup.drafter_cache, draft_frac=setup.draft_frac)
     req = res.requests
     n = len(req)
     att = float(req["meets_slo"].sum() / n) if n else 0.0

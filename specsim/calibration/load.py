@@ -14,7 +14,10 @@ multi-turn benchmark of 20 questions at concurrency 64 keeps 20 in flight; defau
 max_num_seqs (the most sequences the launch let the engine run at once: vLLM's --max-num-seqs, SGLang's
 --max-running-requests; empty: the launch left it at the engine's default, and a stack's
 `spec_max_running` load regime may lower it for a speculative row: SGLang runs EAGLE and NGRAM 48 at a
-time unless the launch sets it), temperature, notes, and any
+time unless the launch sets it), draft_frac (a speculative row's share of sequence-steps in which the
+proposer drafted at all: vLLM's num_drafts over the decode steps, where its n-gram lookup found no match
+in the rest; empty: every step drafted, or the sweep's drafter_options say; with it, tau and alpha
+describe the steps that drafted, as vLLM's counters do), temperature, notes, and any
 `x_` column (carried through untouched). Rows of one `sweep` share its configuration (stack,
 version, hardware, devices, target and dtype, the load kind, and for its speculative rows the
 method, drafter, K, tree and options; a plain row may leave the drafting columns empty).
@@ -49,7 +52,8 @@ from ..specs.tables import numeric_column, read_csv_table, require_columns
 COLUMNS = ("sweep", "stack", "hardware", "n_devices", "target", "target_dtype", "method", "drafter", "k", "tree_size",
            "drafter_options", "load_kind", "load", "prompt_tokens", "output_tokens", "context_len", "speculative",
            "tpot_s", "e2e_latency_s", "output_tokens_per_s", "measured_speedup", "tau", "alpha", "role", "source")
-OPTIONAL = ("stack_version", "kv_cache_dtype", "n_requests", "n_users", "max_num_seqs", "temperature", "notes")
+OPTIONAL = ("stack_version", "kv_cache_dtype", "n_requests", "n_users", "max_num_seqs", "draft_frac", "temperature",
+            "notes")
 LOAD_KINDS = ("concurrency", "rate", "batch")
 ROLES = ("fit", "check")
 METRICS = ("output_tokens_per_s", "tpot_s", "e2e_latency_s")  # preference order for a speedup
@@ -89,6 +93,7 @@ class LoadRow:
     n_requests: int | None = None
     n_users: int | None = None
     max_num_seqs: int | None = None
+    draft_frac: float | None = None
     tpot_s: float | None = None
     e2e_latency_s: float | None = None
     output_tokens_per_s: float | None = None
@@ -235,6 +240,9 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
     num["tau"] = numeric_column(t, "tau", where=where, minimum=1, blank=True,
                                 expected="mean tokens per verify >= 1 (the bonus token included), or empty")
     num["alpha"] = numeric_column(t, "alpha", where=where, minimum=0, maximum=1, blank=True)
+    num["draft_frac"] = numeric_column(t, "draft_frac", where=where, minimum=0, maximum=1, exclusive_minimum=True,
+                                       blank=True, expected="the share of sequence-steps that drafted, in (0, 1], "
+                                                            "or empty")
     num["temperature"] = numeric_column(t, "temperature", where=where, minimum=0, blank=True)
 
     def val(c, i):
@@ -286,6 +294,13 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
         if not has_metric and not (spec and val("measured_speedup", i) is not None):
             raise SpecError(f"{where}: line {line}: no metric: expected tpot_s, e2e_latency_s or output_tokens_per_s"
                             + (", or measured_speedup" if spec else " (a plain row has no speedup)"))
+        if val("draft_frac", i) is not None and kind == "batch":
+            raise SpecError(f"{where}: line {line}: column 'draft_frac' = {t['draft_frac'].iloc[i]!r}: expected empty "
+                            f"for load_kind = batch (a batch row is priced as one iteration of its sequences; the "
+                            f"share that drafts is simulated for concurrency and rate rows)")
+        if val("draft_frac", i) is not None and not spec:
+            raise SpecError(f"{where}: line {line}: column 'draft_frac' = {t['draft_frac'].iloc[i]!r}: expected "
+                            f"empty on a plain row (speculative = 0)")
         if not spec and val("measured_speedup", i) is not None:
             raise SpecError(f"{where}: line {line}: column 'measured_speedup' = {t['measured_speedup'].iloc[i]!r}: "
                             f"expected empty on a plain row (speculative = 0)")
@@ -345,7 +360,8 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
                 role=_cell(t["role"].iloc[i]), prompt_tokens=_int(val("prompt_tokens", i)),
                 output_tokens=_int(val("output_tokens", i)), context_len=_int(val("context_len", i)),
                 n_requests=_int(val("n_requests", i)), n_users=_int(val("n_users", i)),
-                max_num_seqs=_int(val("max_num_seqs", i)), tpot_s=val("tpot_s", i), e2e_latency_s=val("e2e_latency_s", i),
+                max_num_seqs=_int(val("max_num_seqs", i)), draft_frac=val("draft_frac", i),
+                tpot_s=val("tpot_s", i), e2e_latency_s=val("e2e_latency_s", i),
                 output_tokens_per_s=val("output_tokens_per_s", i), measured_speedup=val("measured_speedup", i),
                 tau=val("tau", i), alpha=val("alpha", i), source=_cell(t["source"].iloc[i]),
                 notes=_cell(t["notes"].iloc[i]), extra=MappingProxyType(extra)))

@@ -176,7 +176,9 @@ class _Recorder:
     def breakdown(self, mix):
         dev, host, c, ov = self.cost.parts(mix)
         ns = mix.n_spec if mix.n_spec is not None else int(np.count_nonzero(mix.draft_k))
-        self.rows.append((dev, host, mix.q_lens.size, ns > 0, ns, ov, self.cost.emitted_tokens(mix)))
+        # a cycle pays the per-cycle figure even where the proposer found nothing for any row
+        cycle = ns > 0 or bool(mix.speculating)
+        self.rows.append((dev, host, mix.q_lens.size, cycle, ns, ov, self.cost.emitted_tokens(mix)))
         return ((dev if dev > host else host) if ov else dev + host), c
 
 
@@ -211,6 +213,8 @@ def row_scenario(sweep: LoadSweep, row: LoadRow, *, speculative: bool, acceptanc
         kw.update(_acceptance_kwargs(acceptance or {}))
         if sweep.drafter_options:
             sections["drafter_options"] = dict(sweep.drafter_options)
+        if row.draft_frac is not None:  # measured at this load, like its tau
+            sections["drafter_options"] = {**sections.get("drafter_options", {}), "draft_frac": float(row.draft_frac)}
     else:
         kw.update(method="none", k=0)
     if sweep.load_kind == "batch":
@@ -270,7 +274,7 @@ def run_row(sweep: LoadSweep, row: LoadRow, *, stack: StackProfile, speculative:
     policy = StaticK(k=op.k) if speculative else Never()
     res = simulate(setup.workload, config=setup.config_for(policy), cost=rec, policy=policy,
                    acceptance=setup.acceptance, seed=seed, tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
-                   drafter_cache=setup.drafter_cache)
+                   drafter_cache=setup.drafter_cache, draft_frac=setup.draft_frac)
     s = res.summary
     if s["n_done"] < s["n_requests"]:
         raise SpecError(f"{sweep.file}: line {row.line}: sweep {sweep.name!r} at load {row.load:g}: only "

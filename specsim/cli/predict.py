@@ -109,10 +109,14 @@ def _run(args) -> int:
     if spec:
         rows += [
             ("K, alpha, tau", f"{r['k']}, {'-' if r['alpha'] is None else round(r['alpha'], 4)}, "
-                              f"{r['tokens_per_cycle']:.3f}"),
+                              f"{r['tokens_per_cycle']:.3f}"
+                              + ("" if r.get("draft_frac", 1.0) == 1.0 else
+                                 f" (drafting in {r['draft_frac']:.1%} of cycles: alpha describes those)")),
             ("draft pass (mean)", ms(r["draft_step_time_s"]) + " device"),
             ("drafting per cycle", ms(r["draft_time_s"]) + " device"),
-            (f"verify pass ({r['verify_q_len']} tokens)", ms(r["verify_time_s"]) + " device"),
+            (f"verify pass ({r['verify_q_len']} tokens)" if r.get("draft_frac", 1.0) == 1.0 else
+             f"verify pass ({r['verify_q_len']} tokens for {r['draft_frac']:.1%} of sequences, 1 for the rest)",
+             ms(r["verify_time_s"]) + " device"),
         ]
         if r.get("cycle_device_s") is not None:
             rest = r["cycle_device_s"] - r["draft_time_s"] - r["verify_time_s"]
@@ -135,7 +139,7 @@ def _run(args) -> int:
         rows += [("speculative tokens/s", tps),
                  ("speedup", format_band(r["speedup"], band) + ("  (a SLOWDOWN: speculation costs more than it saves here)"
                                                              if r["speedup"] < 1 else "")),
-                 ("B·q vs ops:byte", f"{r['verify_tokens_in_flight']} tokens vs {r['ridge_flops_per_byte']:.0f} FLOP/byte")]
+                 ("B·q vs ops:byte", f"{r['verify_tokens_in_flight']:g} tokens vs {r['ridge_flops_per_byte']:.0f} FLOP/byte")]
     rows.append(("memory per device", ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in r["memory_per_device_bytes"].items())))
     if op.anchor is not None:
         rows.append(("anchored", f"to the measured baseline: {op.anchor['how']} (predicted "

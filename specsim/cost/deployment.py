@@ -132,17 +132,20 @@ class Deployment:
         """How many devices share the weights and the cache."""
         return self.n_devices
 
-    def host_time_s(self, *, n_seqs, n_tokens, n_spec_seqs=0, n_draft_tokens=0, n_draft_passes=0):
+    def host_time_s(self, *, n_seqs, n_tokens, n_spec_seqs=0, n_draft_tokens=0, n_draft_passes=0, speculating=None):
         """The engine's host work for one iteration of n_seqs sequences and n_tokens tokens, of which
         n_spec_seqs speculate with n_draft_tokens drafted in all over n_draft_passes sequential
-        drafting passes (the stack's [host] model)."""
+        drafting passes (the stack's [host] model). speculating: whether the iteration is a speculative
+        cycle, which pays the per-cycle overhead (None: where anybody speculates; True also where the
+        proposer found nothing to draft for any sequence, a cycle all the same)."""
         h = self.host
         n = np.asarray(n_seqs, dtype=float)
         t = h.step_s + h.per_seq_s * n + h.per_token_s * np.asarray(n_tokens, dtype=float)
         if self.n_devices > 1:
             t = t + h.multi_gpu_step_s
         ns = np.asarray(n_spec_seqs, dtype=float)
-        spec = np.where(ns > 0, self.cycle_overhead_s + h.spec_per_seq_s * ns
+        cycle = (ns > 0) if speculating is None else (np.asarray(speculating) | (ns > 0))
+        spec = np.where(cycle, self.cycle_overhead_s + h.spec_per_seq_s * ns
                         + h.spec_per_draft_token_s * np.asarray(n_draft_tokens, dtype=float)
                         + h.spec_per_draft_pass_s * np.asarray(n_draft_passes, dtype=float), 0.0)
         return t + spec

@@ -323,12 +323,18 @@ def source_for(model: ModelSpec, dep: Deployment, *, tp: int | None = None, effi
 
 
 def price_pass(model: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len, tp: int | None = None,
-               efficiency: Efficiency | None = None, target: bool = False, prefill: bool = False) -> StepCost:
+               efficiency: Efficiency | None = None, target: bool = False, prefill: bool = False,
+               draft_frac: float = 1.0) -> StepCost:
     """One pass of B sequences × M new tokens after L cached (arrays that broadcast) by the source
-    `source_for` picks. target=True for the target's passes (a layer split's hops counted)."""
+    `source_for` picks. target=True for the target's passes (a layer split's hops counted). draft_frac:
+    the share of the sequences that verify M tokens, the rest one (`PassShape.drafting_share`)."""
     src = source_for(model, dep, tp=tp, efficiency=efficiency, target=target)
-    shape = PassShape.uniform(model, batch_size=batch_size, q_len=q_len, context_len=context_len,
-                              attention=dep.attention, prefill=prefill)
+    if draft_frac != 1.0:
+        shape = PassShape.drafting_share(model, batch_size=batch_size, q_len=q_len, context_len=context_len,
+                                         draft_frac=draft_frac, attention=dep.attention)
+    else:
+        shape = PassShape.uniform(model, batch_size=batch_size, q_len=q_len, context_len=context_len,
+                                  attention=dep.attention, prefill=prefill)
     return src.price(shape)
 
 
@@ -342,15 +348,20 @@ def price_mix(model: ModelSpec, dep: Deployment, *, q_lens, context_lens, logit_
     return src.price(shape)
 
 
-def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> StepCost:
-    """One forward pass of the target (B sequences × M query tokens after L cached) on the deployment,
-    layer-split hops included: what the pass takes on this deployment, by the target's source."""
-    return price_pass(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len, target=True)
+def target_step_cost(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len,
+                     draft_frac: float = 1.0) -> StepCost:
+    """One forward pass of the target (B sequences × M query tokens after L cached; with draft_frac < 1
+    a share of them verifying one token) on the deployment, layer-split hops included: what the pass
+    takes on this deployment, by the target's source."""
+    return price_pass(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len, target=True,
+                      draft_frac=draft_frac)
 
 
-def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len) -> np.ndarray:
+def target_step_time(target: ModelSpec, dep: Deployment, *, batch_size, q_len, context_len,
+                     draft_frac: float = 1.0) -> np.ndarray:
     """`target_step_cost(...).time_s`: one pass of the target on the deployment, seconds."""
-    return target_step_cost(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len).time_s
+    return target_step_cost(target, dep, batch_size=batch_size, q_len=q_len, context_len=context_len,
+                            draft_frac=draft_frac).time_s
 
 
 def pricing_source(model: ModelSpec, dep: Deployment, *, tp: int | None = None) -> str:

@@ -89,6 +89,26 @@ class PassShape:
                    prefill_kv_read=kv, prefill_pairs=pairs)
 
     @classmethod
+    def drafting_share(cls, model: ModelSpec, *, batch_size=1, q_len=1, context_len=0, draft_frac=1.0,
+                       attention: str = "fused") -> "PassShape":
+        """B verifying sequences after L cached, a share f of which verify M tokens and the rest one (a
+        proposer that found nothing to draft for them): each sum is the expectation over the rows,
+        f·(the M-token row's) + (1 − f)·(the one-token row's), so T, G and P may be fractional. f = 1
+        is `uniform`."""
+        _check_kernel(attention)
+        f = float(draft_frac)
+        if not 0.0 < f <= 1.0:
+            raise field_error("step cost", "draft_frac", f, "a fraction in (0, 1]")
+        b = count_array("batch_size", batch_size, 1)
+        m = count_array("q_len", q_len, 1)
+        l = visible_context(model, count_array("context_len", context_len, 0))
+        b, m, l = np.broadcast_arrays(b, m, l)
+        t = b * (f * m + (1.0 - f))
+        pairs = b * (f * (m * l + m * (m + 1) / 2.0) + (1.0 - f) * (l + 1.0))
+        kv = b * (l + f * m + (1.0 - f)) if attention == "fused" else pairs
+        return cls(seqs=b, tokens=t, logit_tokens=t, kv_read=kv, pairs=pairs)
+
+    @classmethod
     def of_mix(cls, model: ModelSpec, *, q_lens, context_lens, logit_lens=None, is_prefill=None,
                attention: str = "fused") -> "PassShape":
         """A heterogeneous iteration (continuous batching): row i brings q_lens[i] tokens after

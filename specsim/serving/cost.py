@@ -564,15 +564,18 @@ class ServingCost:
         if self.dynamic_k and self.regimes.dynamic_k_tax is not None:
             device *= 1.0 + self.regimes.dynamic_k_frac(mix.q_lens.size)
         n_tok = float(mix.q_lens.size * mix.uniform_q) if mix.uniform_q else float(np.add.reduce(mix.q_lens))
-        key = (mix.q_lens.size, n_tok, ns, pos - ns, kmax if (ns and self._passes) else 0)
+        # a cycle in which the proposer found nothing for any row is still a cycle (its overhead, its overlap)
+        cycle = ns > 0 or (self.work is not None and bool(mix.speculating))
+        key = (mix.q_lens.size, n_tok, ns, pos - ns, kmax if (ns and self._passes) else 0, cycle)
         host = self._host_memo.get(key)
         if host is None:
             host = float(self.dep.host_time_s(n_seqs=key[0], n_tokens=key[1], n_spec_seqs=key[2],
-                                              n_draft_tokens=key[3] if ns else 0.0, n_draft_passes=key[4]))
+                                              n_draft_tokens=key[3] if ns else 0.0, n_draft_passes=key[4],
+                                              speculating=cycle))
             if len(self._host_memo) > 200_000:
                 self._host_memo.clear()
             self._host_memo[key] = host
-        return device, host, c, self._overlaps[ns > 0]
+        return device, host, c, self._overlaps[cycle]
 
     def _regime_passes(self, mix: IterationMix, ns: int, kmax: int, target_s: float, draft_s: float,
                        catchup_s: float) -> tuple[float, float, float]:

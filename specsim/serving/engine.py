@@ -77,7 +77,7 @@ def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[Iterati
                acceptance=(), speculative: bool = True, seed_seq: np.random.SeedSequence | None = None,
                record_tokens: bool = False, until_s: float | None = None, tree_size: int = 0,
                acceptance_factor: Callable[[np.ndarray], np.ndarray] | None = None, fleet: FleetSpec | None = None,
-               drafter_cache: str = "none", fast_path: bool = True) -> EngineRun:
+               drafter_cache: str = "none", fast_path: bool = True, draft_frac: float = 1.0) -> EngineRun:
     """Run one workload through the engine (or a fleet of engines) in a fresh simpy.Environment.
 
     acceptance: per-position conditional acceptance rates (α_1, α_2, ...; one value = i.i.d. α; the
@@ -91,7 +91,9 @@ def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[Iterati
     no cache of its own), "keep" (a draft model: it keeps what it cached while drafting) or "refeed"
     (EAGLE/MTP: the accepted drafts are run again with the target's features). fast_path: take the
     common iteration's shortcuts (tabulated draws, whole-column scheduling); False gives the same
-    run through the general path only (tests compare the two)."""
+    run through the general path only (tests compare the two). draft_frac: the share of a sequence's
+    cycles in which the proposer finds something to draft (prompt lookup's matches); each replica draws
+    which rows did, per iteration, from its own stream of seed_seq."""
     seed_seq = seed_seq if seed_seq is not None else np.random.SeedSequence(0)
     fleet = fleet if fleet is not None else FleetSpec()
     keys = request_keys(seed_seq, workload.n_requests)
@@ -112,9 +114,13 @@ def run_engine(workload: Workload, config: EngineConfig, cost: Callable[[Iterati
     env = simpy.Environment()
     dispatcher = Dispatcher(workload, env, fleet=fleet)
     for rid, role in enumerate(fleet.roles()):
+        match_rng = None
+        if draft_frac < 1.0:  # its own stream: the acceptance draws and arrivals stay as they were
+            match_rng = np.random.default_rng(np.random.SeedSequence(seed_seq.entropy,
+                                                                     spawn_key=tuple(seed_seq.spawn_key) + (0x6E67, rid)))
         dispatcher.add(Replica(dispatcher, rid, role, config, cost, policy=policy, draws=draws, speculative=speculative,
                                tree_size=tree_size, drafter_cache=drafter_cache, record_tokens=record_tokens,
-                               fast=fast_path))
+                               fast=fast_path, draft_frac=draft_frac, match_rng=match_rng))
     for rep in dispatcher.replicas:
         env.process(serve(env, rep))
     dispatcher.start()

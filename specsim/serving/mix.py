@@ -13,17 +13,19 @@ class IterationMix:
     prefill chunk that does not end its prompt needs none); draft_k: draft depth K per sequence
     (0 = not speculating; a chain drafts K tokens); is_prefill: bool. tree_size: M when the drafts
     form a tree of M nodes (root included) and depth K, verified as q_len = M; 0 for chains.
+    speculating: the iteration is a speculative cycle even where no row drafts (a proposer that found
+    nothing to draft for anybody: the engine runs it as a cycle all the same); None: when anybody drafts.
     drafter_on: whether the drafter runs this iteration (None: when anybody drafts). catchup: tokens
     per row the drafter must run over before its first pass — what it has not cached of a drafting
     row (ctx − its cached tokens), of a prefill row (chunk start − its cached tokens); None: none.
     """
 
     __slots__ = ("q_lens", "context_lens", "logit_lens", "draft_k", "is_prefill", "tree_size", "drafter_on", "catchup",
-                 "n_prefill", "n_spec", "uniform_q", "sum_ctx", "sum_catchup")
+                 "n_prefill", "n_spec", "uniform_q", "sum_ctx", "sum_catchup", "speculating")
 
     def __init__(self, q_lens, context_lens, logit_lens, draft_k, is_prefill, tree_size: int = 0, *,
                  drafter_on: bool | None = None, catchup=None, n_prefill: int | None = None,
-                 n_spec: int | None = None, uniform_q: int = 0):
+                 n_spec: int | None = None, uniform_q: int = 0, speculating: bool | None = None):
         self.q_lens = q_lens
         self.context_lens = context_lens
         self.logit_lens = logit_lens
@@ -39,6 +41,7 @@ class IterationMix:
         self.uniform_q = uniform_q
         self.sum_ctx = None
         self.sum_catchup = None
+        self.speculating = speculating
 
     @property
     def n_seqs(self) -> int:
@@ -53,12 +56,17 @@ class Drafting:
     """How one replica's sequences speculate, fixed for a run: k_reserved (0: not at all), tree_size M
     (0: chains; a tree of M nodes is verified whole, M query tokens), slots (tokens a decode takes:
     M, or 1 + K), sticky (a gate may switch requests off for good), catchup (the drafter's catch-up
-    is charged). The constant arrays of the common iteration are made once, for up to max_seqs rows."""
+    is charged), draft_frac (the share of a sequence's cycles in which the proposer drafts; in the rest
+    it drafts nothing, drawn per row and iteration from rng). The constant arrays of the common iteration
+    are made once, for up to max_seqs rows."""
 
     __slots__ = ("k_reserved", "tree_size", "slots", "sticky", "catchup", "ones", "true", "false", "draft_k_of",
-                 "q_of")
+                 "q_of", "draft_frac", "rng")
 
-    def __init__(self, *, k_reserved: int, tree_size: int, sticky: bool, catchup: bool, max_seqs: int):
+    def __init__(self, *, k_reserved: int, tree_size: int, sticky: bool, catchup: bool, max_seqs: int,
+                 draft_frac: float = 1.0, rng: np.random.Generator | None = None):
+        self.draft_frac = float(draft_frac)
+        self.rng = rng if (rng is not None or self.draft_frac == 1.0) else np.random.default_rng(0)
         self.k_reserved = k_reserved
         self.tree_size = tree_size
         self.slots = tree_size if tree_size else 1 + k_reserved
@@ -88,7 +96,8 @@ class Batch:
     emission that follows; the last call is the iteration's."""
 
     __slots__ = ("drafting", "every", "idx", "req", "a", "done_before", "ctx", "is_pf", "n_pf", "n_dec", "pf_end",
-                 "n_preempted", "can_spec", "k_cap", "spec_rows", "spec_ridx", "k_drafted", "dctx", "all_draft", "full")
+                 "n_preempted", "can_spec", "k_cap", "spec_rows", "spec_ridx", "k_drafted", "dctx", "all_draft", "full",
+                 "matched")
 
     def __init__(self, drafting: Drafting, running, plan, may_speculate: np.ndarray):
         self.drafting = drafting
@@ -131,8 +140,12 @@ class Batch:
                 self.k_cap = None
             else:
                 self.k_cap = self.a - 1 if not tree else np.where(self.a >= tree, drafting.k_reserved, 0)
+            # rows whose proposer finds something to draft this iteration (one draw a row, whatever K the
+            # policy then asks for); None: every row does
+            self.matched = drafting.rng.random(m) < drafting.draft_frac if drafting.draft_frac < 1.0 else None
         else:
             self.can_spec = None
+            self.matched = None
 
     def mix(self, k: int, drafter_on: bool | None = None) -> IterationMix:
         a, is_pf = self.a, self.is_pf
@@ -144,13 +157,14 @@ class Batch:
             dk = np.zeros(m, dtype=np.int64)
             q = np.where(is_pf, a, 1) if n_pf else d.ones[:m]
             spec_rows, kd, all_draft = None, 0, False
-        elif self.k_cap is None and not n_pf and not d.sticky:  # every row drafts K
+        elif self.k_cap is None and not n_pf and not d.sticky and self.matched is None:  # every row drafts K
             dk = d.draft_k_of[k][:m]
             q = d.q_of[k][:m]
             spec_rows, kd, all_draft = None, m, True
         else:
             cap = self.k_cap if self.k_cap is not None else d.k_reserved
-            dk = np.where(self.can_spec, np.minimum(k, cap), 0)
+            allowed = self.can_spec if self.matched is None else (self.can_spec & self.matched)
+            dk = np.where(allowed, np.minimum(k, cap), 0)
             width = np.where(dk > 0, tree, 1) if tree else 1 + dk
             q = np.where(is_pf, a, width) if n_pf else width
             spec_rows = np.flatnonzero(dk)
@@ -170,9 +184,12 @@ class Batch:
         uq = 0
         if not n_pf:
             uq = 1 if kd == 0 else ((tree if tree else 1 + k) if (all_draft and self.k_cap is None) else 0)
+        # a cycle where the proposer found nothing for any row is a cycle all the same
+        speculating = None if self.matched is None else bool(k > 0 and self.can_spec is not None
+                                                             and (kd > 0 or bool(np.any(self.can_spec))))
         return IterationMix(q, self.ctx, logits, dk, is_pf, tree, n_prefill=n_pf,
                             drafter_on=bool(drafter_on) if d.catchup else (kd > 0), catchup=catchup,
-                            n_spec=kd, uniform_q=uq)
+                            n_spec=kd, uniform_q=uq, speculating=speculating)
 
 
 __all__ = ["Batch", "Drafting", "IterationMix"]

@@ -21,7 +21,7 @@ def run_one(setup: ServingSetup, name: str, rate: float | None, **kw):
     return simulate(setup.workload_at(rate), config=setup.config_for(policy), cost=setup.cost, policy=policy,
                     acceptance=setup.acceptance, seed=setup.seed, slo=setup.slo, rate_per_s=rate,
                     tree_size=setup.tree_size, acceptance_factor=setup.acceptance_factor, fleet=setup.fleet,
-                    drafter_cache=setup.drafter_cache, **kw)
+                    drafter_cache=setup.drafter_cache, draft_frac=setup.draft_frac, **kw)
 
 
 def run_point(setup: ServingSetup, point: tuple):

@@ -33,7 +33,8 @@ class Replica:
 
     def __init__(self, dispatcher: Dispatcher, rid: int, role: str, config: EngineConfig,
                  cost: Callable[[IterationMix], float], *, policy, draws: AcceptanceDraws | None, speculative: bool,
-                 tree_size: int = 0, drafter_cache: str = "none", record_tokens: bool = False, fast: bool = True):
+                 tree_size: int = 0, drafter_cache: str = "none", record_tokens: bool = False, fast: bool = True,
+                 draft_frac: float = 1.0, match_rng: np.random.Generator | None = None):
         self.dispatcher = dispatcher
         self.requests = req = dispatcher.requests
         self.rid = rid
@@ -54,7 +55,8 @@ class Replica:
             raise SpecError(f"serving engine: drafter_cache = {drafter_cache!r}: expected one of {', '.join(DRAFTER_CACHE)}")
         self.dcache = drafter_cache if self.speculative else "none"
         self.drafting = Drafting(k_reserved=self.k_res, tree_size=tree, sticky=policy.sticky_off,
-                                 catchup=self.dcache != "none" and config.drafter_catchup, max_seqs=config.max_num_seqs)
+                                 catchup=self.dcache != "none" and config.drafter_catchup, max_seqs=config.max_num_seqs,
+                                 draft_frac=draft_frac if self.speculative else 1.0, rng=match_rng)
         self.slots = self.drafting.slots
         self.draws = draws if self.speculative else None
         self.alpha_prior = float(draws.rates[0]) if (draws is not None and draws.rates.size) else None

@@ -53,7 +53,7 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
              until_s: float | None = None, rate_per_s: float | None = None, tree_size: int = 0,
              acceptance_factor: Callable[[np.ndarray], np.ndarray] | None = None,
              acceptance_model=None, fleet: FleetSpec | None = None, drafter_cache: str = "none",
-             fast_path: bool = True) -> SimulationResult:
+             fast_path: bool = True, draft_frac: float = 1.0) -> SimulationResult:
     """Run `workload` through the continuous-batching engine under one gating policy.
 
     cost(mix) -> seconds is any callable (serving.cost.ServingCost for an operating point; tests
@@ -67,7 +67,8 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
     fleet: replicas, layout and router (fleet.FleetSpec; None: one replica). drafter_cache: what the
     drafter keeps of its own ("none", "keep": a draft model, "refeed": EAGLE/MTP; see engine).
     fast_path: the engine's shortcuts for the common iteration (False: the general path only, the
-    same run; see engine.run_engine)."""
+    same run; see engine.run_engine). draft_frac: the share of a sequence's cycles in which the proposer
+    drafts (prompt lookup finding a match; `DrafterConfig.draft_frac`)."""
     policy = policy if policy is not None else Never()
     if acceptance_model is not None:
         m = acceptance_model
@@ -79,7 +80,8 @@ def simulate(workload: Workload, *, config: EngineConfig, cost: Callable[[Iterat
         raise SpecError(f"simulate: acceptance rates {acc.tolist()} must lie in [0, 1]")
     run = run_engine(workload, config, cost, policy=policy, acceptance=acc, speculative=policy.k_reserved > 0,
                      seed_seq=streams[2], record_tokens=record_tokens, until_s=until_s, tree_size=tree_size,
-                     acceptance_factor=acceptance_factor, fleet=fleet, drafter_cache=drafter_cache, fast_path=fast_path)
+                     acceptance_factor=acceptance_factor, fleet=fleet, drafter_cache=drafter_cache, fast_path=fast_path,
+                     draft_frac=draft_frac)
     slo = slo or SLO()
     req = requests_frame(run, slo)
     steps = steps_frame(run)

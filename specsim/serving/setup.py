@@ -109,6 +109,11 @@ class ServingSetup:
         return self.point.tree_size if self.point.is_tree else 0
 
     @property
+    def draft_frac(self) -> float:
+        """The share of a sequence's cycles in which the proposer drafts (`DrafterConfig.draft_frac`)."""
+        return float(self.point.drafter.draft_frac) if self.point.speculative else 1.0
+
+    @property
     def acceptance(self) -> tuple:
         """The engine's rates: (α,) or per-position conditional rates, at the reference point."""
         acc = self.point.acceptance

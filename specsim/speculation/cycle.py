@@ -185,6 +185,13 @@ def plain_iteration_s(target: ModelSpec, dep: Deployment, *, batch_size, context
     return dep.iteration_time_s(dev, host, speculative=False)
 
 
+def expected_verify_width(cfg: DrafterConfig, q_len):
+    """Target tokens a speculating sequence verifies a cycle, in expectation: q where the proposer drafts
+    every cycle, 1 + f·(q − 1) where it drafts in a share f (`DrafterConfig.draft_frac`)."""
+    q = np.asarray(q_len, dtype=float)
+    return q if cfg.draft_frac == 1.0 else 1.0 + float(cfg.draft_frac) * (q - 1.0)
+
+
 def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *, batch_size, k, context_len,
                       tokens_per_cycle, tree_size=None, plain_step_time_s=None, verify_step_time_s=None,
                       work: DrafterWork | None = None, draft: DraftCost | None = None) -> CycleTimes:
@@ -210,7 +217,15 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     plain_dev, plain_host = plain_parts(target, dep, batch_size=b, context_len=context_len,
                                         device_time_s=plain_step_time_s)
     plain = dep.iteration_time_s(plain_dev, plain_host, speculative=False)
-    verify_pass = (target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len)
+    # a proposer that drafts in a share f of a sequence's cycles (prompt lookup finding no match in the
+    # rest: that sequence verifies its one token and emits it): the cycle is priced at the expected
+    # width 1 + f·(q − 1) a sequence, with f·B sequences speculating, and emits 1 + f·(τ − 1) tokens
+    frac = float(cfg.draft_frac)
+    q = expected_verify_width(cfg, dc.verify_q_len)
+    if frac != 1.0:
+        tokens_per_cycle = 1.0 + frac * (np.asarray(tokens_per_cycle, dtype=float) - 1.0)
+    verify_pass = (target_step_time(target, dep, batch_size=b, q_len=dc.verify_q_len, context_len=context_len,
+                                    draft_frac=frac)
                    if verify_step_time_s is None else np.asarray(verify_step_time_s, dtype=float))
     verify = verify_pass + dc.verify_extra_s
     # a load calibration's device terms priced into each part, not only their sum: the verify pass carries
@@ -220,17 +235,16 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     draft_step = dep.calibrated_device_s(dc.draft_step_time_s, n_seqs=0.0, n_emitted=0.0)
     verify = dep.calibrated_device_s(verify, n_seqs=b, n_emitted=b * np.asarray(tokens_per_cycle, dtype=float))
     device = draft_time + verify + dep.calibrated_device_s(
-        device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=dc.verify_q_len,
+        device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q if frac != 1.0 else dc.verify_q_len,
                                 tokens_per_cycle=tokens_per_cycle, tree=tree), n_seqs=0.0, n_emitted=0.0)
-    q = np.asarray(dc.verify_q_len, dtype=float)
     passes = np.asarray(k, dtype=float) if work.has_passes else 0.0
-    host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b, n_draft_tokens=b * (q - 1.0),
-                           n_draft_passes=passes)
+    host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b * frac, n_draft_tokens=b * (q - 1.0),
+                           n_draft_passes=passes, speculating=True)
     cycle = dep.iteration_time_s(device, host, speculative=True)
     return cycle_times(target_step_time_s=plain, draft_time_s=draft_time, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
                        draft_step_time_s=draft_step, overhead_s=cycle - draft_time - verify,
-                       verify_q_len=dc.verify_q_len,
+                       verify_q_len=q if frac != 1.0 else dc.verify_q_len,
                        parts=dict(plain_device_s=plain_dev, plain_host_s=plain_host, device_s=device, host_s=host))
 
 

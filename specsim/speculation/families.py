@@ -85,6 +85,15 @@ class DrafterConfig:
       Xiao et al. 2023, keeps 4 initial tokens) + a 252-token window = the 256-token budget of the
       MagicDec README's example commands (`--streamingllm_budget 256`).
     prompt_lookup_s_per_seq_per_ktoken: host search time per sequence per 1000 context tokens.
+    draft_frac: of a sequence's cycles, the share in which the n-gram lookup finds a match and drafts
+      (prompt_lookup; default 1). In the rest the sequence drafts nothing and verifies its one token, as
+      vLLM's n-gram proposer leaves a request without a match (no spec tokens that step); acceptance
+      (α, τ) describes the cycles that drafted, as vLLM's counters (accepted over drafted tokens, mean
+      acceptance length over drafts) do. A stack whose matcher pads every cycle to its full draft
+      (SGLang's NGRAM) drafts every cycle: leave it at 1 there. The analytical cycle prices the expected
+      pass (`cost.shape.PassShape.drafting_share`); the serving simulator draws which rows drafted and
+      prices each pass it realises, so near a GEMM tile's edge the two differ (3 % at 32 rows of
+      Qwen3-8B on an H100, whose expected 66 tokens sit just past the 64-row tile).
     eagle_version: 1, 2 (the same head; EAGLE-2 drafts a dynamic tree) or 3 (EAGLE-3's head: the
       three-feature 3d → d projection, attention over a 2d-wide input, its own LM head over
       draft_vocab_size tokens; vLLM PR #16937 describes the layer, SafeAILab/EAGLE
@@ -117,6 +126,7 @@ class DrafterConfig:
     sparse_sink: int = 4
     sparse_window: int = 252
     prompt_lookup_s_per_seq_per_ktoken: float = PROMPT_LOOKUP_S_PER_SEQ_PER_KTOKEN
+    draft_frac: float = 1.0
     eagle_version: int = 2
     draft_vocab_size: int | None = None
     eagle_top_k: int | None = None
@@ -145,6 +155,14 @@ class DrafterConfig:
         v = self.prompt_lookup_s_per_seq_per_ktoken
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
             raise field_error("drafter", "prompt_lookup_s_per_seq_per_ktoken", v, "a finite duration >= 0 s")
+        v = self.draft_frac
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 < v <= 1.0):
+            raise field_error("drafter", "draft_frac", v, "a fraction in (0, 1]: the share of a sequence's cycles in "
+                              "which the proposer drafts (0 would never speculate)")
+        if v != 1.0 and "draft_frac" not in self.family.options:
+            raise field_error("drafter", "draft_frac", v, f"1 for method {self.method!r} (it drafts every cycle; only "
+                              f"{', '.join(n for n, f in FAMILIES.items() if 'draft_frac' in f.options)} may find nothing "
+                              f"to draft)")
         if isinstance(self.eagle_version, bool) or self.eagle_version not in (1, 2, 3):
             raise field_error("drafter", "eagle_version", self.eagle_version, "1, 2 or 3")
         if self.draft_vocab_size is not None:
@@ -553,7 +571,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
                                          "(--model-draft)"),
            }),
     Family(name="prompt_lookup", title="prompt lookup (n-gram)", paper="Saxena 2023, prompt-lookup-decoding",
-           work=_prompt_lookup, options=("prompt_lookup_s_per_seq_per_ktoken",), decoder="prompt-lookup",
+           work=_prompt_lookup, options=("prompt_lookup_s_per_seq_per_ktoken", "draft_frac"), decoder="prompt-lookup",
            self_label="(prompt n-grams)", weights=False,
            stacks={
                "vllm": StackSupport(name="ngram", source="vLLM docs, features/speculative_decoding: "

@@ -44,7 +44,12 @@ class Prediction:
             "tokens_per_cycle": float(c.tokens_per_cycle), "baseline_tokens_per_s": float(c.baseline_tokens_per_s),
             "tokens_per_s": float(c.tokens_per_s), "speedup": float(c.speedup),
             "ridge_flops_per_byte": op.hardware.ridge_flops_per_byte(op.target.compute_dtype),
-            "verify_q_len": self.verify_q_len, "verify_tokens_in_flight": op.batch_size * self.verify_q_len,
+            "verify_q_len": self.verify_q_len,
+            # the tokens one verify pass carries: B·q, or its expectation where a share of cycles drafts nothing
+            "verify_tokens_in_flight": (op.batch_size * self.verify_q_len if not op.speculative
+                                        or op.drafter.draft_frac == 1.0 else
+                                        op.batch_size * (1.0 + op.drafter.draft_frac * (self.verify_q_len - 1))),
+            "draft_frac": float(op.drafter.draft_frac) if op.speculative else None,
             "layer_split_hop_s": op.deployment.hop_s,
             "plain_step": self.plain_step.breakdown(), "verify_step": self.verify_step.breakdown(),
             "priced_by": {"target": self.plain_step.source,
@@ -118,7 +123,7 @@ def predict(op: OperatingPoint, *, check_memory: bool = True) -> Prediction:
         tau = tokens_per_cycle_at(op)
         q = op.verify_q_len
         dc = draft_cost(op.drafter, target, dep, batch_size=b, k=op.k, tree_size=tree, context_len=l, work=op.work)
-        verify = target_step_cost(target, dep, batch_size=b, q_len=q, context_len=l)
+        verify = target_step_cost(target, dep, batch_size=b, q_len=q, context_len=l, draft_frac=op.drafter.draft_frac)
         cyc = speculative_cycle(op.drafter, target, dep, batch_size=b, k=op.k, context_len=l, tokens_per_cycle=tau,
                                 tree_size=tree, plain_step_time_s=plain.time_s, verify_step_time_s=verify.time_s,
                                 work=op.work, draft=dc)
