@@ -193,3 +193,25 @@ def test_a_bad_draft_frac_cell_is_refused_naming_line_and_column(tmp_path, cells
     with pytest.raises(SpecError, match=r"line \d: column 'draft_frac'") as exc:
         read_load_sweeps(_sweep(tmp_path, cells, kind=kind))
     assert needle in str(exc.value)
+
+
+def test_the_switch_off_workload_view_drafts_for_the_share_by_hand():
+    """The workload view's speculating iteration with f·b of b rows drafting: between the iterations of
+    the whole counts around f·b, weighted by the fraction, and emitting 1 + f·(τ − 1) tokens a row."""
+    from specsim.analyses.switch_off import iteration_mix, workload_speedup
+    from specsim.speculation.switch_off import WorkloadMix
+
+    op = _op(b=10)
+    cost = ServingCost(op)
+    wm = WorkloadMix(mean_prompt_tokens=0.0, mean_output_tokens=200.0, decode_context_len=300.0)
+    b, q = 10, K + 1
+    plain = cost(iteration_mix(op, b=b, q=1, ctx=300, prefill_tokens=0, prompt_len=1, k=0, draft=False))
+    lo, w = 3, F * b - 3  # 3.54 rows of 10 draft
+
+    def spec(nd):
+        return cost(iteration_mix(op, b=b, q=q, ctx=300, prefill_tokens=0, prompt_len=1, k=K, draft=True, n_draft=nd))
+    want = (1 + F * (TAU - 1)) / ((1 - w) * spec(lo) + w * spec(lo + 1)) * plain
+    assert workload_speedup(op, wm, b=b, k=K, cost=cost) == pytest.approx(want, rel=1e-12)
+    # three of ten drafting: 3 rows of K + 1 and 7 of one, and still a cycle
+    m = iteration_mix(op, b=b, q=q, ctx=300, prefill_tokens=0, prompt_len=1, k=K, draft=True, n_draft=3)
+    assert m.q_lens.tolist() == [4, 4, 4] + [1] * 7 and m.draft_k.tolist() == [3, 3, 3] + [0] * 7 and m.speculating

@@ -40,23 +40,28 @@ def _decode_only_speedup(op: OperatingPoint, ks, bs, ctx) -> np.ndarray:
 
 
 def iteration_mix(op: OperatingPoint, *, b: int, q: int, ctx: float, prefill_tokens: float, prompt_len: float,
-                  k: int, draft: bool) -> IterationMix:
+                  k: int, draft: bool, n_draft: int | None = None) -> IterationMix:
     """One serving iteration of the workload view: b decoding rows with q query tokens at context ctx
-    (drafting K when `draft`), beside prefill_tokens of prompts of mean length prompt_len (chunked
-    prefill). P prompt tokens become n_p = ceil(P / p̄) chunks of q_p = P / n_p tokens, each at context
-    (p̄ − q_p)/2: a prompt of p̄ tokens prefilled in chunks has p̄(p̄ + 1)/2 query-key pairs whatever the
-    chunking, (p̄ + 1)/2 per token, and this placement gives each chunk exactly that."""
+    (drafting K when `draft`: all b rows, or the first n_draft, the rest verifying their one token),
+    beside prefill_tokens of prompts of mean length prompt_len (chunked prefill). P prompt tokens
+    become n_p = ceil(P / p̄) chunks of q_p = P / n_p tokens, each at context (p̄ − q_p)/2: a prompt of
+    p̄ tokens prefilled in chunks has p̄(p̄ + 1)/2 query-key pairs whatever the chunking, (p̄ + 1)/2 per
+    token, and this placement gives each chunk exactly that."""
     ctx_i = int(round(ctx))
     n_p = int(np.ceil(prefill_tokens / max(prompt_len, 1.0))) if prefill_tokens >= 1 else 0
     chunk = int(round(prefill_tokens / n_p)) if n_p else 0
     chunk_ctx = int(round(max(prompt_len - chunk, 0.0) / 2.0))
-    q_lens = np.concatenate([np.full(b, q), np.full(n_p, chunk)]).astype(np.int64)
+    nd = b if (draft and n_draft is None) else (int(n_draft) if draft else 0)
+    rows_q = np.where(np.arange(b) < nd, q, 1) if draft and nd < b else np.full(b, q)
+    q_lens = np.concatenate([rows_q, np.full(n_p, chunk)]).astype(np.int64)
     context_lens = np.concatenate([np.full(b, ctx_i), np.full(n_p, chunk_ctx)]).astype(np.int64)
-    logits = np.concatenate([np.full(b, q), np.ones(n_p)]).astype(np.int64)
-    draft_k = np.concatenate([np.full(b, k if draft else 0), np.zeros(n_p)]).astype(np.int64)
+    logits = np.concatenate([rows_q, np.ones(n_p)]).astype(np.int64)
+    row_k = np.where(np.arange(b) < nd, k, 0) if draft else np.zeros(b)
+    draft_k = np.concatenate([row_k, np.zeros(n_p)]).astype(np.int64)
     prefill = np.concatenate([np.zeros(b, dtype=bool), np.ones(n_p, dtype=bool)])
     tree = op.tree_size if (draft and op.is_tree) else 0
-    return IterationMix(q_lens, context_lens, logits, draft_k, prefill, tree, drafter_on=draft)
+    return IterationMix(q_lens, context_lens, logits, draft_k, prefill, tree, drafter_on=draft,
+                        speculating=True if draft and n_draft is not None else None)
 
 
 def workload_speedup(op: OperatingPoint, mix: WorkloadMix, *, b: int, k: int, cost: ServingCost | None = None) -> float:
@@ -73,8 +78,20 @@ def workload_speedup(op: OperatingPoint, mix: WorkloadMix, *, b: int, k: int, co
     r = mix.prompt_per_output
     plain = cost(iteration_mix(op, b=b, q=1, ctx=ctx, prefill_tokens=b * r, prompt_len=mix.mean_prompt_tokens, k=0,
                                draft=False))
-    spec = cost(iteration_mix(op, b=b, q=q, ctx=ctx, prefill_tokens=b * tau * r, prompt_len=mix.mean_prompt_tokens,
-                              k=k, draft=True))
+    f = float(op.drafter.draft_frac)
+    if f == 1.0:
+        spec = cost(iteration_mix(op, b=b, q=q, ctx=ctx, prefill_tokens=b * tau * r, prompt_len=mix.mean_prompt_tokens,
+                                  k=k, draft=True))
+        return (tau / spec) / (1.0 / plain)
+    # a share f of the rows drafts (prompt lookup's matches): f·b rows, between the whole counts around it
+    tau = 1.0 + f * (float(tau) - 1.0)
+    lo = int(np.floor(f * b))
+    w = f * b - lo
+
+    def at(nd):
+        return cost(iteration_mix(op, b=b, q=q, ctx=ctx, prefill_tokens=b * tau * r, prompt_len=mix.mean_prompt_tokens,
+                                  k=k, draft=True, n_draft=nd))
+    spec = at(lo) if w == 0.0 else (1.0 - w) * at(lo) + w * at(lo + 1)
     return (tau / spec) / (1.0 / plain)
 
 
