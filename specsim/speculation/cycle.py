@@ -235,7 +235,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     draft_step = dep.calibrated_device_s(dc.draft_step_time_s, n_seqs=0.0, n_emitted=0.0)
     verify = dep.calibrated_device_s(verify, n_seqs=b, n_emitted=b * np.asarray(tokens_per_cycle, dtype=float))
     device = draft_time + verify + dep.calibrated_device_s(
-        device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q if frac != 1.0 else dc.verify_q_len,
+        device_cycle_overhead_s(target, dep, batch_size=b, verify_q_len=q,
                                 tokens_per_cycle=tokens_per_cycle, tree=tree), n_seqs=0.0, n_emitted=0.0)
     passes = np.asarray(k, dtype=float) if work.has_passes else 0.0
     host = dep.host_time_s(n_seqs=b, n_tokens=b * q, n_spec_seqs=b * frac, n_draft_tokens=b * (q - 1.0),
@@ -244,7 +244,7 @@ def speculative_cycle(cfg: DrafterConfig, target: ModelSpec, dep: Deployment, *,
     return cycle_times(target_step_time_s=plain, draft_time_s=draft_time, verify_time_s=verify,
                        tokens_per_cycle=tokens_per_cycle, batch_size=batch_size,
                        draft_step_time_s=draft_step, overhead_s=cycle - draft_time - verify,
-                       verify_q_len=q if frac != 1.0 else dc.verify_q_len,
+                       verify_q_len=q,
                        parts=dict(plain_device_s=plain_dev, plain_host_s=plain_host, device_s=device, host_s=host))
 
 

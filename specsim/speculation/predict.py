@@ -15,8 +15,8 @@ import numpy as np
 from ..cost.pricing import price_pass, target_step_cost
 from ..cost.roofline import StepCost
 from .acceptance import shaped_conditional, tau_from_conditional
-from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, plain_parts, speculative_cycle,
-                    tokens_per_cycle)
+from .cycle import (CycleTimes, GridResult, cycle_times, evaluate_grid, expected_verify_width, plain_parts,
+                    speculative_cycle, tokens_per_cycle)
 from .families import draft_cost
 from ..errors import SpecError
 from .operating_point import OperatingPoint
@@ -46,9 +46,9 @@ class Prediction:
             "ridge_flops_per_byte": op.hardware.ridge_flops_per_byte(op.target.compute_dtype),
             "verify_q_len": self.verify_q_len,
             # the tokens one verify pass carries: B·q, or its expectation where a share of cycles drafts nothing
-            "verify_tokens_in_flight": (op.batch_size * self.verify_q_len if not op.speculative
-                                        or op.drafter.draft_frac == 1.0 else
-                                        op.batch_size * (1.0 + op.drafter.draft_frac * (self.verify_q_len - 1))),
+            "verify_tokens_in_flight": (op.batch_size * float(expected_verify_width(op.drafter, self.verify_q_len))
+                                        if op.speculative and op.drafter.draft_frac != 1.0
+                                        else op.batch_size * self.verify_q_len),
             "draft_frac": float(op.drafter.draft_frac) if op.speculative else None,
             "layer_split_hop_s": op.deployment.hop_s,
             "plain_step": self.plain_step.breakdown(), "verify_step": self.verify_step.breakdown(),
