@@ -332,6 +332,9 @@ def sweep_tables(draw):
                         r["alpha"] = draw(st.floats(0.0, 1.0))
                     if draw(st.booleans()):
                         r["measured_speedup"] = draw(st.floats(0.1, k + 1.0))
+                # a prompt-lookup row's share of steps that drafted (concurrency and rate rows only)
+                r["draft_frac"] = (draw(st.sampled_from(["", 1.0]) | st.floats(1e-6, 1.0))
+                                   if spec and method == "prompt_lookup" and kind != "batch" else "")
                 rows.append(r)
                 n += 1
         counts[name] = n
@@ -344,16 +347,19 @@ def test_a_valid_load_sweep_table_reads_row_for_row(tmp_path, table):
     rows, counts = table
     path = tmp_path / "sweeps.csv"
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS) + ["stack_version", "max_num_seqs"])
+        w = csv.DictWriter(fh, fieldnames=list(COLUMNS) + ["stack_version", "max_num_seqs", "draft_frac"])
         w.writeheader()
         for r in rows:
             w.writerow({c: (repr(v) if isinstance(v, float) else v) for c, v in r.items()})
     sweeps = read_load_sweeps(path)
     assert {s.name: len(s.rows) for s in sweeps} == counts
     limits = {(r["sweep"], float(r["load"]), bool(r["speculative"])): r["max_num_seqs"] for r in rows}
+    shares = {(r["sweep"], float(r["load"]), bool(r["speculative"])): r["draft_frac"] for r in rows}
     for s in sweeps:
         for r in s.rows:  # the launch's running limit, read as written (blank: the engine's default)
             assert r.max_num_seqs == (limits[(s.name, r.load, r.speculative)] or None)
+            want = shares[(s.name, r.load, r.speculative)]
+            assert r.draft_frac == (None if want == "" else pytest.approx(want))
         for r in s.speculative():
             sp, _ = s.measured_speedup(r)
             assert sp is None or (math.isfinite(sp) and sp > 0)
