@@ -107,9 +107,10 @@ def readme_plan(commands: list[str], *, model_cached: bool) -> list[tuple[str, s
                 if "--out" in words:  # a fresh folder per run of the plan
                     words[words.index("--out") + 1] += "-readme"
                 # --force: beside the other queue and workers the bench may find the CPUs busy and refuse its
-                # figures (exit 7); here it is run for the command, not for the figures
+                # figures (exit 7); here it is run for the command, not for the figures. --force needs a file
+                # to mark (--out, or --json): a command that prints only gets a --json file beside it
                 plan.append((" ".join(words) + " --m 1,2 --contexts 128 --repeats 1"
-                             + (" --force" if "--out" in words else ""), None))
+                             + (" --force" if "--out" in words else " --json decoder-bench-readme.json --force"), None))
             else:
                 plan.append((c, None))
         elif c.startswith("specsim "):
