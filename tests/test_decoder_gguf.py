@@ -382,3 +382,46 @@ def test_numba_cache_stays_out_of_the_package(tmp_path):
     after = {p: p.stat().st_mtime_ns for ext in ("*.nbi", "*.nbc") for p in package.rglob(ext)}
     assert after == before, "numba wrote cache files into the package"
     assert list((tmp_path / "cache" / "numba").rglob("*rmsnorm*.nbi")), "no cache file in the user cache folder"
+
+
+def _array_count_at(path: Path, key: str) -> int:
+    """Where the element count of array field `key` sits, from the gguf package's own field offset: the
+    key's length (8 bytes), the key, the value type (4) and the item type (4) come first."""
+    from gguf import GGUFReader
+
+    return int(GGUFReader(os.fspath(path)).fields[key].offset) + 8 + len(key.encode()) + 4 + 4
+
+
+@pytest.mark.parametrize("count", [2 ** 40, 2 ** 63, 2 ** 64 - 1])
+def test_a_damaged_array_count_is_refused_before_the_reader_builds_it(tmp_path, count):
+    """A fresh-clone CI run drew a header byte flip in the tokens array's count: the gguf reader then built
+    lists of 2^56 strings until the test worker was killed. The count is checked against the bytes left."""
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    data = bytearray(path.read_bytes())
+    at = _array_count_at(path, "tokenizer.ggml.tokens")
+    assert int.from_bytes(data[at:at + 8], "little") == len(tiny_vocab())  # the offset is the count's
+    data[at:at + 8] = count.to_bytes(8, "little")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=rf"bad\.gguf: not a readable GGUF file: metadata entry \d+ element count = "
+                                         rf"{count} at byte {at} does not fit"):
+        load_gguf(bad)
+
+
+@pytest.mark.parametrize("where, field", [(8, "tensor count"), (16, "metadata count")])
+def test_a_damaged_header_count_is_refused(tmp_path, where, field):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    data = bytearray(path.read_bytes())
+    data[where:where + 8] = (2 ** 40).to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=rf"{field} = {2 ** 40} at byte {where} does not fit"):
+        load_gguf(path)
+
+
+def test_a_gguf_version_the_reader_cannot_read_is_refused(tmp_path):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    data = bytearray(path.read_bytes())
+    data[4:8] = (1).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"GGUF version 1: expected 2 or 3"):
+        load_gguf(path)

@@ -283,6 +283,85 @@ def _build_tokenizer(reader, path, n_vocab: int):
     return tok, tuple(tokens)
 
 
+# GGUF metadata value types: id -> bytes of one scalar (8: a string, 9: an array; sized as they are read)
+_KV_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_KV_STRING, _KV_ARRAY = 8, 9
+# a tensor's info is at least its name's length (8), its dimension count (4), one dimension (8), its type
+# (4) and its data offset (8)
+_MIN_TENSOR_INFO_BYTES = 32
+
+
+def _check_header(path: Path) -> None:
+    """Walk the header's metadata with every count checked against the bytes left in the file, before
+    the gguf package reads it: that reader believes the counts, and a damaged one (an array of 2^40
+    strings in a file of 200 kB) makes it build lists until memory runs out rather than fail."""
+    import mmap
+    import struct
+
+    size = path.stat().st_size
+
+    def refuse(what: str, value, at: int):
+        raise InputError(f"{path}: not a readable GGUF file: {what} = {value} at byte {at} does not fit in the "
+                         f"{size} bytes of the file — truncated or corrupt?")
+    if size < 24:
+        refuse("file size", size, 0)
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        if m[:4] != b"GGUF":
+            raise InputError(f"{path}: not a GGUF file (its first bytes are {bytes(m[:4])!r}, expected b'GGUF')")
+        (version,) = struct.unpack_from("<I", m, 4)
+        if version not in (2, 3):
+            raise InputError(f"{path}: GGUF version {version}: expected 2 or 3 (the versions the gguf reader reads)")
+        n_tensors, n_kv = struct.unpack_from("<QQ", m, 8)
+        at = 24
+        if n_kv > (size - at) // 13:  # a key's length (8), a one-byte key, its type (4)
+            refuse("metadata count", n_kv, 16)
+        if n_tensors > (size - at) // _MIN_TENSOR_INFO_BYTES:
+            refuse("tensor count", n_tensors, 8)
+
+        def need(n: int, what: str) -> None:
+            if n < 0 or at + n > size:
+                refuse(what, n, at)
+
+        def string(what: str) -> None:
+            nonlocal at
+            need(8, what)
+            (n,) = struct.unpack_from("<Q", m, at)
+            at += 8
+            need(n, f"{what} length")
+            at += n
+
+        def value(type_id: int, what: str) -> None:
+            nonlocal at
+            if type_id in _KV_SCALAR_BYTES:
+                need(_KV_SCALAR_BYTES[type_id], what)
+                at += _KV_SCALAR_BYTES[type_id]
+            elif type_id == _KV_STRING:
+                string(what)
+            elif type_id == _KV_ARRAY:
+                need(12, what)
+                item, count = struct.unpack_from("<IQ", m, at)
+                at += 12
+                least = _KV_SCALAR_BYTES.get(item, 8)  # a string or a nested array takes at least 8 bytes
+                if item not in _KV_SCALAR_BYTES and item not in (_KV_STRING, _KV_ARRAY):
+                    refuse(f"{what} item type", item, at - 12)
+                if count > (size - at) // least:
+                    refuse(f"{what} element count", count, at - 8)
+                if item in _KV_SCALAR_BYTES:
+                    at += count * least
+                else:
+                    for _ in range(count):
+                        value(item, what)
+            else:
+                refuse(f"{what} type", type_id, at - 4)
+
+        for i in range(n_kv):
+            string(f"metadata entry {i} key")
+            need(4, f"metadata entry {i} type")
+            (type_id,) = struct.unpack_from("<I", m, at)
+            at += 4
+            value(type_id, f"metadata entry {i}")
+
+
 def _open(path: Path):
     from gguf import GGUFReader
 
@@ -292,6 +371,7 @@ def _open(path: Path):
         raise InputError(f"{path}: no such GGUF file (run `specsim decoder fetch` for SmolLM2-135M)")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: no permission to read it")
+    _check_header(path)
     try:
         return GGUFReader(os.fspath(path), "r")
     except Exception as exc:  # the reader fails in various ways on a cut or foreign file
