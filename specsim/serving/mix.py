@@ -185,8 +185,8 @@ class Batch:
         if not n_pf:
             uq = 1 if kd == 0 else ((tree if tree else 1 + k) if (all_draft and self.k_cap is None) else 0)
         # a cycle where the proposer found nothing for any row is a cycle all the same
-        speculating = None if self.matched is None else bool(k > 0 and self.can_spec is not None
-                                                             and (kd > 0 or bool(np.any(self.can_spec))))
+        # (matched is set only where can_spec is)
+        speculating = None if self.matched is None else bool(k > 0 and (kd > 0 or np.any(self.can_spec)))
         return IterationMix(q, self.ctx, logits, dk, is_pf, tree, n_prefill=n_pf,
                             drafter_on=bool(drafter_on) if d.catchup else (kd > 0), catchup=catchup,
                             n_spec=kd, uniform_q=uq, speculating=speculating)
