@@ -301,3 +301,48 @@ def test_the_roofline_source_gives_the_roofline_s_figures():
     m = predict(resolve(sc))
     assert m.plain_step.source.startswith("aiconfigurator-core") and m.draft_step.source.startswith("aiconfigurator-core")
     assert float(m.plain_step.time_s) != pytest.approx(float(p.plain_step.time_s), rel=1e-3)
+
+
+# --stack-version: the release a stack's load regimes read, from the command line as a scenario file says it.
+# vLLM's stack file: from 0.14 a plain launch overlaps its host work with the device (async scheduling) and an
+# n-gram launch does not (VllmConfig turns async scheduling off for it); before 0.14 neither overlaps.
+_NGRAM_FLAGS = ("--hardware", "h100-sxm", "--target", "qwen3-8b", "--method", "prompt_lookup", "--stack", "vllm",
+                "--k", "3", "--tau", "2.03", "--batch", "32", "--context", "190")
+
+
+def test_stack_version_flag_prices_the_point_the_scenario_field_does(capsys, tmp_path):
+    path = tmp_path / "v028.toml"
+    path.write_text('name = "v028"\nhardware = "h100-sxm"\ntarget = "qwen3-8b"\nmethod = "prompt_lookup"\n'
+                    'stack = "vllm"\nstack_version = "0.28.0"\nk = 3\nbatch_size = 32\ncontext_len = 190\n')
+    from_file = _predict_json(capsys, str(path), "--tau", "2.03")
+    from_flag = _predict_json(capsys, *_NGRAM_FLAGS, "--stack-version", "0.28.0")
+    assert from_flag["stack_version"] == from_file["stack_version"] == "0.28.0"
+    for key in ("target_step_time_s", "cycle_time_s", "speedup", "plain_host_s", "cycle_host_s"):
+        assert from_flag[key] == pytest.approx(from_file[key], rel=1e-12), key
+    assert from_flag["host_overlaps_device"] == {"plain": True, "speculative": False}
+
+
+def test_without_a_stack_version_only_the_every_release_regimes_apply(capsys):
+    r = _predict_json(capsys, *_NGRAM_FLAGS)
+    assert r["stack_version"] is None
+    # the n-gram entry holds for every release; the plain launch's overlap needs 0.14 or later
+    assert r["host_overlaps_device"] == {"plain": False, "speculative": False}
+    # so the plain step pays its host work after the device, by the definition of no overlap
+    assert r["target_step_time_s"] == pytest.approx(r["plain_device_s"] + r["plain_host_s"], rel=1e-12)
+    old = _predict_json(capsys, *_NGRAM_FLAGS, "--stack-version", "0.13.0")
+    assert old["host_overlaps_device"] == {"plain": False, "speculative": False}
+    assert old["target_step_time_s"] == pytest.approx(r["target_step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--stack-version", "0.x"), ("stack_version", "'0.x'", "a release such as")),
+    (("--stack", "none", "--stack-version", "0.28.0"), ("stack_version", "'0.28.0'", "a stack to be the version of")),
+])
+def test_a_bad_stack_version_is_refused_naming_the_field(capsys, argv, words):
+    flags = [a for a in _NGRAM_FLAGS]
+    if "--stack" in argv:
+        i = flags.index("--stack")
+        del flags[i:i + 2]
+    assert main(["predict", *flags, *argv]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err

@@ -24,6 +24,9 @@ def add_point_flags(p) -> None:
     p.add_argument("--method", choices=list(ALL_METHODS), help="drafter family" + _d("method"))
     p.add_argument("--stack", help="serving stack id (vllm, sglang, trtllm, gpt-fast, hf-eager, llama.cpp) or a TOML "
                    "path; 'none' for the hardware's own efficiency" + _d("stack"))
+    p.add_argument("--stack-version", help="the stack's release, e.g. 0.28.0: the stack file's load regimes that "
+                   "change with the release apply (async scheduling, CUDA-graph sizes, a running-batch cap); "
+                   "without it only those for every release do" + _d("stack_version"))
     p.add_argument("--k", type=int, help="draft length K (tokens a cycle drafts; a tree's depth)" + _d("k"))
     p.add_argument("--tree-size", type=int, help="verify a tree of M nodes (root included) instead of a chain; 0 "
                    "for a chain" + _d("tree_size"))
@@ -54,7 +57,8 @@ def point_from_args(args):
     """The operating point a scenario and the override flags describe."""
     base = load_scenario(args.scenario) if args.scenario else Scenario(name="cli")
     return resolve(base, hardware=args.hardware, target=args.target, drafter=args.drafter, method=args.method,
-                   stack=args.stack, k=args.k, tree_size=args.tree_size, alpha=args.alpha, tau=args.tau,
+                   stack=args.stack, stack_version=args.stack_version, k=args.k, tree_size=args.tree_size,
+                   alpha=args.alpha, tau=args.tau,
                    batch_size=args.batch_size, context_len=args.context_len, tp=args.tp, drafter_tp=args.drafter_tp,
                    attention=args.attention, temperature=args.temperature, target_dtype=args.target_dtype,
                    kv_cache_dtype=args.kv_cache_dtype, cost_source=args.cost_source,

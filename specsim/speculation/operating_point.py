@@ -192,6 +192,7 @@ class OperatingPoint:
         return {
             "scenario": self.name, "hardware": self.hardware.id, "target": self.target.id,
             "target_weight_format": self.target.weight_format, "stack": self.stack.id if self.stack else None,
+            "stack_version": self.scenario.stack_version if self.scenario is not None else None,
             "n_devices": self.deployment.n_devices, "tp": self.deployment.tp, "multi_gpu": self.deployment.multi_gpu,
             "attention": self.deployment.attention, "method": self.method,
             "drafter": d.drafter.id if d is not None and d.drafter is not None else None,
@@ -229,7 +230,9 @@ class OperatingPoint:
             ("target", f"{self.target.id}, {self.target.weight_format}",
              s.get("target_weight_format") or s.get("target", "")),
             ("stack", (f"{self.stack.name} ({self.stack.id})" if self.stack else
-                       "none: the hardware's own efficiency (an idealised roofline)"), s.get("stack", "")),
+                       "none: the hardware's own efficiency (an idealised roofline)")
+             + (f", release {self.scenario.stack_version}" if self.scenario is not None and self.scenario.stack_version
+                else ""), s.get("stack", "")),
             ("deployment", f"{dep.multi_gpu.replace('_', ' ')}, tp {dep.tp}, {dep.attention} attention, bandwidth "
                            f"{dep.eff.bandwidth_frac:.2f} and compute {dep.eff.compute_frac:.2f} of peak, "
                            f"{dep.eff.step_overhead_s * 1e6:.0f} µs a step + {dep.eff.per_layer_overhead_s * 1e6:.1f} µs "
