@@ -116,7 +116,7 @@ def test_a_step_priced_by_hand_from_table_rows():
     assert float(mp.allreduce_time_s(1)) == 0.0  # tp 1
     assert "h100_sxm sglang 0.5.14" in mp.label and "generation_attention fa3" in mp.label
     assert any("lm_head" in n for n in mp.notes)
-    # a verify of 4 tokens reads the table at batch 4, kv L + 4 (AIC's batch widening)
+    # four decode queries read the table's batch-4 row (an expanding scorer's verify of 4 tokens reads it so)
     row4 = float(rows[rows.batch_size == 4]["latency"].median())
     assert float(mp.attention_time_s(4, 1023)) == pytest.approx(32 * row4 * 1e-3, rel=1e-9)
     assert float(mp.attention_time_s(0, 1023)) == 0.0  # no decode queries, no decode attention

@@ -137,22 +137,33 @@ def test_the_measured_fast_twin_agrees_with_its_exact_price(rows):
 
 @needs_tables
 def test_a_verify_reads_the_tables_as_decode_queries_at_the_scorer_s_kv_length():
-    """Llama-3.1-8B on the H100 SXM tables, a verify of M = 4 tokens for B = 2 sequences after L = 1020
-    cached: the tables measure one query a sequence, so the verify is read as B·M = 8 decode queries
-    (AIConfigurator's batch widening). A multi-query scorer (vLLM V1): at the KV length a sequence holds,
-    L + M = 1024. vLLM V0's batch-expansion scorer: at the expanded rows' mean own length, by hand
-    P/T = 2·(4·1020 + 10)/8 = 1022.5. The table is read through MeasuredPass.attention_time_s, which
-    tests/test_operator_tables.py checks against the parquet rows."""
+    """Llama-3.1-8B on the H100 SXM tables (32 query heads on 8 KV heads: g = 4), a verify of M = 4 tokens for
+    B = 2 sequences after L = 1020 cached. The tables measure one query a sequence. A multi-query scorer
+    (vLLM V1) packs a sequence's M·g = 16 query rows into one 128-row tile that reads its cache once, as a
+    decode query does: the table at B = 2 queries, at the KV length a sequence holds, L + M = 1024. A tree
+    of M = 64 nodes fills 64·4 = 256 rows, two tiles, each reading the cache: 2·2 = 4 queries at
+    L + M = 1084. vLLM V0's batch-expansion scorer runs B·M = 8 one-token sequences at their mean own
+    length, by hand P/T = 2·(4·1020 + 10)/8 = 1022.5. The table is read through
+    MeasuredPass.attention_time_s, which tests/test_operator_tables.py checks against the parquet rows."""
     from specsim.cost.pricing import measured_pass
 
     hw = load_hardware("h100-sxm")
     target = load_model("llama-3.1-8b")
-    shape = PassShape.uniform(target, batch_size=2, q_len=4, context_len=1020)
-    for stack, kv in (("vllm", 1024.0), ("vllm-v0", 1022.5)):
+    for m, stack, queries, kv in ((4, "vllm", 2.0, 1024.0), (64, "vllm", 4.0, 1084.0), (4, "vllm-v0", 8.0, 1022.5)):
+        shape = PassShape.uniform(target, batch_size=2, q_len=m, context_len=1020)
         dep = Deployment.from_stack(hw, load_stack(stack), cost_source="measured")
         mp = measured_pass(target, dep)
-        got = float(source_for(target, dep, target=True).price(shape).attention.time_s)
-        assert got == pytest.approx(float(mp.attention_time_s(8.0, kv)), rel=1e-12), stack
+        src = source_for(target, dep, target=True)
+        got = float(src.price(shape).attention.time_s)
+        assert got == pytest.approx(float(mp.attention_time_s(queries, kv)), rel=1e-12), (m, stack)
+        # the serving simulator's scalar lookup reads the same cell
+        s, t, r, p = (float(x) for x in (shape.seqs, shape.tokens, shape.kv_read, shape.pairs))
+        assert src.attention_s(s, t, r, p) == pytest.approx(got, rel=1e-9), (m, stack)
+    # a plain step (M = 1) is one query a sequence under every scorer
+    plain = PassShape.uniform(target, batch_size=2, q_len=1, context_len=1020)
+    dep = Deployment.from_stack(hw, load_stack("vllm"), cost_source="measured")
+    assert float(source_for(target, dep, target=True).price(plain).attention.time_s) == pytest.approx(
+        float(measured_pass(target, dep).attention_time_s(2.0, 1021.0)), rel=1e-12)
 
 
 def test_an_expanded_verify_on_the_roofline_reads_every_query_s_cache():

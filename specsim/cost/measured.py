@@ -38,11 +38,14 @@ Interpolation, and why it fits the data:
   measured points (latency ≈ a + c·batch·step once memory-bound). Cells the table left out (batch ×
   step past the part's memory) are filled from the row's last measured step in proportion to the KV
   tokens read (the rows double with step there), and a pass that lands there is noted.
-- A verify of M query tokens over L cached ones reads the generation table at batch B·M and KV
-  length L + M: each verify position is one decode query over the sequence's cache. This is
-  AIConfigurator's own convention for MTP verification ("batch widening by nextn + 1"); it overstates
-  the KV read of a kernel that shares one cache read among the M queries, by at most M× at long
-  context, and the M·(M+1)/2 causal pairs inside the block are noise beside L.
+- A verify of M query tokens over L cached ones is read from the generation table by the pricing
+  source (`cost.pricing.MeasuredSource._decode`): a scorer that runs the M positions in one call packs
+  them, with the query heads sharing a KV head, into the rows of one tile that reads the cache once
+  (FlashAttention-3's PackGQA), so it reads the table at B·ceil(M·g / 128) queries and KV length L + M;
+  an expanding scorer reads it at B·M one-token queries. AIConfigurator's own convention for MTP
+  verification, B·M queries at L + M ("batch widening by nextn + 1"), was read until December 2026;
+  it charges M reads of the cache a sequence. The M·(M+1)/2 causal pairs inside the block are noise
+  beside L.
 - Attention at a (heads, KV heads) per GPU the tables did not collect (Qwen2.5-7B's 28/4; the tables
   hold num_heads 1..96 on a grid with gaps): linear between the two nearest collected shapes at the
   same head_dim, KV dtype and kernel, cell by cell; at the same KV heads in num_heads, else (MHA at
@@ -236,7 +239,7 @@ class MeasuredPass:
 
     def attention_time_s(self, n_queries, kv_len) -> np.ndarray:
         """All layers' generation attention for n_queries decode queries each over kv_len cached tokens
-        (a verify of M tokens over L: n_queries = B·M, kv_len = L + M; see the module docstring)."""
+        (how a verify of M tokens over L maps to queries: the module docstring)."""
         b = np.asarray(n_queries, dtype=np.float64)
         s = np.asarray(kv_len, dtype=np.float64)
         if self.window:

@@ -41,6 +41,12 @@ from .shape import PassShape, count_array
 from ..specs.scenario import COST_SOURCES
 
 
+# Query rows of one attention tile on Hopper (FlashAttention-3 hopper/tile_size.h tile_size_fwd_sm90: kBlockM
+# 128 at head_dim <= 128, the heads of every model the tables cover here): a verify's M positions times the
+# query heads sharing a KV head fill rows of one tile, which reads the cache once (MeasuredSource._decode).
+VERIFY_TILE_ROWS = 128
+
+
 class RooflineSource:
     """`cost.roofline` (with the part's fitted kernel curves) as a source; hop_s: a layer split's
     device-boundary crossings, charged to the target's passes as communication."""
@@ -115,7 +121,7 @@ class MeasuredSource:
     all-reduces; the roofline's KV write, element-wise work and the efficiency's fixed overhead.
 
     Decode rows read the generation-attention table at (decode queries, KV tokens per decode sequence),
-    a verify of M tokens as M decode queries a sequence (AIConfigurator's batch widening); prompt-chunk
+    a verify of M tokens as the query tiles that read its cache (`_decode`); prompt-chunk
     rows read the context-attention table at (chunks, tokens per chunk, cached tokens before it). A mix
     of unequal rows is priced at its mean KV length per sequence (the reduction vidur uses): exact for
     the uniform batches the analytical paths price, an approximation for a serving iteration's mix."""
@@ -134,6 +140,7 @@ class MeasuredSource:
         eff = efficiency or hw.efficiency
         self._bw = hw.mem_bandwidth_bytes_per_s * eff.bandwidth_frac
         self.fixed_s = roofline.overhead_time_s(model, hw, efficiency=efficiency) + self.hop_s
+        self._group = model.n_heads / model.n_kv_heads  # query heads on one KV head (the same at any tp)
         # the attention grids as rows of plain floats, for the simulator's per-iteration scalar lookups
         self._decode_grid = _ScalarGrid(mp.attn_batch, mp.attn_step, mp.attn_s, past_power=1)
         self._context_grid = (_ScalarGrid(mp.ctx_batch, mp.ctx_isl, mp.ctx_s, past_power=2)
@@ -142,19 +149,26 @@ class MeasuredSource:
     def _decode(self, sd, td, rd, pd):
         """(decode attention seconds, the table's queries, its KV length) of decode rows with sums S, T, R, P.
 
-        The tables measure one query a sequence over its cache, and no kernel with several (a verify's M
-        positions). A verify is read there as T = B·M decode queries: at the KV length a sequence holds,
-        R/S = L + M, for a scorer that runs the M positions in one call (AIConfigurator's own convention
-        for MTP verification, 'batch widening by nextn + 1'); at their mean own length P/T = L + (M + 1)/2
-        for an expanding scorer, whose M one-token sequences each read the cache up to their position.
-        Chosen over one KV read a sequence plus the extra queries' score FLOPs, which read 13.7 % median
-        |error| and 4 of 6 slowdowns missed on five H100 load sweeps' check rows where this reads 9.6 % and
-        1 (data/published/README.md, December 2026): the verify kernels do not reach the decode kernels'
-        efficiency at a few queries a sequence."""
-        kv_total = pd if self.expanded else rd
-        per = td if self.expanded else sd
-        kv = np.divide(kv_total, per, out=np.zeros(np.broadcast(kv_total, per).shape), where=per > 0)
-        return np.where(sd > 0, self.mp.attention_time_s(td, kv), 0.0), td, kv
+        The tables measure one query a sequence. A scorer that runs a sequence's M verify positions in one
+        call (vLLM V1, SGLang, TensorRT-LLM) packs them, with the g query heads that share a KV head, into
+        the rows of one query tile (FlashAttention-3's PackGQA, always on for varlen batches: hopper/
+        heuristics.h should_pack_gqa; FlashInfer's prefill kernels pack qo_len × group rows the same way),
+        and each tile reads its sequence's cache once: FlashAttention PR #1236 measured a 4-query decode
+        (16 query heads on 1 KV head, 16,384 cached, batch 4) reading the cache at 1,246 GB/s on an H100
+        PCIe, decode's own rate. So a verify reads the table at S·ceil(M·g / 128) queries (128 rows a tile:
+        hopper/tile_size.h, head_dim ≤ 128; one tile for every chain and tree here), at the KV length a
+        sequence holds, R/S = L + M. An expanding scorer (vLLM V0's batch expansion) runs M one-token
+        sequences that each read the cache up to their own position: T queries at P/T = L + (M + 1)/2.
+        Until December 2026 a multi-query verify was read as T = B·M queries (AIConfigurator's 'batch
+        widening by nextn + 1'), M cache reads a sequence (data/published/README.md, 'Verify attention
+        read once')."""
+        if self.expanded:
+            kv = np.divide(pd, td, out=np.zeros(np.broadcast(pd, td).shape), where=td > 0)
+            return np.where(sd > 0, self.mp.attention_time_s(td, kv), 0.0), td, kv
+        q = np.divide(td, sd, out=np.ones(np.broadcast(td, sd).shape), where=sd > 0)
+        queries = sd * np.maximum(np.ceil(q * self._group / VERIFY_TILE_ROWS - 1e-9), 1.0)
+        kv = np.divide(rd, sd, out=np.zeros(np.broadcast(rd, sd).shape), where=sd > 0)
+        return np.where(sd > 0, self.mp.attention_time_s(queries, kv), 0.0), queries, kv
 
     def _attention_parts(self, shape: PassShape):
         s, t, r, p = (np.asarray(x, dtype=np.float64) for x in (shape.seqs, shape.tokens, shape.kv_read, shape.pairs))
@@ -219,7 +233,11 @@ class MeasuredSource:
         sd, td, rd, pd = s - ps, t - pt, r - pr, p - pp
         out = 0.0
         if sd > 0:
-            out = self._decode_grid(td, pd / td if self.expanded else rd / sd)
+            if self.expanded:
+                out = self._decode_grid(td, pd / td)
+            else:
+                tiles = math.ceil(td / sd * self._group / VERIFY_TILE_ROWS - 1e-9)
+                out = self._decode_grid(sd * (tiles if tiles > 1 else 1), rd / sd)
         if ps > 0:
             out += self._context_attention_s(ps, pt / ps, (pr - pt) / ps)
         return out
