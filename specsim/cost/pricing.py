@@ -154,8 +154,9 @@ class MeasuredSource:
         the rows of one query tile (FlashAttention-3's PackGQA, always on for varlen batches: hopper/
         heuristics.h should_pack_gqa; FlashInfer's prefill kernels pack qo_len × group rows the same way),
         and each tile reads its sequence's cache once: FlashAttention PR #1236 measured a 4-query decode
-        (16 query heads on 1 KV head, 16,384 cached, batch 4) reading the cache at 1,246 GB/s on an H100
-        PCIe, decode's own rate. So a verify reads the table at S·ceil(M·g / 128) queries (128 rows a tile:
+        (16 query heads on 1 KV head, 16,384 cached, batch 4) at 1,246 GB/s counted as one load of the
+        cache, 62 % of the H100 PCIe's 2 TB/s (four loads from memory would need 5 TB/s). So a
+        verify reads the table at S·ceil(M·g / 128) queries (128 rows a tile:
         hopper/tile_size.h, head_dim ≤ 128; one tile for every chain and tree here), at the KV length a
         sequence holds, R/S = L + M. An expanding scorer (vLLM V0's batch expansion) runs M one-token
         sequences that each read the cache up to their own position: T queries at P/T = L + (M + 1)/2.
