@@ -339,7 +339,7 @@ def test_without_a_stack_version_only_the_every_release_regimes_apply(capsys):
     (("--stack", "none", "--stack-version", "0.28.0"), ("stack_version", "'0.28.0'", "a stack to be the version of")),
 ])
 def test_a_bad_stack_version_is_refused_naming_the_field(capsys, argv, words):
-    flags = [a for a in _NGRAM_FLAGS]
+    flags = list(_NGRAM_FLAGS)
     if "--stack" in argv:
         i = flags.index("--stack")
         del flags[i:i + 2]
