@@ -55,6 +55,8 @@ def test_a_table_reads_into_sweeps_and_speedups_by_hand():
     ({"role": "train"}, "line 2: column 'role' = 'train': expected fit or check"),
     ({"output_tokens_per_s": ""}, "line 2: no metric"),
     ({"measured_speedup": 1.2}, "line 2: column 'measured_speedup' = '1.2': expected empty on a plain row"),
+    ({"tau": 2.5}, "line 2: column 'tau' = '2.5': expected empty on a plain row"),
+    ({"alpha": 0.6}, "line 2: column 'alpha' = '0.6': expected empty on a plain row"),
     ({"prompt_tokens": ""}, "line 2: column 'prompt_tokens' is empty"),
     ({"load": 2.5}, "line 2: column 'load' = '2.5': expected a whole number of users"),
     ({"speculative": 2}, "line 2: column 'speculative' = '2': expected 0 (plain decoding) or 1"),

@@ -311,3 +311,17 @@ def test_a_measured_speedup_below_a_hundredth_is_refused_as_in_a_load_sweep(cell
             replay_row_scenario(row)
     else:
         replay_row_scenario(row)
+
+
+def test_a_measured_speedup_that_is_no_number_is_printed_as_given_with_the_rows_reason(tmp_path, capsys):
+    """The text table once formatted every measured cell with float() and stopped with an internal error
+    on 'abc'; the row is refused with its reason and the other rows are still predicted."""
+    rows = pd.DataFrame([_row(id="bad", measured_speedup="abc"), _row(id="good", measured_speedup=1.5)])
+    path = tmp_path / "rows.csv"
+    rows.to_csv(path, index=False)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    bad = next(line for line in out.splitlines() if line.startswith("bad "))
+    assert "abc" in bad and "column 'measured_speedup' = 'abc': expected a number" in bad
+    good = next(line for line in out.splitlines() if line.startswith("good "))
+    assert "1.50" in good and "%" in good

@@ -301,9 +301,11 @@ def sweeps_from_table(table: pd.DataFrame, *, where: str) -> list[LoadSweep]:
         if val("draft_frac", i) is not None and not spec:
             raise SpecError(f"{where}: line {line}: column 'draft_frac' = {t['draft_frac'].iloc[i]!r}: expected "
                             f"empty on a plain row (speculative = 0)")
-        if not spec and val("measured_speedup", i) is not None:
-            raise SpecError(f"{where}: line {line}: column 'measured_speedup' = {t['measured_speedup'].iloc[i]!r}: "
-                            f"expected empty on a plain row (speculative = 0)")
+        if not spec:
+            for c in ("measured_speedup", "tau", "alpha"):  # a plain run has no speedup and no acceptance
+                if val(c, i) is not None:
+                    raise SpecError(f"{where}: line {line}: column {c!r} = {t[c].iloc[i]!r}: expected empty on a "
+                                    f"plain row (speculative = 0)")
         if spec:
             m = _cell(t["method"].iloc[i])
             if not m or m == "none":

@@ -454,6 +454,17 @@ def replay_file(path, *, cost_source: str | None = None) -> ReplayResult:
     return replay(read_replay_table(path), where=str(path), cost_source=cost_source)
 
 
+def _shown(v) -> str:
+    """A measured cell as the table prints it: two decimals, or the cell as given where it is no number (its
+    row's note says why it was refused)."""
+    if _blank(v):
+        return ""
+    try:
+        return f"{float(v):.2f}"
+    except (TypeError, ValueError):
+        return str(v)[:8]
+
+
 def format_replay(r: ReplayResult) -> str:
     lines = [f"{'id':<28} {'method':<14} {'measured':>8} {'predicted':>9} {'error':>7}  note"]
     for row in r.table.to_dict(orient="records"):
@@ -463,8 +474,7 @@ def format_replay(r: ReplayResult) -> str:
         note = row["reason"] or row["assumptions"]
         if row.get("role") == "fit":
             note = "[fit row] " + note
-        lines.append(f"{str(row['id']):<28} {str(row['method']):<14} "
-                     f"{'' if _blank(meas) else f'{float(meas):.2f}':>8} "
+        lines.append(f"{str(row['id']):<28} {str(row['method']):<14} {_shown(meas):>8} "
                      f"{'' if _blank(pred) else f'{pred:.2f}':>9} {'' if _blank(err) else f'{err:+.0%}':>7}  {note}")
     if r.median_relative_error is None:
         lines.append(f"\n{r.n_rows} rows, none predictable")
@@ -832,7 +842,7 @@ def scope_summary(r: ReplayResult) -> list[dict]:
     """Median |relative error| and measured slowdowns over the predicted rows, the serving stacks'
     rows (stack id starting vllm, sglang or trtllm) and the rows at batch > 1."""
     t = r.table[r.table["relative_error"].notna()]
-    stack = t["stack"].fillna("").astype(str)
+    stack = t["stack"].map(lambda v: "" if _blank(v) else str(v))  # an all-blank column reads as float NaN
     scopes = (("all rows", np.ones(len(t), bool)),
               ("serving stacks (vLLM, SGLang, TensorRT-LLM)", stack.str.startswith(SERVING_STACK_PREFIXES).to_numpy()),
               ("batch > 1", (pd.to_numeric(t["batch_size"], errors="coerce") > 1).to_numpy()))
