@@ -27,6 +27,7 @@ class Limits:
     swap_space_blocks: int
     by_priority: bool
     slots: int                # tokens a decode takes: 1 + K (or a tree's M)
+    mixed_prefill: bool = True  # False: SGLang's prefill-only iterations (with chunked prefill)
 
 
 @dataclass
@@ -219,6 +220,29 @@ def plan(state: State) -> dict:
             if any(allot):
                 decided["allot"] = allot
                 return decided
+    # 2'. SGLang: with chunked prefill and no mixing, prefill goes first, alone: the prompts part-way
+    # through their prefill, then the admissions, each taking what is left of the budget; decodes wait
+    if lim.chunked_prefill and not lim.mixed_prefill and not state.swapped:
+        left = budget
+        allot = []
+        for row in state.running:
+            a = min(row["prefill"] - row["computed"], max(left, 0)) if row["computed"] < row["prefill"] else 0
+            left -= a
+            allot.append(a)
+        n0 = len(state.running)
+        if state.waiting and left > 0:
+            admit(state, left, decided)
+        for row in state.running[n0:]:
+            a = min(row["prefill"] - row["computed"], max(left, 0)) if row["computed"] < row["prefill"] else 0
+            left -= a
+            allot.append(a)
+        if any(allot):
+            if lim.by_priority:
+                order = sorted(range(len(state.running)), key=lambda j: key(state, state.running[j]["request"]))
+                state.running = [state.running[j] for j in order]
+                allot = [allot[j] for j in order]
+            decided["allot"] = allot
+            return decided
     # 3. the running set
     n_preempted = len(decided["preempted"])
     later: list = []  # preempted by recompute: back to the waiting queue after the admissions

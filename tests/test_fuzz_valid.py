@@ -182,6 +182,8 @@ def _fields(draw, prop: str) -> tuple[dict, tuple]:
     if prop == "spec_max_running":
         f = {"method": draw(st.sampled_from(METHOD_NAMES)), "value": draw(st.integers(1, 65536))}
         return f, (None, None, None, f["method"])
+    if prop == "prefill_batches":
+        return {"mixed": draw(st.booleans())}, (None, None, None, None)
     lo = draw(st.floats(0.1, 1e3))
     f = {"sweep": "s", "file": "s.csv", "load_kind": draw(st.sampled_from(LOAD_KINDS)), "load_min": lo,
          "load_max": lo * draw(st.floats(1.0, 100.0)), "n_fit_rows": draw(st.integers(0, 100)),
@@ -206,7 +208,7 @@ def regime_tables(draw):
     `holds(minor, patch)` says by plain comparison of (0, minor, patch) whether release 0.minor.patch is in."""
     props = draw(st.lists(st.sampled_from(["cuda_graph_max", "eager_layer_us", "overlap", "verify_attention",
                                            "dynamic_k_tax", "per_token_share", "spec_seq_host_us",
-                                           "spec_max_running", "calibration"]),
+                                           "spec_max_running", "prefill_batches", "calibration"]),
                           min_size=1, max_size=3, unique=True))
     entries, plan = [], []
     for prop in props:

@@ -30,7 +30,7 @@ def _real(spec: dict, *, fast: bool):
     table.transferred_tokens[:] = [r.transferred for r in reqs]
     cfg = EngineConfig(n_blocks=lim.n_blocks, block_size_tokens=lim.block_size, max_num_seqs=lim.max_num_seqs,
                        max_num_batched_tokens=lim.max_num_batched_tokens, chunked_prefill=lim.chunked_prefill,
-                       watermark_frac=spec["watermark_frac"], preemption_mode=lim.preemption_mode,
+                       mixed_prefill=lim.mixed_prefill, watermark_frac=spec["watermark_frac"], preemption_mode=lim.preemption_mode,
                        swap_space_blocks=lim.swap_space_blocks, scheduling="priority" if lim.by_priority else "fcfs")
     assert cfg.watermark_blocks == lim.watermark_blocks
     ledger = BlockLedger(n_blocks=lim.n_blocks, block_size_tokens=lim.block_size, watermark_blocks=lim.watermark_blocks,
@@ -114,7 +114,7 @@ def states(draw):
     limits = naive.Limits(n_blocks=max(n_blocks, 1), block_size=bs, watermark_blocks=int(watermark_frac * max(n_blocks, 1)),
                           max_num_seqs=draw(st.integers(max(len(running), 1), 16)),
                           max_num_batched_tokens=draw(st.integers(1, 96)),
-                          chunked_prefill=draw(st.booleans()),
+                          chunked_prefill=draw(st.booleans()), mixed_prefill=draw(st.booleans()),
                           preemption_mode=draw(st.sampled_from(["recompute", "swap"])),
                           swap_space_blocks=swap_used + draw(st.integers(0, 40)),
                           by_priority=by_priority, slots=slots)
@@ -212,3 +212,39 @@ def test_swap_mode_falls_back_to_recompute_when_the_host_space_is_full():
         assert sched.ledger.n_swap_fallbacks == (want == "recompute")
         assert [s.request for s in swapped] == ([1] if want == "swap" else [])
         assert plan.swap_blocks == (3 if want == "swap" else 0)
+
+
+def test_sglangs_prefill_runs_first_alone_in_chunks_and_the_decodes_wait():
+    # SGLang's order (mixed_prefill = False): the same state as above (two decodes of 3 slots, a 20-token
+    # prompt waiting, budget 16) runs the prompt's first chunk of 16 alone; the decodes get nothing
+    reqs = [naive.Request(prompt=8, output=10, emitted=2), naive.Request(prompt=8, output=10, emitted=2),
+            naive.Request(prompt=20, output=5)]
+    rows = [dict(request=i, prefill=8, computed=8, context=10, blocks=3) for i in (0, 1)]
+    sched, running, waiting, swapped = _real(_spec(requests=reqs, running=rows, waiting=[2], mixed_prefill=False),
+                                             fast=True)
+    plan = sched.plan(running, waiting, swapped)
+    assert plan.allot.tolist() == [0, 0, 16] and list(plan.admitted) == [2] and plan.n_scheduled == 1
+    # blocks: the decodes hold theirs (3 each, no growth: they do not run), the prompt its whole 20 / 4 = 5
+    assert running.blocks.tolist() == [3, 3, 5] and sched.ledger.used_blocks == 11
+    # next iteration: the rest of the prompt (4 tokens), again alone
+    running.computed_tokens[2] = running.context_tokens[2] = 16
+    plan = sched.plan(running, waiting, swapped)
+    assert plan.allot.tolist() == [0, 0, 4] and list(plan.admitted) == []
+    # nothing left to prefill: all three decode (its prefill emitted the prompt's first token: context 21)
+    running.computed_tokens[2], running.context_tokens[2] = 20, 21
+    plan = sched.plan(running, waiting, swapped)
+    assert plan.allot.tolist() == [3, 3, 3]
+    # with mixing (vLLM), the first iteration is the one worked above: [3, 3, 10]
+    sched, running, waiting, swapped = _real(_spec(requests=reqs, running=rows, waiting=[2], mixed_prefill=True),
+                                             fast=True)
+    assert sched.plan(running, waiting, swapped).allot.tolist() == [3, 3, 10]
+
+
+def test_a_prefill_first_iteration_that_admits_nothing_decodes():
+    # a prompt waiting that cannot get its blocks (2 free, it needs 5): nothing prefills, the decodes run
+    reqs = [naive.Request(prompt=8, output=10, emitted=2), naive.Request(prompt=20, output=5)]
+    rows = [dict(request=0, prefill=8, computed=8, context=10, blocks=3)]
+    sched, running, waiting, swapped = _real(_spec(requests=reqs, running=rows, waiting=[1], n_blocks=6,
+                                                   mixed_prefill=False), fast=False)
+    plan = sched.plan(running, waiting, swapped)
+    assert plan.allot.tolist() == [3] and list(plan.admitted) == [] and waiting.peek() == 1

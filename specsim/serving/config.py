@@ -14,7 +14,9 @@ class EngineConfig:
 
     preemption_mode: "recompute" or "swap"; swap_space_blocks: host blocks for swapped sequences
     (vLLM's swap_space, in blocks); swap_s_per_block: copy time of one block over the host link.
-    scheduling: "fcfs" or "priority" (vLLM's scheduling_policy). prefix_caching: reuse cached prefix
+    scheduling: "fcfs" or "priority" (vLLM's scheduling_policy). mixed_prefill: with chunked prefill,
+    whether a prefill chunk shares an iteration with the running decodes (vLLM) or runs first in a
+    prefill-only iteration while they wait (False: SGLang's scheduler). prefix_caching: reuse cached prefix
     blocks (needs a workload with block chains). drafter_catchup: charge the drafter's catch-up
     (see the module docstring)."""
 
@@ -23,6 +25,7 @@ class EngineConfig:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
+    mixed_prefill: bool = True
     watermark_frac: float = 0.01
     max_model_len: int = 0
     acceptance_window_steps: int = 64
@@ -46,7 +49,7 @@ class EngineConfig:
         C.choice(w, "scheduling", self.scheduling, SCHEDULING)
         C.integer(w, "swap_space_blocks", self.swap_space_blocks, lo=0, hi=None, unit="host blocks")
         C.number(w, "swap_s_per_block", self.swap_s_per_block, lo=0.0, unit="seconds a block")
-        for name in ("prefix_caching", "drafter_catchup", "chunked_prefill"):
+        for name in ("prefix_caching", "drafter_catchup", "chunked_prefill", "mixed_prefill"):
             C.boolean(w, name, getattr(self, name))
 
     @property

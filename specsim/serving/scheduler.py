@@ -4,7 +4,11 @@ Each iteration the scheduler decides, in vLLM v0's order (`vllm/core/scheduler.p
 1. priority preemption (`scheduling = "priority"`): while the best waiting request cannot be admitted
    and the lowest-priority running one ranks below it, that one is preempted
    (`_schedule_priority_preemption`);
-2. without chunked prefill, waiting prefills first, in a prefill-only batch;
+2. without chunked prefill, waiting prefills first, in a prefill-only batch; with chunked prefill and
+   `mixed_prefill = False` (SGLang's order, `Scheduler.get_next_batch_to_run`: "Run prefill first if
+   possible"), a prefill-only batch too whenever one can be formed — the rest of a prompt part-way
+   through its prefill, then waiting requests admitted as in 5, each taking what is left of the budget
+   (chunked) — while the running decodes wait; an iteration with nothing to prefill decodes;
 3. the running sequences, in order, against the token budget `max_num_batched_tokens`: a decode takes
    its `slots` (its last token and the K drafts it may verify; M for a tree of M nodes), an
    unfinished prefill the rest of its prompt or what is left of the budget (chunked prefill); each
@@ -177,6 +181,10 @@ class Scheduler:
         plan = Plan()
         if self.by_priority and waiting and running.n:
             self._priority_preemption(running, waiting, swapped, plan)
+        if cfg.chunked_prefill and not cfg.mixed_prefill and not swapped and (
+                waiting or (running.n and not running.all_decoding)):
+            if self._prefill_first(running, waiting, budget, plan):
+                return plan
         if not cfg.chunked_prefill and waiting and not swapped:
             # vLLM v0 without chunked prefill: waiting prefills first, in a prefill-only batch
             if self._admit(running, waiting, budget, plan):
@@ -225,6 +233,31 @@ class Scheduler:
         plan.allot = allot
         plan.n_scheduled = allot.size if plan.full else int(np.count_nonzero(allot))
         return plan
+
+    def _prefill_first(self, running: RunningSet, waiting: WaitingQueue, budget: int, plan: Plan) -> bool:
+        """SGLang's prefill batch: the prompts part-way through their prefill continue, in order, then
+        waiting requests are admitted, each taking what is left of the budget; the decoding rows get
+        nothing this iteration. False (the plan left to the decode path) when nothing prefills. Blocks
+        need no growth: a prefilling row holds blocks for its whole prompt from its admission."""
+        n0 = running.n
+        need = np.maximum(running.prefill_tokens - running.computed_tokens, 0) if n0 else _EMPTY
+        allot = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
+        used = int(np.add.reduce(allot)) if n0 else 0
+        if waiting and budget - used > 0:
+            self._admit(running, waiting, budget - used, plan)
+        if running.n > n0:
+            new = np.maximum(running.prefill_tokens[n0:] - running.computed_tokens[n0:], 0)
+            room = budget - used
+            allot = np.concatenate([allot, np.minimum(new, np.maximum(room - (np.cumsum(new) - new), 0))])
+        if not allot.any():
+            return False
+        if self.by_priority:
+            order = self._sort(running)
+            if order is not None:
+                allot = allot[order]
+        plan.allot, plan.full = allot, False
+        plan.n_scheduled = int(np.count_nonzero(allot))
+        return True
 
     def _schedule_running(self, running: RunningSet, waiting: WaitingQueue, swapped: deque, budget: int,
                           plan: Plan, recompute: list) -> np.ndarray:

@@ -244,11 +244,29 @@ def running_limit(op: OperatingPoint, eng: EngineTable) -> tuple[int, str]:
                  f"at max_num_seqs = {eng.max_num_seqs}")
 
 
+def prefill_mixing(op: OperatingPoint, eng: EngineTable) -> tuple[bool, str]:
+    """Whether a prefill chunk shares an iteration with the running decodes, and a note when the stack
+    decides it: [engine] mixed_prefill where the scenario gives it; else the stack's `prefill_batches`
+    load regime (specs.regimes: SGLang runs a new prefill batch first, alone, and the decodes wait);
+    else mixed, vLLM's chunked prefill."""
+    if "mixed_prefill" in eng.given:
+        return eng.mixed_prefill, ""
+    rg = regimes_for(op)
+    if rg.mixed_prefill is None or rg.mixed_prefill == eng.mixed_prefill:
+        return eng.mixed_prefill, ""
+    src = next(e for e in rg.applied if e.property == "prefill_batches")
+    how = ("prefill chunks share iterations with the decodes" if rg.mixed_prefill else
+           "a prefill runs first, in an iteration of its own, while the running decodes wait")
+    return rg.mixed_prefill, (f"stack {op.stack.id!r}: {how} (versions {src.versions.text}; {src.status}: "
+                              f"{src.source}); [engine] mixed_prefill sets it")
+
+
 def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity, *,
-                  max_num_seqs: int | None = None) -> EngineConfig:
+                  max_num_seqs: int | None = None, mixed_prefill: bool | None = None) -> EngineConfig:
     """The [engine] table with the point's capacity as the scheduler's limits. n_blocks may lower the
     capacity the memory holds, never raise it; max_model_len is at most the target's maximum context.
-    max_num_seqs: the running limit when the launch's differs from the table's (`running_limit`)."""
+    max_num_seqs: the running limit when the launch's differs from the table's (`running_limit`);
+    mixed_prefill: the stack's prefill batching where the table does not give it (`prefill_mixing`)."""
     where = eng.where
     if eng.n_blocks is not None and eng.n_blocks > cap.n_blocks:
         raise field_error(where, "n_blocks", eng.n_blocks, f"at most {cap.n_blocks}: the KV blocks of "
@@ -265,6 +283,7 @@ def engine_config(op: OperatingPoint, eng: EngineTable, cap: KVCapacity, *,
                             block_size_tokens=cap.block_size_tokens,
                             max_num_seqs=eng.max_num_seqs if max_num_seqs is None else max_num_seqs,
                             max_num_batched_tokens=eng.max_num_batched_tokens, chunked_prefill=eng.chunked_prefill,
+                            mixed_prefill=eng.mixed_prefill if mixed_prefill is None else mixed_prefill,
                             watermark_frac=eng.watermark_frac,
                             max_model_len=eng.max_model_len if eng.max_model_len is not None else limit,
                             acceptance_window_steps=eng.acceptance_window_steps, preemption_mode=eng.preemption_mode,
@@ -313,8 +332,9 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     cap = kv_capacity_for(op, gpu_memory_utilization=eng.gpu_memory_utilization, block_size_tokens=eng.block_size,
                           activation_reserve_bytes=eng.activation_reserve_gb * 1e9)
     limit, limit_note = running_limit(op, eng)
-    config = engine_config(op, eng, cap, max_num_seqs=limit)
-    plain_config = config if limit == eng.max_num_seqs else engine_config(op, eng, cap)
+    mixed, mixed_note = prefill_mixing(op, eng)
+    config = engine_config(op, eng, cap, max_num_seqs=limit, mixed_prefill=mixed)
+    plain_config = config if limit == eng.max_num_seqs else engine_config(op, eng, cap, mixed_prefill=mixed)
     cost = ServingCost(op, exact=exact_cost)
     wt = t.workload if t.workload is not None else WorkloadTable.from_table({}, where=f"{where} [workload]")
     workload, kind, extra = build_workload(op, wt, seed=seed)
@@ -357,7 +377,7 @@ def build_serving(op: OperatingPoint, *, seed: int = 0, exact_cost: bool = False
     return ServingSetup(point=op, workload=workload, workload_kind=kind, config=config, capacity=cap, cost=cost,
                         policies=policies, slo=slo, rates=rates, seed=seed, synthetic=extra, fleet=fleet,
                         drafter_cache=drafter_cache, plain_config=plain_config,
-                        notes=(limit_note,) if limit_note else ())
+                        notes=tuple(n for n in (limit_note, mixed_note) if n))
 
 
 def check_run_size(workload: wl.Workload, *, where: str) -> int:

@@ -55,6 +55,14 @@ Properties (units in the key, converted once here):
   max_running_requests to 48 for EAGLE, EAGLE3, STANDALONE and NGRAM unless the launch sets it. A
   scenario that gives `[engine] max_num_seqs` (a load sweep's `max_num_seqs` column) set the limit, and
   the cap does not apply; nor does it to a launch without speculation.
+- `prefill_batches`: whether a prompt's prefill chunk shares an iteration with the running decodes
+  (`mixed` = true: vLLM's chunked prefill fills each iteration's token budget with the decodes first,
+  then prefill chunks) or runs first, in a prefill-only iteration, while the decodes wait (`mixed` =
+  false: SGLang's scheduler runs a new prefill batch whenever it can form one, and mixes decodes into
+  it only with --enable-mixed-chunk, off by default). It sets the serving engine's `[engine]
+  mixed_prefill` where the scenario does not. The decodes a prefill-only iteration holds back cost
+  more where the requests finish at different times, as speculating ones do (each accepts its own
+  number of tokens a cycle), than in a plain closed loop whose requests of one length finish together.
 - `calibration` (status "fitted", written by `specsim calibrate load --write-scenario`): which
   measured load sweep the stack's figures were fitted to — `sweep`, `file`, `load_kind` and the
   load range `load_min`..`load_max` its rows covered, `n_fit_rows`, the fit's median |error|
@@ -89,7 +97,7 @@ from ..errors import SpecError, field_error, reject_unknown_keys
 from .serving_tables import MAX_NUM_SEQS
 
 PROPERTIES = ("cuda_graph_max", "eager_layer_us", "overlap", "verify_attention", "dynamic_k_tax", "per_token_share",
-              "spec_seq_host_us", "spec_max_running", "calibration")
+              "spec_seq_host_us", "spec_max_running", "prefill_batches", "calibration")
 PASS_KINDS = ("target_decode", "verify", "draft", "draft_extend", "mixed")
 STATUSES = ("code", "docs", "measured", "fitted", "unmeasured")
 VERIFY_PATHS = ("decode", "prefill")
@@ -99,6 +107,7 @@ FIELDS = {"cuda_graph_max": {"pass", "max_batch", "max_tokens"}, "eager_layer_us
           "overlap": {"plain", "speculative", "method"}, "verify_attention": {"attention", "backend", "path"},
           "dynamic_k_tax": {"low_batch", "low_frac", "high_batch", "high_frac"}, "per_token_share": {"value"},
           "spec_seq_host_us": {"method", "value"}, "spec_max_running": {"method", "value"},
+          "prefill_batches": {"mixed"},
           "calibration": {"sweep", "file", "load_kind", "load_min", "load_max", "n_fit_rows", "fit_error_frac",
                           "check_error_frac", "command", "device_scale", "device_per_seq_us",
                           "device_per_token_us", "priced_by"}}
@@ -397,6 +406,10 @@ def entry_from_dict(raw: dict, *, where: str) -> RegimeEntry:
         f["value"] = _number(where, "value", f.get("value"))
         if f["value"] > 1.0:
             raise field_error(where, "value", f["value"], "a share in [0, 1]")
+    elif prop == "prefill_batches":
+        if not isinstance(f.get("mixed"), bool):
+            raise field_error(where, "mixed", f.get("mixed"), "true (prefill chunks share iterations with the decodes) "
+                              "or false (prefill-only iterations first, the decodes waiting)")
     elif prop in ("spec_seq_host_us", "spec_max_running"):
         _check_method(where, f)
         if prop == "spec_seq_host_us":
@@ -475,7 +488,8 @@ class Regimes:
     eager pass (0: none known). overlap: (plain, speculative) or None (the stack's [host] overlap);
     spec_overlap: drafter family -> whether its speculating iterations overlap (beside `overlap`).
     verify_path: attention kind -> "decode" | "prefill" for the default backend. dynamic_k_tax:
-    (low_batch, low_frac, high_batch, high_frac) or None. applied: the entries in force.
+    (low_batch, low_frac, high_batch, high_frac) or None. mixed_prefill: the prefill_batches entry's
+    `mixed` (None: none applies; the engine's default, mixed). applied: the entries in force.
     open_questions: what would change the answer — unmeasured entries in force, and properties
     whose entries all depend on a version the scenario did not name."""
 
@@ -490,6 +504,7 @@ class Regimes:
     per_token_share: float | None = None
     spec_seq_host_s: Mapping[str, float] = field(default_factory=dict)
     spec_max_running: Mapping[str, int] = field(default_factory=dict)
+    mixed_prefill: bool | None = None
     calibration: Mapping | None = None
     applied: tuple = ()
     open_questions: tuple = ()
@@ -562,7 +577,7 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
             open_q.append(f"{key[0]}{_key_text(key)} depends on the stack's version, which the scenario does not "
                           f"name (stack_version): {ranges}")
     graph_b, graph_t, verify, seq_host, max_running, spec_overlap = {}, {}, {}, {}, {}, {}
-    eager, overlap, tax, cal, share = 0.0, None, None, None, None
+    eager, overlap, tax, cal, share, mixed = 0.0, None, None, None, None, None
     applied = []
     for key, e in chosen.items():
         f = e.fields
@@ -594,12 +609,15 @@ def resolve_regimes(entries, *, version: str | None = None, tp: int | None = Non
             seq_host[f["method"]] = float(f["value"]) * 1e-6
         elif e.property == "spec_max_running":
             max_running[f["method"]] = int(f["value"])
+        elif e.property == "prefill_batches":
+            mixed = bool(f["mixed"])
         elif e.property == "calibration":
             cal = MappingProxyType(dict(f, source=e.source))
     return Regimes(version=version, graph_max_batch=MappingProxyType(graph_b), graph_max_tokens=MappingProxyType(graph_t),
                    eager_layer_s=eager, overlap=overlap, spec_overlap=MappingProxyType(spec_overlap), verify_path=MappingProxyType(verify),
                    dynamic_k_tax=tax, per_token_share=share, spec_seq_host_s=MappingProxyType(seq_host),
-                   spec_max_running=MappingProxyType(max_running), calibration=cal, applied=tuple(applied),
+                   spec_max_running=MappingProxyType(max_running), mixed_prefill=mixed, calibration=cal,
+                   applied=tuple(applied),
                    open_questions=tuple(open_q))
 
 

@@ -289,6 +289,7 @@ class EngineTable:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
+    mixed_prefill: bool = True
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     watermark_frac: float = 0.01
@@ -316,7 +317,7 @@ class EngineTable:
             C.integer(w, "max_model_len", self.max_model_len, lo=1, unit="tokens of prompt + output")
         if self.n_blocks is not None:
             C.integer(w, "n_blocks", self.n_blocks, lo=1, unit="KV blocks")
-        for name in ("chunked_prefill", "prefix_caching", "drafter_catchup"):
+        for name in ("chunked_prefill", "mixed_prefill", "prefix_caching", "drafter_catchup"):
             C.boolean(w, name, getattr(self, name))
         C.fraction(w, "gpu_memory_utilization", self.gpu_memory_utilization, lo_open=True)
         C.fraction(w, "watermark_frac", self.watermark_frac, hi_open=True)
