@@ -46,6 +46,12 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _EMPTY.flags.writeable = False
 
 
+def _in_budget(need: np.ndarray, room: int) -> np.ndarray:
+    """What each row in order gets of `room` tokens when it asks for `need`: all of it while the room
+    lasts, then what is left, then nothing."""
+    return np.clip(room - (np.cumsum(need) - need), 0, need)
+
+
 class Plan:
     """One iteration's schedule.
 
@@ -222,7 +228,7 @@ class Scheduler:
             # a prefill takes the rest of its prompt; a decode (swapped back in, or a cache that arrived
             # by transfer) its slots, whose blocks it took when it joined
             need = np.where(computed >= prefill, self.slots, prefill - computed)
-            new_allot = np.minimum(need, np.maximum(room - (np.cumsum(need) - need), 0))
+            new_allot = _in_budget(need, room)
             allot = np.concatenate([allot, new_allot])
             if self.by_priority:
                 order = self._sort(running)
@@ -241,14 +247,14 @@ class Scheduler:
         need no growth: a prefilling row holds blocks for its whole prompt from its admission."""
         n0 = running.n
         need = np.maximum(running.prefill_tokens - running.computed_tokens, 0) if n0 else _EMPTY
-        allot = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
+        allot = _in_budget(need, budget)
         used = int(np.add.reduce(allot)) if n0 else 0
         if waiting and budget - used > 0:
             self._admit(running, waiting, budget - used, plan)
         if running.n > n0:
             new = np.maximum(running.prefill_tokens[n0:] - running.computed_tokens[n0:], 0)
             room = budget - used
-            allot = np.concatenate([allot, np.minimum(new, np.maximum(room - (np.cumsum(new) - new), 0))])
+            allot = np.concatenate([allot, _in_budget(new, room)])
         if not allot.any():
             return False
         if self.by_priority:
@@ -301,12 +307,12 @@ class Scheduler:
                     full = True
                 else:
                     need = np.full(n, slots, dtype=np.int64)
-                    allot = np.clip(budget - (np.cumsum(need) - need), 0, need)
+                    allot = _in_budget(need, budget)
                     full = False
                 hold = running.context_tokens + allot
             else:
                 need = np.where(decode, slots, running.prefill_tokens - running.computed_tokens)
-                allot = np.clip(budget - (np.cumsum(need) - need), 0, need)
+                allot = _in_budget(need, budget)
                 hold = np.where(decode, running.context_tokens + allot, running.prefill_tokens)
                 full = False
             grow = (hold + (bs - 1)) // bs - running.blocks
