@@ -162,25 +162,69 @@ def test_build_is_cached_and_vectorised():
         assert vec.tolist() == [float(f(*(a[i] for a in args))) for i in range(b.size)]
 
 
+def _moe_rows(frame, dist, hidden, ffn, topk, experts, tp):
+    """{tokens: ms} of the fused Triton kernel's rows at one expert shape and routing, bf16, ep 1."""
+    r = frame[(frame.moe_dtype == "bfloat16") & (frame.hidden_size == hidden) & (frame.inter_size == ffn)
+              & (frame.topk == topk) & (frame.num_experts == experts) & (frame.moe_tp_size == tp)
+              & (frame.moe_ep_size == 1) & (frame.distribution == dist)
+              & (frame.kernel_source == "sglang_fused_moe_triton")]
+    assert not r.duplicated("num_tokens").any()
+    return dict(zip(r.num_tokens.tolist(), r.latency.tolist()))
+
+
 def test_mixtral_moe_layers_from_the_moe_rows():
     """Mixtral-8x7B on H100 SGLang, tp 1, m = 16 tokens (a grid point of both the GEMM and the MoE
     tables): 32 layers × (qkv (6144, 4096) + o (4096, 4096) + router (8 → the smallest measured n, 32,
-    4096) + the fused MoE row at 16 tokens: hidden 4096, expert ffn 14336, top-2 of 8, tp 1, ep 1,
-    power_law_1.01 routing (AIConfigurator's for a standard MoE), the fused Triton kernel)."""
+    4096) + the fused MoE layer: hidden 4096, expert ffn 14336, top-2 of 8, tp 1, ep 1, the fused Triton
+    kernel's balanced rows at the experts uniform routing touches). By hand: 16 tokens touch
+    8·(1 − (6/8)^16) experts; a balanced row of 2 tokens reads 4 experts and one of 4 tokens all 8, so the
+    kernel's time at that count lies between them; 16 tokens are past the 4 at which balanced routing reads
+    every expert, so the 16-token row is scaled by that time over the 4-token row's."""
     model = load_model("mixtral-8x7b")
     tables = ot.load_tables("h100_sxm", "sglang")
     mp = measured.build(tables, model, 1)
-    assert mp is not None and "moe bfloat16 sglang_fused_moe_triton power_law_1.01" in mp.label
+    assert mp is not None and "moe bfloat16 sglang_fused_moe_triton balanced at uniform-routing experts" in mp.label
     assert any("router" in n and "below the measured" in n for n in mp.notes)
     g = _gemm_rows(tables.frames["gemm_perf"], "bfloat16", 16)
-    moe = tables.frames["moe_perf"]
-    row = moe[(moe.moe_dtype == "bfloat16") & (moe.hidden_size == 4096) & (moe.inter_size == 14336) & (moe.topk == 2)
-              & (moe.num_experts == 8) & (moe.moe_tp_size == 1) & (moe.moe_ep_size == 1)
-              & (moe.distribution == "power_law_1.01") & (moe.kernel_source == "sglang_fused_moe_triton")
-              & (moe.num_tokens == 16)]["latency"]
-    assert len(row) == 1
-    layer_ms = g[(6144, 4096)] + g[(4096, 4096)] + g[(32, 4096)] + float(row.iloc[0])
+    bal = _moe_rows(tables.frames["moe_perf"], "balanced", 4096, 14336, 2, 8, 1)
+    touched = 8 * (1 - (6 / 8) ** 16)
+    at_touched = bal[2] + (touched - 4) / (8 - 4) * (bal[4] - bal[2])
+    layer_ms = g[(6144, 4096)] + g[(4096, 4096)] + g[(32, 4096)] + bal[16] * at_touched / bal[4]
     assert float(mp.layers_time_s(16)) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
+
+
+def test_moe_layers_read_balanced_rows_at_the_uniform_routing_expert_count():
+    """Qwen3-30B-A3B on H100 SGLang, tp 2 (top-8 of 128 experts). Balanced rows of 1, 2, 4, 8 and 16 tokens
+    read 8, 16, 32, 64 and 128 experts. By hand, the routed-expert time of one layer:
+    - 4 tokens touch 128·(1 − (120/128)^4) = 29.1 experts under uniform routing: between the 2- and 4-token
+      rows, 13.1/16 of the way;
+    - 64 tokens touch 128·(1 − (120/128)^64) = 125.9: the 64-token row times the time at 125.9 experts (between
+      the 8- and 16-token rows) over the time at 128 (the 16-token row);
+    - half a token (a share of a pass) reads no fewer than one token's 8 experts: the 1-token row."""
+    model = load_model("qwen3-30b-a3b")
+    tables = ot.load_tables("h100_sxm", "sglang")
+    bal = _moe_rows(tables.frames["moe_perf"], "balanced", 2048, 768, 8, 128, 2)
+    notes = []
+    (curve, reach), why = measured._moe(tables, model, 2, "bfloat16", np.array([0.5, 4.0, 64.0]), [], notes)
+    assert why == "" and notes == [] and reach == max(bal)
+    t4 = 128 * (1 - (120 / 128) ** 4)
+    t64 = 128 * (1 - (120 / 128) ** 64)
+    want = [bal[1],
+            bal[2] + (t4 - 16) / 16 * (bal[4] - bal[2]),
+            bal[64] * (bal[8] + (t64 - 64) / 64 * (bal[16] - bal[8])) / bal[16]]
+    assert (curve * 1e3).tolist() == pytest.approx(want, rel=1e-9)
+    assert 29.0 < t4 < 29.2 and 125.8 < t64 < 126.0
+
+
+def test_every_source_reads_a_moe_layer_at_one_expert_count():
+    """The roofline's and the kernel curves' MoE bytes and the tables' reading share MoESpec.experts_touched;
+    checked here against a Monte Carlo of independent uniform top-k draws (8 of 128, at 4 and 64 tokens)."""
+    moe = load_model("qwen3-30b-a3b").moe
+    rng = np.random.default_rng(7)
+    for tokens in (4, 64):
+        picks = np.argsort(rng.random((2000, tokens, 128)), axis=-1)[..., :8].reshape(2000, -1)
+        distinct = [np.unique(row).size for row in picks]
+        assert float(moe.experts_touched(tokens)) == pytest.approx(np.mean(distinct), rel=0.01)
 
 
 def test_an_moe_shape_the_tables_lack_says_which():
@@ -227,23 +271,20 @@ def test_sliding_window_reads_the_last_window_tokens():
 
 
 def test_moe_routing_falls_back_in_order_and_says_so():
-    """Qwen3-30B-A3B on H100 SGLang, tp 2: AIConfigurator's power_law_1.01 rows by default; with them taken
-    out of the table, power_law_1.2 stands in, then balanced, and the pass notes which (each at 64 tokens,
-    against the table's own row for that routing)."""
+    """Qwen3-30B-A3B on H100 SGLang, tp 2: balanced rows read at the uniform-routing expert count by
+    default; with them taken out of the table, AIConfigurator's power_law_1.01 rows stand in read by token
+    count, then power_law_1.2, and the pass notes which (each at 64 tokens, against the table's own row)."""
     model = load_model("qwen3-30b-a3b")
     tables = ot.load_tables("h100_sxm", "sglang")
     moe = tables.frames["moe_perf"]
-    for dropped, used in (((), "power_law_1.01"), (("power_law_1.01",), "power_law_1.2"),
-                          (("power_law_1.01", "power_law_1.2"), "balanced")):
+    base = measured.build(tables, model, 2)
+    assert "balanced at uniform-routing experts" in base.label and not any("routing read" in n for n in base.notes)
+    for dropped, used in ((("balanced",), "power_law_1.01"), (("balanced", "power_law_1.01"), "power_law_1.2")):
         t = dataclasses.replace(tables, frames={**tables.frames, "moe_perf": moe[~moe.distribution.isin(dropped)]})
         mp = measured.build(t, model, 2)
         assert f"moe bfloat16 sglang_fused_moe_triton {used}" in mp.label
-        assert any(f"{used} routing stands in" in n for n in mp.notes) == bool(dropped)
-        row = moe[(moe.moe_dtype == "bfloat16") & (moe.hidden_size == 2048) & (moe.inter_size == 768)
-                  & (moe.topk == 8) & (moe.num_experts == 128) & (moe.moe_tp_size == 2) & (moe.moe_ep_size == 1)
-                  & (moe.distribution == used) & (moe.kernel_source == "sglang_fused_moe_triton")
-                  & (moe.num_tokens == 64)]["latency_s"]
-        assert len(row) == 1
+        assert any("no balanced rows" in n and f"{used} routing read by token count" in n for n in mp.notes)
+        assert 64 in _moe_rows(moe, used, 2048, 768, 8, 128, 2)
         with_row = mp.layers_time_s(64)
         t2 = dataclasses.replace(t, frames={**t.frames, "moe_perf": t.frames["moe_perf"].assign(
             latency_s=lambda f: f.latency_s.where(~((f.num_tokens == 64) & (f.distribution == used)),

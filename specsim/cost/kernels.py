@@ -290,8 +290,8 @@ def weights_time_s(model: ModelSpec, hw: HardwareProfile, eff: Efficiency, n_tok
         moe, d = model.moe, model.hidden_size
         gate_up = 2 if model.ffn_kind == "gated" else 1
         fe = moe.expert_ffn_size / tp
-        e, top_k = moe.n_experts, moe.n_experts_per_token
-        touched = e * (1.0 - (1.0 - top_k / e) ** t)
+        top_k = moe.n_experts_per_token
+        touched = moe.experts_touched(t)
         rows = t * top_k
         rates = _rates(model, hw, eff)
         grouped = (grouped_gemm_time_s(hw.kernels, n_groups=touched, n_rows=rows, k=d, n=gate_up * fe, **rates)

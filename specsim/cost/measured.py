@@ -16,8 +16,8 @@ What is read, per model and deployment (`build`):
   whose table has no fp8 KV rows (A100) is not covered, and `covered` says so.
 - Context (prefill) attention for prompt chunks (`context_attention_time_s`).
 - MoE layers: the fused routed-expert op from moe_perf at the model's expert shape (hidden, expert
-  ffn, top-k, experts) at moe_tp_size = tp, ep 1, the power-law routing AIConfigurator prices a
-  standard MoE with (power_law_1.01, `MOE_DISTRIBUTIONS`), piecewise-linear in the tokens; the router
+  ffn, top-k, experts) at moe_tp_size = tp, ep 1, its balanced-routing rows read as time against the
+  experts read, at the count uniform routing touches (the roofline's; `_touched_reading`); the router
   and shared experts as GEMMs; leading dense layers as a dense FFN.
 - The custom all-reduce at the group size.
 - Sliding-window attention: the full-attention rows at the window-clipped KV length (a window kernel
@@ -601,22 +601,44 @@ def _allreduce(tables: OperatorTables, tp: int, parts: list[str], notes: list[st
     return (r.index.to_numpy(np.float64), r.to_numpy(np.float64)), ""
 
 
-# The routing a MoE layer's tokens follow, in order of preference. AIConfigurator prices a standard MoE at
-# power_law_1.01 (its model configs' workload_distribution "power_law", mapped to power_law_1.01 for
-# non-wide-EP MoE; aiconfigurator sdk/models), and real routers are skewed: a few experts take more tokens,
-# so the layer is cheaper than balanced at a few tokens (fewer experts touched) and dearer at hundreds (the
-# busiest expert sets the time). Balanced routing was read until December 2026; on the three Qwen3-30B-A3B
-# load sweeps (calibrate load, share 0.75) it predicted 16.1 % median |error| with 2 slowdowns missed, the
-# power law 12.2 % and none (data/published/README.md, 'Both cost sources').
-MOE_DISTRIBUTIONS = ("power_law_1.01", "power_law_1.2", "balanced")
+# How the tables' MoE rows are read. Routing is the workload's, not the price source's: the roofline and the
+# kernel curves read a layer at the experts T tokens touch under independent uniform routing,
+# `MoESpec.experts_touched` = E·(1 − (1 − k/E)^T), and the tables are read at that same count, so the two
+# sources of one pass differ in kernel times only. AIConfigurator's balanced rows make that reading possible:
+# its collectors route T tokens to exactly min(kT, E) experts (`balanced_logits`: T < ⌈E/k⌉ tokens spread over
+# distinct experts, more tokens cycle over all of them; aiconfigurator collector/*/collect_moe.py), so below
+# E/k tokens a balanced row is the kernel's time against the experts it reads, f(D) at D = kT. A pass of T
+# tokens is read at f(E·(1 − (1 − k/E)^T)); past E/k tokens (every expert read under balanced routing) the
+# balanced time t(T) is scaled by f(touched) / f(E), which tends to 1 as uniform routing reaches every expert.
+# Until December 2026 the tables were read at AIConfigurator's own power_law_1.01 rows (and balanced rows read
+# as token counts before that); on the Qwen3-30B-A3B load sweeps, out of source, the shared reading reads the
+# SpecForge sweeps at 6.3 and 20.5 % against 15.5 and 24.0 % (data/published/README.md, 'MoE layers at the
+# roofline's routing'). A shape without balanced rows falls back to these, in order, as token counts (noted).
+MOE_FALLBACK_DISTRIBUTIONS = ("power_law_1.01", "power_law_1.2")
+
+
+def _touched_reading(moe, x: np.ndarray, y: np.ndarray, m_grid: np.ndarray) -> np.ndarray | None:
+    """One MoE layer's time over m_grid tokens at the uniform-routing expert count, from balanced rows
+    (token counts x, times y), or None where no row reads fewer than every expert (nothing to map)."""
+    e = float(moe.n_experts)
+    read = np.minimum(moe.n_experts_per_token * x, e)  # experts a balanced row of x tokens reads
+    part = read < e
+    if not part.any() or part.all():
+        return None
+    d = np.concatenate([read[part], [e]])
+    t_d = np.concatenate([y[part], [y[~part][0]]])  # the first row that reads every expert anchors f(E)
+    n = np.asarray(m_grid, dtype=np.float64)
+    f_touched = np.interp(moe.experts_touched(n), d, t_d)  # below one token's k experts: the 1-token row
+    past = n * moe.n_experts_per_token > e
+    return np.where(past, _interp_extrap(n, x, y) * f_touched / t_d[-1], f_touched)
 
 
 def _moe(tables: OperatorTables, model: ModelSpec, tp: int, dtype: str, m_grid: np.ndarray, parts: list[str],
          notes: list[str]):
     """((latency over m_grid of one MoE layer's routed experts, the largest token count measured), "")
     from moe_perf, or (None, why). Rows: the model's expert shape at moe_tp_size = tp, moe_ep_size = 1
-    (specsim's groups are tensor-parallel), the weight dtype, AIConfigurator's routing (else the
-    next collected in `MOE_DISTRIBUTIONS`, noted), one kernel (the commonest at that shape)."""
+    (specsim's groups are tensor-parallel), the weight dtype, one kernel (the commonest at that shape);
+    balanced rows read at the uniform-routing expert count (above), else the fallbacks as token counts, noted."""
     frame = tables.frames.get("moe_perf")
     if frame is None:
         return None, f"no moe_perf for {tables.framework} on {tables.system} (the MoE layers need it)"
@@ -636,18 +658,26 @@ def _moe(tables: OperatorTables, model: ModelSpec, tp: int, dtype: str, m_grid: 
         have = ", ".join(sorted(map(str, rows["moe_dtype"].unique())))
         return None, f"{where}: this expert shape at tp {tp} was measured in {have}, not {dtype}"
     dists = sorted(map(str, r["distribution"].unique()))
-    dist = next((d for d in MOE_DISTRIBUTIONS if d in dists), dists[0])
-    if dist != MOE_DISTRIBUTIONS[0]:
-        notes.append(f"moe: {where} has no {MOE_DISTRIBUTIONS[0]} rows at this shape; {dist} routing stands in")
-    r = r[r["distribution"] == dist]
-    counts = r["kernel_source"].value_counts()
-    src = sorted(counts.index[counts == counts.max()])[0]
-    c = r[r["kernel_source"] == src].groupby("num_tokens")["latency_s"].median()
-    x, y = c.index.to_numpy(np.float64), c.to_numpy(np.float64)
-    if x.size < 2:
-        return None, f"{where}: one token count measured at this shape; nothing to interpolate"
-    parts.append(f"moe {dtype} {src} {dist}")
-    return (_interp_extrap(m_grid, x, y), float(x[-1])), ""
+    order = ("balanced",) + MOE_FALLBACK_DISTRIBUTIONS
+    for dist in [d_ for d_ in order if d_ in dists] + [d_ for d_ in dists if d_ not in order]:
+        rd = r[r["distribution"] == dist]
+        counts = rd["kernel_source"].value_counts()
+        src = sorted(counts.index[counts == counts.max()])[0]
+        c = rd[rd["kernel_source"] == src].groupby("num_tokens")["latency_s"].median()
+        x, y = c.index.to_numpy(np.float64), c.to_numpy(np.float64)
+        if x.size < 2:
+            continue
+        if dist == "balanced":
+            curve = _touched_reading(e, x, y, m_grid)
+            if curve is not None:
+                parts.append(f"moe {dtype} {src} balanced at uniform-routing experts")
+                return (curve, float(x[-1])), ""
+            continue
+        notes.append(f"moe: {where} has no balanced rows to read at uniform routing at this shape; "
+                     f"{dist} routing read by token count instead")
+        parts.append(f"moe {dtype} {src} {dist}")
+        return (_interp_extrap(m_grid, x, y), float(x[-1])), ""
+    return None, f"{where}: fewer than two token counts measured at this shape for any routing; nothing to interpolate"
 
 
 def _attention_grid(tables: OperatorTables, table: str, shape: tuple, notes: list[str], *, decode: bool):

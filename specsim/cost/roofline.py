@@ -159,8 +159,8 @@ def layer_weight_cost(model: ModelSpec, n_tokens: np.ndarray, tp: int):
     bytes_ = model.n_dense_layers * dense_layer * wb
     flops = 2.0 * n_tokens * model.n_dense_layers * dense_layer
     if model.moe is not None:
-        e, k = model.moe.n_experts, model.moe.n_experts_per_token
-        touched = e * (1.0 - (1.0 - k / e) ** n_tokens)
+        k = model.moe.n_experts_per_token
+        touched = model.moe.experts_touched(n_tokens)
         always = attn + model.router_params + model.shared_expert_params
         bytes_ = bytes_ + model.n_moe_layers * (always + touched * model.expert_params) * wb
         flops = flops + 2.0 * n_tokens * model.n_moe_layers * (always + k * model.expert_params)

@@ -87,6 +87,14 @@ class MoESpec:
     expert_ffn_size: int
     n_dense_layers: int = 0
 
+    def experts_touched(self, n_tokens):
+        """Distinct routed experts a layer reads for n_tokens tokens (scalar or array), in expectation, each
+        token picking its top-k independently and uniformly: E·(1 − (1 − k/E)^T). Every cost source reads a
+        MoE layer at this count (roofline, kernel curves, measured tables), so two sources of one pass differ in
+        kernel times, not in routing."""
+        e = self.n_experts
+        return e * (1.0 - (1.0 - self.n_experts_per_token / e) ** n_tokens)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MLASpec:
