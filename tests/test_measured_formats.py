@@ -292,3 +292,15 @@ def test_moe_routing_falls_back_in_order_and_says_so():
         # one millisecond more on that row moves each of the model's MoE layers by exactly that much at 64 tokens
         moved = measured.build(t2, model, 2).layers_time_s(64) - with_row
         assert float(moved) == pytest.approx(model.n_layers * 1e-3, rel=1e-6)
+
+
+def test_balanced_rows_that_all_read_every_expert_fall_back_and_say_why():
+    """Balanced rows from 16 tokens up only (each reads all 128 experts of Qwen3-30B-A3B) give no time
+    against the experts read: the power-law rows stand in by token count, and the note says why."""
+    model = load_model("qwen3-30b-a3b")
+    tables = ot.load_tables("h100_sxm", "sglang")
+    moe = tables.frames["moe_perf"]
+    kept = moe[~((moe.distribution == "balanced") & (moe.num_tokens < 16))]
+    mp = measured.build(dataclasses.replace(tables, frames={**tables.frames, "moe_perf": kept}), model, 2)
+    assert "moe bfloat16 sglang_fused_moe_triton power_law_1.01" in mp.label
+    assert any("balanced rows only at token counts that read every expert" in n for n in mp.notes)

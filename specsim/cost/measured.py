@@ -628,7 +628,7 @@ def _touched_reading(moe, x: np.ndarray, y: np.ndarray, m_grid: np.ndarray) -> n
     d = np.concatenate([read[part], [e]])
     t_d = np.concatenate([y[part], [y[~part][0]]])  # the first row that reads every expert anchors f(E)
     n = np.asarray(m_grid, dtype=np.float64)
-    f_touched = np.interp(moe.experts_touched(n), d, t_d)  # below one token's k experts: the 1-token row
+    f_touched = np.interp(moe.experts_touched(n), d, t_d)  # below the fewest experts a row reads: that row
     past = n * moe.n_experts_per_token > e
     return np.where(past, _interp_extrap(n, x, y) * f_touched / t_d[-1], f_touched)
 
@@ -659,6 +659,7 @@ def _moe(tables: OperatorTables, model: ModelSpec, tp: int, dtype: str, m_grid: 
         return None, f"{where}: this expert shape at tp {tp} was measured in {have}, not {dtype}"
     dists = sorted(map(str, r["distribution"].unique()))
     order = ("balanced",) + MOE_FALLBACK_DISTRIBUTIONS
+    why_not = "has no balanced rows"
     for dist in [d_ for d_ in order if d_ in dists] + [d_ for d_ in dists if d_ not in order]:
         rd = r[r["distribution"] == dist]
         counts = rd["kernel_source"].value_counts()
@@ -666,14 +667,19 @@ def _moe(tables: OperatorTables, model: ModelSpec, tp: int, dtype: str, m_grid: 
         c = rd[rd["kernel_source"] == src].groupby("num_tokens")["latency_s"].median()
         x, y = c.index.to_numpy(np.float64), c.to_numpy(np.float64)
         if x.size < 2:
+            if dist == "balanced":
+                why_not = "measured balanced routing at one token count"
             continue
         if dist == "balanced":
             curve = _touched_reading(e, x, y, m_grid)
             if curve is not None:
                 parts.append(f"moe {dtype} {src} balanced at uniform-routing experts")
                 return (curve, float(x[-1])), ""
+            why_not = ("has balanced rows only at token counts that read every expert"
+                       if (e.n_experts_per_token * x >= e.n_experts).all() else
+                       "has no balanced row that reads every expert (nothing anchors the time at all of them)")
             continue
-        notes.append(f"moe: {where} has no balanced rows to read at uniform routing at this shape; "
+        notes.append(f"moe: {where} {why_not} at this shape, so none to read at uniform routing; "
                      f"{dist} routing read by token count instead")
         parts.append(f"moe {dtype} {src} {dist}")
         return (_interp_extrap(m_grid, x, y), float(x[-1])), ""
