@@ -14,10 +14,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specsim.cost import measured
 from specsim.specs import operator_tables as ot
 from specsim.specs.models import load_model
+
+from naive_isotonic import pool_adjacent_violators, rows_by_m
 
 ROOT = ot.package_root()
 pytestmark = pytest.mark.skipif(ROOT is None, reason="aiconfigurator-core is not installed (no wheel here)")
@@ -32,9 +36,8 @@ def _w4a16():
 
 
 def _gemm_rows(frame, dtype, m):
-    g = frame[frame.gemm_dtype == dtype]
-    src = g["kernel_source"].mode().iloc[0]
-    return g[(g.kernel_source == src) & (g.m == m)].set_index(["n", "k"])["latency"]
+    """{(n, k): ms} at m: the table's rows, each (n, k) fitted non-decreasing in m by the plain twin."""
+    return {nk: by_m[m] for nk, by_m in rows_by_m(frame, dtype).items()}
 
 
 def _attn_row(frame, ks, kv, b, x, col, heads=32, kv_heads=8):
@@ -169,7 +172,8 @@ def _moe_rows(frame, dist, hidden, ffn, topk, experts, tp):
               & (frame.moe_ep_size == 1) & (frame.distribution == dist)
               & (frame.kernel_source == "sglang_fused_moe_triton")]
     assert not r.duplicated("num_tokens").any()
-    return dict(zip(r.num_tokens.tolist(), r.latency.tolist()))
+    r = r.sort_values("num_tokens")  # fitted non-decreasing in the tokens, as the source reads them
+    return dict(zip(r.num_tokens.tolist(), pool_adjacent_violators(r.latency.to_numpy())))
 
 
 def test_mixtral_moe_layers_from_the_moe_rows():
@@ -273,7 +277,7 @@ def test_sliding_window_reads_the_last_window_tokens():
 def test_moe_routing_falls_back_in_order_and_says_so():
     """Qwen3-30B-A3B on H100 SGLang, tp 2: balanced rows read at the uniform-routing expert count by
     default; with them taken out of the table, AIConfigurator's power_law_1.01 rows stand in read by token
-    count, then power_law_1.2, and the pass notes which (each at 64 tokens, against the table's own row)."""
+    count, then power_law_1.2, and the pass notes which (each at 64 tokens, against the table's own rows)."""
     model = load_model("qwen3-30b-a3b")
     tables = ot.load_tables("h100_sxm", "sglang")
     moe = tables.frames["moe_perf"]
@@ -287,9 +291,9 @@ def test_moe_routing_falls_back_in_order_and_says_so():
         assert 64 in _moe_rows(moe, used, 2048, 768, 8, 128, 2)
         with_row = mp.layers_time_s(64)
         t2 = dataclasses.replace(t, frames={**t.frames, "moe_perf": t.frames["moe_perf"].assign(
-            latency_s=lambda f: f.latency_s.where(~((f.num_tokens == 64) & (f.distribution == used)),
-                                                  f.latency_s + 1e-3))})
-        # one millisecond more on that row moves each of the model's MoE layers by exactly that much at 64 tokens
+            latency_s=lambda f: f.latency_s.where(f.distribution != used, f.latency_s + 1e-3))})
+        # one millisecond more on every row of that routing (a shift the non-decreasing fit keeps) moves each
+        # of the model's MoE layers by exactly that much at 64 tokens
         moved = measured.build(t2, model, 2).layers_time_s(64) - with_row
         assert float(moved) == pytest.approx(model.n_layers * 1e-3, rel=1e-6)
 
@@ -304,3 +308,27 @@ def test_balanced_rows_that_all_read_every_expert_fall_back_and_say_why():
     mp = measured.build(dataclasses.replace(tables, frames={**tables.frames, "moe_perf": kept}), model, 2)
     assert "moe bfloat16 sglang_fused_moe_triton power_law_1.01" in mp.label
     assert any("balanced rows only at token counts that read every expert" in n for n in mp.notes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=1e-6, max_value=1e-1, allow_nan=False), min_size=1, max_size=40))
+def test_the_nondecreasing_fit_matches_its_plain_twin(latencies):
+    """measured.nondecreasing (scipy's isotonic regression) against pooling adjacent violators written out:
+    the same fit, non-decreasing, with the measured total kept (each pooled block keeps its sum)."""
+    fit = measured.nondecreasing(np.asarray(latencies))
+    assert fit.tolist() == pytest.approx(pool_adjacent_violators(latencies), rel=1e-9, abs=1e-15)
+    assert np.all(np.diff(fit) >= -1e-15)
+    assert fit.sum() == pytest.approx(sum(latencies), rel=1e-9)
+
+
+@pytest.mark.parametrize("system,framework,model_id,tp", [
+    ("h100_sxm", "vllm", "qwen3-8b", 1), ("h100_sxm", "sglang", "llama-3.1-8b", 1),
+    ("h100_sxm", "sglang", "qwen3-30b-a3b", 2), ("a100_sxm", "vllm", "llama-3.1-8b", 1)])
+def test_a_measured_pass_never_gets_cheaper_with_more_tokens(system, framework, model_id, tp):
+    """The invariant the fit buys: the layers' and the LM head's time over 1..4096 tokens never falls (read
+    raw, Qwen3-8B's layers on H100 vLLM cost 5.79 ms at 32 tokens and 5.26 ms at 48)."""
+    mp = measured.build(ot.load_tables(system, framework), load_model(model_id), tp)
+    assert mp is not None
+    tokens = np.arange(1, 4097, dtype=np.float64)
+    for curve in (mp.layers_time_s(tokens), mp.head_time_s(tokens)):
+        assert np.all(np.diff(curve) >= -1e-12 * curve[1:])

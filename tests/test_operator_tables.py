@@ -12,6 +12,8 @@ from specsim.specs.hardware import load_hardware
 from specsim.specs.models import load_model
 from specsim.specs.stacks import load_stack
 
+from naive_isotonic import pool_adjacent_violators
+
 ROOT = ot.package_root()
 needs_tables = pytest.mark.skipif(ROOT is None, reason="aiconfigurator-core is not installed (no wheel here)")
 
@@ -88,21 +90,24 @@ def _pass(system, framework, model, tp=1, version=None, **kw):
 @needs_tables
 def test_a_step_priced_by_hand_from_table_rows():
     """Llama-3.1-8B, one sequence, L = 1022 (kv 1023, a measured step) on H100 SGLang 0.5.14: each GEMM
-    from the table's own rows (bilinear by hand where the shape is off the grid), attention the row."""
+    from the table's own rows (bilinear by hand where the shape is off the grid, then fitted non-decreasing
+    in m by the plain twin, tests/naive_isotonic.py), attention the row."""
     model = load_model("llama-3.1-8b")
     tab = ot.load_tables("h100_sxm", "sglang", "0.5.14").frames
     mp = _pass("h100_sxm", "sglang", model, version="0.5.14")
     g = tab["gemm_perf"]
-    g = g[(g.gemm_dtype == "bfloat16") & (g.m == 1)].set_index(["n", "k"])["latency"]  # ms
+    g = g[g.gemm_dtype == "bfloat16"].set_index(["n", "k", "m"])["latency"].sort_index()  # ms
 
-    def lat(n, k):  # bilinear over the 22-point grid, written out
+    def lat(n, k):  # bilinear over the 22-point grid at every m, written out, then fitted non-decreasing in m
         ns, ks = sorted(set(g.index.get_level_values(0))), sorted(set(g.index.get_level_values(1)))
         n0 = max(x for x in ns if x <= n); n1 = min(x for x in ns if x >= n)
         k0 = max(x for x in ks if x <= k); k1 = min(x for x in ks if x >= k)
         u = 0.0 if n1 == n0 else (n - n0) / (n1 - n0)
         v = 0.0 if k1 == k0 else (k - k0) / (k1 - k0)
-        return ((1 - u) * (1 - v) * g[(n0, k0)] + u * (1 - v) * g[(n1, k0)] + (1 - u) * v * g[(n0, k1)]
+        by_m = ((1 - u) * (1 - v) * g[(n0, k0)] + u * (1 - v) * g[(n1, k0)] + (1 - u) * v * g[(n0, k1)]
                 + u * v * g[(n1, k1)])
+        assert not by_m.isna().any()  # every corner measured at every m: nothing filled
+        return pool_adjacent_violators(by_m.to_numpy())[0]  # m = 1
 
     layer_ms = lat(6144, 4096) + lat(4096, 4096) + lat(28672, 4096) + lat(4096, 14336)
     head_ms = 2 * lat(128256 / 2, 4096)  # the 128256-wide head as two column blocks the grid holds
