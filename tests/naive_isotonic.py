@@ -18,16 +18,16 @@ def pool_adjacent_violators(values) -> list[float]:
     return out
 
 
-def rows_by_m(frame, dtype: str):
-    """{(n, k): {m: ms}} of one GEMM dtype's commonest kernel, each (n, k) column fitted non-decreasing in m
-    as the measured source reads it; a column with an m the collector skipped is left out (the source fills
-    those from its neighbours first, which this twin does not write out)."""
+def rows_by_m(frame, dtype: str, shapes):
+    """{(n, k): {m: ms}} of one GEMM dtype's commonest kernel at the given (n, k) shapes, each column fitted
+    non-decreasing in m as the measured source reads it. A shape the collector did not measure at every m
+    fails here (the source fills those from its neighbours first, which this twin does not write out)."""
     g = frame[frame.gemm_dtype == dtype]
     g = g[g.kernel_source == g["kernel_source"].mode().iloc[0]]
     all_m = sorted(set(g.m))
     out = {}
-    for nk, col in g.groupby(["n", "k"]):
-        series = col.set_index("m")["latency"].sort_index()
-        if list(series.index) == all_m:
-            out[nk] = dict(zip(all_m, pool_adjacent_violators(series.to_numpy())))
+    for n, k in shapes:
+        series = g[(g.n == n) & (g.k == k)].set_index("m")["latency"].sort_index()
+        assert list(series.index) == all_m, f"({n}, {k}) is not measured at every m"
+        out[(n, k)] = dict(zip(all_m, pool_adjacent_violators(series.to_numpy())))
     return out

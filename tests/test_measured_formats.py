@@ -35,9 +35,12 @@ def _w4a16():
     return dataclasses.replace(base, n_kv_heads=4, ffn_size=8192, vocab_size=65536, lm_head_weight_format="bf16")
 
 
-def _gemm_rows(frame, dtype, m):
-    """{(n, k): ms} at m: the table's rows, each (n, k) fitted non-decreasing in m by the plain twin."""
-    return {nk: by_m[m] for nk, by_m in rows_by_m(frame, dtype).items()}
+W4A16_LAYER_SHAPES = ((5120, 4096), (4096, 4096), (16384, 4096), (4096, 8192))
+
+
+def _gemm_rows(frame, dtype, m, shapes):
+    """{(n, k): ms} at m: the table's rows at those shapes, each fitted non-decreasing in m by the plain twin."""
+    return {nk: by_m[m] for nk, by_m in rows_by_m(frame, dtype, shapes).items()}
 
 
 def _attn_row(frame, ks, kv, b, x, col, heads=32, kv_heads=8):
@@ -59,13 +62,13 @@ def test_w4a16_on_a100_vllm_from_the_trtllm_weight_only_rows(m):
     assert any("stands in" in n and "trtllm 1.0.0" in n for n in mp.notes)
     trt = ot.load_tables("a100_sxm", "trtllm").frames["gemm_perf"]
     assert not (vllm.frames["gemm_perf"].gemm_dtype == "int4_wo").any()  # why trtllm stands in
-    w4 = _gemm_rows(trt, "int4_wo", m)
+    w4 = _gemm_rows(trt, "int4_wo", m, W4A16_LAYER_SHAPES)
     layer_ms = w4[(5120, 4096)] + w4[(4096, 4096)] + w4[(16384, 4096)] + w4[(4096, 8192)]
-    head_ms = _gemm_rows(vllm.frames["gemm_perf"], "bfloat16", m)[(65536, 4096)]
+    head_ms = _gemm_rows(vllm.frames["gemm_perf"], "bfloat16", m, [(65536, 4096)])[(65536, 4096)]
     assert float(mp.layers_time_s(m)) == pytest.approx(32 * layer_ms * 1e-3, rel=1e-9)
     assert float(mp.head_time_s(m)) == pytest.approx(head_ms * 1e-3, rel=1e-9)
     # the weight-only kernel is not the bf16 one: the W4A16 pass reads other rows than a bf16 pass
-    bf = _gemm_rows(vllm.frames["gemm_perf"], "bfloat16", m)
+    bf = _gemm_rows(vllm.frames["gemm_perf"], "bfloat16", m, W4A16_LAYER_SHAPES)
     assert layer_ms != pytest.approx(bf[(5120, 4096)] + bf[(4096, 4096)] + bf[(16384, 4096)] + bf[(4096, 8192)], rel=1e-3)
     # one dense block on the pass's weight dtype (an EAGLE projection, a Medusa head)
     assert float(mp.gemm_time_s(4096, 4096, m)) == pytest.approx(w4[(4096, 4096)] * 1e-3, rel=1e-9)
@@ -189,7 +192,7 @@ def test_mixtral_moe_layers_from_the_moe_rows():
     mp = measured.build(tables, model, 1)
     assert mp is not None and "moe bfloat16 sglang_fused_moe_triton balanced at uniform-routing experts" in mp.label
     assert any("router" in n and "below the measured" in n for n in mp.notes)
-    g = _gemm_rows(tables.frames["gemm_perf"], "bfloat16", 16)
+    g = _gemm_rows(tables.frames["gemm_perf"], "bfloat16", 16, [(6144, 4096), (4096, 4096), (32, 4096)])
     bal = _moe_rows(tables.frames["moe_perf"], "balanced", 4096, 14336, 2, 8, 1)
     touched = 8 * (1 - (6 / 8) ** 16)
     at_touched = bal[2] + (touched - 4) / (8 - 4) * (bal[4] - bal[2])
